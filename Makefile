@@ -1,0 +1,73 @@
+# strom — two commands do all the set-up: `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+HOST ?= 127.0.0.1
+PORT ?= 9092
+DATA_DIR ?= ./data
+SHARED ?= ../shared
+
+.PHONY: run test venv install install-test system-deps lint typecheck contracts codegen-check unit compat bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# The runtime install; re-run when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+venv: $(VENV)/.installed
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test system-deps
+
+# Debian packages the tests drive: kcat (a real Kafka client in C).
+system-deps:
+	@if ! command -v kcat >/dev/null 2>&1; then \
+		echo "installing kcat with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; \
+	fi
+
+run: $(VENV)/.installed
+	$(VENV)/bin/strom broker --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check src tests tools benchmarks
+	$(VENV)/bin/ruff format --check src tests tools benchmarks
+
+typecheck: $(VENV)/.installed-test
+	$(VENV)/bin/mypy
+
+contracts: $(VENV)/.installed-test
+	$(VENV)/bin/lint-imports
+
+# The generated protocol code must match the specification; the specification lives in ../shared,
+# which users' clones do not have, so the check runs only where it is present.
+codegen-check: $(VENV)/.installed-test
+	@if [ -d "$(SHARED)/reference/kafka-protocol/message" ]; then \
+		$(PY) -m tools.codegen --spec $(SHARED)/reference/kafka-protocol --check; \
+	else \
+		echo "codegen-check: $(SHARED)/reference/kafka-protocol not present; skipped (it runs in CI)"; \
+	fi
+
+unit: install-test
+	$(PY) -m pytest -q tests --ignore=tests/compat
+
+compat: install-test
+	$(PY) -m pytest -q tests/compat
+
+test: install-test lint typecheck contracts codegen-check
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: install-test
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info
