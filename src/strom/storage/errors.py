@@ -1,0 +1,60 @@
+"""Exceptions the storage layer raises; the broker maps each one to a Kafka error code."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base of every error the storage layer raises on purpose."""
+
+
+class ConfigError(StorageError):
+    """A topic config key is unknown or its value is invalid; the message names the key."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """The requested offset is below the log start offset or beyond the log end offset."""
+
+
+class TopicExistsError(StorageError):
+    """CreateTopics for a name that already exists."""
+
+
+class UnknownTopicError(StorageError):
+    """An operation named a topic (or partition) that does not exist."""
+
+
+class InvalidTopicError(StorageError):
+    """The topic name breaks Kafka's naming rules, or the partition count is out of bounds."""
+
+
+class DuplicateSequenceError(StorageError):
+    """A retried idempotent batch that is already in the log.
+
+    The broker answers the producer with success and the offsets of the batch already written,
+    which is why they travel with the error.
+    """
+
+    def __init__(self, base_offset: int, last_offset: int) -> None:
+        super().__init__(f"duplicate batch, already written at offsets {base_offset}..{last_offset}")
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+
+
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent batch whose sequence does not follow the last one of its producer."""
+
+
+class InvalidProducerEpochError(StorageError):
+    """A batch from an older producer epoch than the one already seen (a fenced producer)."""
+
+
+class UnknownProducerIdError(StorageError):
+    """Reserved: the producer's state is unknown (not raised while state never expires)."""
+
+
+class RecordTooLargeError(StorageError):
+    """A batch larger than max.message.bytes or than segment.bytes."""
+
+
+class InvalidPartitionsError(StorageError):
+    """A partition count that is not positive, too large, or not an increase."""

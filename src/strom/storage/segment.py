@@ -1,0 +1,387 @@
+"""One segment of a partition log: the ``.log`` file and its sparse ``.index`` and ``.timeindex``.
+
+Files (Kafka's layout, so operators recognise them), named by the segment's base offset as 20 digits:
+
+* ``<base>.log`` — record batches exactly as on the wire, base offsets rewritten.
+* ``<base>.index`` — entries of (relative offset int32, file position int32), big-endian, one every
+  ``index.interval.bytes`` of log. The relative offset is the base offset of the indexed batch.
+* ``<base>.timeindex`` — entries of (timestamp int64, relative offset int32): the segment's running
+  maximum timestamp and the base offset of the batch that reached it, added with the offset index
+  entries when the maximum grew, plus a final entry when the segment stops being active.
+
+Both indexes are also held in memory (arrays) for lookups; the files let a cleanly shut down log
+open without reading its segments. All file access is ``os.pread``/``os.write`` on unbuffered file
+descriptors: there is no Python buffer for the flushing thread to race with.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from strom.protocol.records.header import (
+    CURRENT_MAGIC,
+    HEADER,
+    HEADER_BYTES,
+    LOG_OVERHEAD_BYTES,
+    BatchHeader,
+    compute_crc,
+)
+
+OFFSET_INDEX_ENTRY = struct.Struct(">ii")
+TIME_INDEX_ENTRY = struct.Struct(">qi")
+
+# Reads while scanning headers fetch this much at once, so a scan costs one syscall per window
+# rather than one per batch.
+SCAN_WINDOW_BYTES = 1 << 20
+
+# Relative offsets in the index files are int32: a segment must roll before offsets outgrow it.
+RELATIVE_OFFSET_MAX = 2**31 - 1
+
+
+class BatchInfo(NamedTuple):
+    """What a segment needs to know of a batch it appends (offsets already assigned)."""
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    size_bytes: int
+
+
+class RecoveryResult(NamedTuple):
+    truncated_bytes: int
+    truncated_at_offset: int  # the offset the next batch will get after truncation
+    reason: str  # why the tail was cut, "" if nothing was
+
+
+def segment_file_stem(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def _open_append(path: Path) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+
+class Segment:
+    """A segment's files and the facts about it the partition log asks for without reading it."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        stem = segment_file_stem(base_offset)
+        self.log_path = directory / f"{stem}.log"
+        self.index_path = directory / f"{stem}.index"
+        self.timeindex_path = directory / f"{stem}.timeindex"
+        self._log_fd = _open_append(self.log_path)
+        self._index_fd = _open_append(self.index_path)
+        self._timeindex_fd = _open_append(self.timeindex_path)
+        self.size_bytes = os.fstat(self._log_fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp_ms = -1
+        self.max_timestamp_base_offset = -1  # base offset of the batch holding the max timestamp
+        # Time the segment's age for segment.ms counts from: the first append's clock in memory,
+        # the first batch's max timestamp after a reopen (Kafka's rule).
+        self.rolling_base_ms: int | None = None
+        self._index_offsets = array("q")  # absolute base offsets of indexed batches
+        self._index_positions = array("q")
+        self._time_timestamps = array("q")
+        self._time_offsets = array("q")  # absolute base offsets
+        self._bytes_since_index_entry = 0
+        self.dirty = False  # written since the last fsync
+        self.closed = False
+
+    # ---- opening ---------------------------------------------------------------------------
+
+    def load_indexes(self) -> bool:
+        """Load a cleanly closed segment's facts from its index files and its tail.
+
+        Returns False when the index files do not fit the log (the caller then recovers).
+        """
+        index_bytes = os.pread(self._index_fd, os.fstat(self._index_fd).st_size, 0)
+        time_bytes = os.pread(self._timeindex_fd, os.fstat(self._timeindex_fd).st_size, 0)
+        if len(index_bytes) % OFFSET_INDEX_ENTRY.size or len(time_bytes) % TIME_INDEX_ENTRY.size:
+            return False
+        previous_offset = -1
+        previous_position = -1
+        for relative_offset, position in OFFSET_INDEX_ENTRY.iter_unpack(index_bytes):
+            offset = self.base_offset + relative_offset
+            if offset <= previous_offset or position <= previous_position or position >= self.size_bytes:
+                return False
+            self._index_offsets.append(offset)
+            self._index_positions.append(position)
+            previous_offset, previous_position = offset, position
+        for timestamp, relative_offset in TIME_INDEX_ENTRY.iter_unpack(time_bytes):
+            self._time_timestamps.append(timestamp)
+            self._time_offsets.append(self.base_offset + relative_offset)
+        if self._time_timestamps:
+            self.max_timestamp_ms = self._time_timestamps[-1]
+            self.max_timestamp_base_offset = self._time_offsets[-1]
+        # The tail after the last index entry holds the last offset and may hold a newer maximum.
+        tail_position = self._index_positions[-1] if self._index_positions else 0
+        position = tail_position
+        for position, header in self.scan_headers(tail_position):
+            self._note_batch_facts(header.base_offset, header.last_offset, header.max_timestamp)
+            position += header.size_bytes
+        if position != self.size_bytes:
+            return False
+        self._bytes_since_index_entry = self.size_bytes - tail_position
+        first = self.first_header()
+        if first is not None:
+            self.rolling_base_ms = first.max_timestamp
+        return True
+
+    def recover(self) -> RecoveryResult:
+        """Validate every batch (length, magic, CRC), cut the file at the first bad or torn one,
+        and rebuild the indexes from what is left."""
+        self._reset_facts()
+        position = 0
+        reason = ""
+        reader = _WindowReader(self._log_fd, self.size_bytes)
+        while position < self.size_bytes:
+            left = self.size_bytes - position
+            if left < HEADER_BYTES:
+                reason = "partial batch header"
+                break
+            header = BatchHeader._make(HEADER.unpack_from(reader.read(position, HEADER_BYTES)))
+            if header.magic != CURRENT_MAGIC:
+                reason = f"bad magic {header.magic}"
+                break
+            if header.batch_length < HEADER_BYTES - LOG_OVERHEAD_BYTES:
+                reason = "bad batch length"
+                break
+            if header.size_bytes > left:
+                reason = "torn batch"
+                break
+            if header.base_offset < self.next_offset or header.last_offset_delta < 0:
+                reason = "offsets out of order"
+                break
+            batch = reader.read(position, header.size_bytes)
+            if compute_crc(batch, 0, header.size_bytes) != header.crc:
+                reason = "CRC mismatch"
+                break
+            self._index_batch(header.base_offset, position, header.max_timestamp)
+            self._note_batch_facts(header.base_offset, header.last_offset, header.max_timestamp)
+            self._bytes_since_index_entry += header.size_bytes
+            if self.rolling_base_ms is None:
+                self.rolling_base_ms = header.max_timestamp
+            position += header.size_bytes
+        truncated = self.size_bytes - position
+        if truncated:
+            os.ftruncate(self._log_fd, position)
+            self.size_bytes = position
+            self.dirty = True
+        self._rewrite_index_files()
+        return RecoveryResult(truncated, self.next_offset, reason)
+
+    # ---- appending -------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> None:
+        """Write ``data`` (the given batches, back to back) at the end with one write call."""
+        assert not self.closed
+        position = self.size_bytes
+        written = 0
+        view = memoryview(data)
+        while written < len(view):  # os.write may write less than asked for (rare, on disk full)
+            written += os.write(self._log_fd, view[written:])
+        index_entries = bytearray()
+        time_entries = bytearray()
+        for batch in batches:
+            relative = batch.base_offset - self.base_offset
+            entry = self._index_batch(batch.base_offset, position, batch.max_timestamp)
+            if entry & 1:
+                index_entries += OFFSET_INDEX_ENTRY.pack(relative, position)
+            if entry & 2:
+                time_entries += TIME_INDEX_ENTRY.pack(
+                    self._time_timestamps[-1], self._time_offsets[-1] - self.base_offset
+                )
+            self._note_batch_facts(batch.base_offset, batch.last_offset, batch.max_timestamp)
+            self._bytes_since_index_entry += batch.size_bytes
+            position += batch.size_bytes
+        if index_entries:
+            os.write(self._index_fd, index_entries)
+        if time_entries:
+            os.write(self._timeindex_fd, time_entries)
+        if self.rolling_base_ms is None:
+            self.rolling_base_ms = now_ms
+        self.size_bytes = position
+        self.dirty = True
+
+    def seal(self) -> None:
+        """The segment stops being active: record its exact max timestamp in the time index."""
+        if self.max_timestamp_ms >= 0 and (
+            not self._time_timestamps or self._time_timestamps[-1] < self.max_timestamp_ms
+        ):
+            self._time_timestamps.append(self.max_timestamp_ms)
+            self._time_offsets.append(self.max_timestamp_base_offset)
+            os.write(
+                self._timeindex_fd,
+                TIME_INDEX_ENTRY.pack(
+                    self.max_timestamp_ms, self.max_timestamp_base_offset - self.base_offset
+                ),
+            )
+            self.dirty = True
+
+    def can_hold(self, last_offset: int) -> bool:
+        return last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def read_bytes(self, position: int, size_bytes: int) -> bytes:
+        return os.pread(self._log_fd, size_bytes, position)
+
+    def scan_headers(self, position: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from ``position`` (a batch start) to ``end``.
+
+        The log was validated when written or recovered, so headers are trusted here.
+        """
+        stop = self.size_bytes if end is None else end
+        reader = _WindowReader(self._log_fd, stop)
+        while stop - position >= HEADER_BYTES:
+            header = BatchHeader._make(HEADER.unpack_from(reader.read(position, HEADER_BYTES)))
+            yield position, header
+            position += header.size_bytes
+
+    def first_header(self) -> BatchHeader | None:
+        if self.size_bytes < HEADER_BYTES:
+            return None
+        return BatchHeader._make(HEADER.unpack_from(os.pread(self._log_fd, HEADER_BYTES, 0)))
+
+    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose last offset is >= ``offset``, if any."""
+        if offset >= self.next_offset:
+            return None
+        slot = bisect_right(self._index_offsets, offset) - 1
+        start = self._index_positions[slot] if slot >= 0 else 0
+        for position, header in self.scan_headers(start):
+            if header.last_offset >= offset:
+                return position, header
+        return None
+
+    def position_of_offset_index_floor(self, offset: int) -> int:
+        slot = bisect_right(self._index_offsets, offset) - 1
+        return self._index_positions[slot] if slot >= 0 else 0
+
+    def find_timestamp(self, timestamp_ms: int) -> BatchHeader | None:
+        """The first batch whose max timestamp is >= ``timestamp_ms``, if any."""
+        if self.max_timestamp_ms < timestamp_ms:
+            return None
+        # Every batch up to an entry with a smaller running maximum is too old: start after it.
+        slot = bisect_right(self._time_timestamps, timestamp_ms - 1) - 1
+        start = self.position_of_offset_index_floor(self._time_offsets[slot]) if slot >= 0 else 0
+        for _position, header in self.scan_headers(start):
+            if header.max_timestamp >= timestamp_ms:
+                return header
+        return None
+
+    # ---- changing ----------------------------------------------------------------------------
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Remove every batch whose last offset is >= ``offset`` (a partial batch goes whole)."""
+        found = self.find_batch(offset)
+        if found is None:
+            return
+        position, _header = found
+        os.ftruncate(self._log_fd, position)
+        self.size_bytes = position
+        self.recover()
+
+    def fsync(self) -> None:
+        """fsync the log and index files (safe from a worker thread; a closed segment is skipped)."""
+        if self.closed:
+            return
+        self.dirty = False
+        try:
+            os.fsync(self._log_fd)
+            os.fsync(self._index_fd)
+            os.fsync(self._timeindex_fd)
+        except OSError:
+            # The loop thread deleted or replaced the segment meanwhile; nothing left to make durable.
+            if not self.closed:
+                self.dirty = True
+                raise
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for fd in (self._log_fd, self._index_fd, self._timeindex_fd):
+            os.close(fd)
+
+    def delete_files(self) -> None:
+        self.close()
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            path.unlink(missing_ok=True)
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _reset_facts(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp_ms = -1
+        self.max_timestamp_base_offset = -1
+        self.rolling_base_ms = None
+        self._index_offsets = array("q")
+        self._index_positions = array("q")
+        self._time_timestamps = array("q")
+        self._time_offsets = array("q")
+        self._bytes_since_index_entry = 0
+
+    def _index_batch(self, base_offset: int, position: int, max_timestamp: int) -> int:
+        """Add index entries for a batch at ``position`` if one is due; returns bit 1 for an offset
+        index entry and bit 2 for a time index entry."""
+        if position == 0 or self._bytes_since_index_entry < self.index_interval_bytes:
+            return 0
+        self._bytes_since_index_entry = 0
+        self._index_offsets.append(base_offset)
+        self._index_positions.append(position)
+        added = 1
+        running_max = max(self.max_timestamp_ms, max_timestamp)
+        if running_max >= 0 and (not self._time_timestamps or running_max > self._time_timestamps[-1]):
+            holder = base_offset if max_timestamp >= self.max_timestamp_ms else self.max_timestamp_base_offset
+            self._time_timestamps.append(running_max)
+            self._time_offsets.append(holder)
+            added |= 2
+        return added
+
+    def _note_batch_facts(self, base_offset: int, last_offset: int, max_timestamp: int) -> None:
+        self.next_offset = last_offset + 1
+        if max_timestamp > self.max_timestamp_ms:
+            self.max_timestamp_ms = max_timestamp
+            self.max_timestamp_base_offset = base_offset
+
+    def _rewrite_index_files(self) -> None:
+        index = b"".join(
+            OFFSET_INDEX_ENTRY.pack(offset - self.base_offset, position)
+            for offset, position in zip(self._index_offsets, self._index_positions)
+        )
+        times = b"".join(
+            TIME_INDEX_ENTRY.pack(timestamp, offset - self.base_offset)
+            for timestamp, offset in zip(self._time_timestamps, self._time_offsets)
+        )
+        for fd, content in ((self._index_fd, index), (self._timeindex_fd, times)):
+            os.ftruncate(fd, 0)
+            if content:
+                os.write(fd, content)
+
+
+class _WindowReader:
+    """Serves small reads of a file from a window read ahead with one pread."""
+
+    def __init__(self, fd: int, file_end: int) -> None:
+        self._fd = fd
+        self._file_end = file_end
+        self._window = b""
+        self._window_start = 0
+
+    def read(self, position: int, size_bytes: int) -> bytes | memoryview:
+        offset = position - self._window_start
+        if offset < 0 or offset + size_bytes > len(self._window):
+            want = max(size_bytes, min(SCAN_WINDOW_BYTES, self._file_end - position))
+            self._window = os.pread(self._fd, want, position)
+            self._window_start = position
+            offset = 0
+        return memoryview(self._window)[offset : offset + size_bytes]
