@@ -108,9 +108,7 @@ def parse_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> Bat
     if header.batch_length < HEADER_BYTES - LOG_OVERHEAD_BYTES:
         raise CorruptBatchError(f"batch length {header.batch_length} is shorter than its header")
     if header.size_bytes > len(buf) - pos:
-        raise CorruptBatchError(
-            f"batch declares {header.size_bytes} bytes, only {len(buf) - pos} present"
-        )
+        raise CorruptBatchError(f"batch declares {header.size_bytes} bytes, only {len(buf) - pos} present")
     if header.last_offset_delta < 0 or header.record_count < 0:
         raise CorruptBatchError("negative record count or offset delta")
     return header
