@@ -359,8 +359,8 @@ class PartitionLog:
         for segment in self._segments:
             if segment.max_timestamp_ms < timestamp_ms or segment.next_offset <= self._log_start_offset:
                 continue
-            header = segment.find_timestamp(timestamp_ms)
-            if header is not None and header.last_offset >= self._log_start_offset:
+            header = segment.find_timestamp(timestamp_ms, self._log_start_offset)
+            if header is not None:
                 return max(header.base_offset, self._log_start_offset), header.max_timestamp
         return None
 

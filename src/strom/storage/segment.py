@@ -266,15 +266,16 @@ class Segment:
         slot = bisect_right(self._index_offsets, offset) - 1
         return self._index_positions[slot] if slot >= 0 else 0
 
-    def find_timestamp(self, timestamp_ms: int) -> BatchHeader | None:
-        """The first batch whose max timestamp is >= ``timestamp_ms``, if any."""
+    def find_timestamp(self, timestamp_ms: int, min_offset: int = 0) -> BatchHeader | None:
+        """The first batch whose max timestamp is >= ``timestamp_ms`` and whose last offset is >=
+        ``min_offset``, if any."""
         if self.max_timestamp_ms < timestamp_ms:
             return None
         # Every batch up to an entry with a smaller running maximum is too old: start after it.
         slot = bisect_right(self._time_timestamps, timestamp_ms - 1) - 1
         start = self.position_of_offset_index_floor(self._time_offsets[slot]) if slot >= 0 else 0
         for _position, header in self.scan_headers(start):
-            if header.max_timestamp >= timestamp_ms:
+            if header.max_timestamp >= timestamp_ms and header.last_offset >= min_offset:
                 return header
         return None
 
