@@ -1,0 +1,1 @@
+"""Developer tools for strom (not shipped in the package)."""
