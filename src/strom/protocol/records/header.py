@@ -170,3 +170,27 @@ def parse_batch_header_lenient(buf: bytes | bytearray | memoryview, pos: int) ->
         return parse_batch_header(buf, pos)
     except CorruptBatchError:
         return None
+
+
+_MAX_TIMESTAMP_OFFSET = 35
+_ATTRIBUTES = struct.Struct(">h")
+_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+
+
+def rewrite_crc(buf: bytearray | memoryview, pos: int = 0) -> int:
+    """Recompute and store the CRC of the batch at ``pos`` after an in-place change; returns it."""
+    header = parse_batch_header(buf, pos)
+    crc = compute_crc(buf, pos, header.size_bytes)
+    _CRC.pack_into(buf, pos + CRC_OFFSET, crc)
+    return crc
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:
+    """Mark the batch at ``pos`` as LogAppendTime stamped ``timestamp_ms`` (the max timestamp,
+    which readers then give every record) and refresh its CRC, as a broker does on append for a
+    topic with ``message.timestamp.type=LogAppendTime``."""
+    (attributes,) = _ATTRIBUTES.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    _ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_BIT)
+    _TIMESTAMP.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    rewrite_crc(buf, pos)

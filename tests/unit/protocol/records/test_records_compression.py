@@ -1,0 +1,158 @@
+"""Compression codecs: round trips, the framings other clients write, caps and corrupt input."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+
+import cramjam
+import lz4.frame
+import pytest
+import zstandard
+
+from strom.protocol.records.compression import (
+    XERIAL_BLOCK_BYTES,
+    XERIAL_MAGIC,
+    CompressionType,
+    compress,
+    decompress,
+)
+from strom.protocol.records.header import CorruptBatchError
+
+# Compressible but not trivial, and longer than one xerial block and one lz4 block.
+SAMPLE = b"".join(b"record %06d of the sample, " % number for number in range(5_000))
+COMPRESSED_TYPES = [kind for kind in CompressionType if kind is not CompressionType.NONE]
+
+
+@pytest.mark.parametrize("kind", list(CompressionType))
+@pytest.mark.parametrize("data", [b"", b"x", SAMPLE], ids=["empty", "one-byte", "sample"])
+def test_round_trip(kind: CompressionType, data: bytes) -> None:
+    compressed = compress(kind, data)
+    assert decompress(kind, compressed) == data
+    assert decompress(int(kind), compressed, max_bytes=len(data)) == data
+
+
+@pytest.mark.parametrize("kind", COMPRESSED_TYPES)
+def test_compressed_is_smaller(kind: CompressionType) -> None:
+    assert len(compress(kind, SAMPLE)) < len(SAMPLE) // 3
+
+
+def test_gzip_is_a_plain_gzip_stream() -> None:
+    compressed = compress(CompressionType.GZIP, SAMPLE)
+    assert compressed[:2] == b"\x1f\x8b"
+    assert gzip.decompress(compressed) == SAMPLE
+
+
+def test_gzip_with_several_members_is_read_whole() -> None:
+    compressed = gzip.compress(b"first ") + gzip.compress(b"second")
+    assert decompress(CompressionType.GZIP, compressed) == b"first second"
+
+
+def test_snappy_is_written_in_xerial_framing() -> None:
+    compressed = compress(CompressionType.SNAPPY, SAMPLE)
+    assert compressed.startswith(XERIAL_MAGIC)
+    assert struct.unpack_from(">ii", compressed, 8) == (1, 1)
+    # Walk the blocks by hand: [int32 length][raw snappy], each at most one xerial block of input.
+    pos = 16
+    pieces = []
+    while pos < len(compressed):
+        (block_bytes,) = struct.unpack_from(">i", compressed, pos)
+        block = compressed[pos + 4 : pos + 4 + block_bytes]
+        pieces.append(bytes(cramjam.snappy.decompress_raw(block)))
+        pos += 4 + block_bytes
+    assert pos == len(compressed)
+    assert all(len(piece) <= XERIAL_BLOCK_BYTES for piece in pieces)
+    assert len(pieces) > 1
+    assert b"".join(pieces) == SAMPLE
+
+
+def test_raw_snappy_as_librdkafka_writes_it_is_read() -> None:
+    raw = bytes(cramjam.snappy.compress_raw(SAMPLE))
+    assert decompress(CompressionType.SNAPPY, raw) == SAMPLE
+
+
+def test_lz4_is_a_frame_with_independent_blocks_and_no_content_checksum() -> None:
+    compressed = compress(CompressionType.LZ4, SAMPLE)
+    assert compressed[:4] == b"\x04\x22\x4d\x18"  # LZ4 frame magic, little endian
+    flags = compressed[4]
+    assert flags >> 6 == 0b01  # frame version
+    assert flags & 0x20  # block independence
+    assert not flags & 0x04  # no content checksum
+    assert lz4.frame.decompress(compressed) == SAMPLE
+
+
+def test_lz4_frame_from_the_library_defaults_is_read() -> None:
+    assert decompress(CompressionType.LZ4, lz4.frame.compress(SAMPLE)) == SAMPLE
+
+
+def test_zstd_frame_without_content_size_is_read() -> None:
+    compressor = zstandard.ZstdCompressor(write_content_size=False)
+    streamed = compressor.compressobj()
+    compressed = streamed.compress(SAMPLE) + streamed.flush()
+    assert zstandard.get_frame_parameters(compressed).content_size == zstandard.CONTENTSIZE_UNKNOWN
+    assert decompress(CompressionType.ZSTD, compressed) == SAMPLE
+
+
+@pytest.mark.parametrize("kind", list(CompressionType))
+def test_output_over_the_cap_is_refused(kind: CompressionType) -> None:
+    compressed = compress(kind, SAMPLE)
+    with pytest.raises(CorruptBatchError, match="exceeds"):
+        decompress(kind, compressed, max_bytes=len(SAMPLE) - 1)
+
+
+BOMB_BYTES = 16 * 1024 * 1024
+BOMB_CAP_BYTES = 1024 * 1024
+
+
+def _bomb(kind: CompressionType) -> bytes:
+    if kind is CompressionType.GZIP:
+        compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+        chunk = bytes(1024 * 1024)
+        parts = [compressor.compress(chunk) for _ in range(BOMB_BYTES // len(chunk))]
+        return b"".join(parts) + compressor.flush()
+    if kind is CompressionType.ZSTD:
+        # Streamed so the frame does not declare its size: the cap must hold while decoding.
+        streamed = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+        return streamed.compress(bytes(BOMB_BYTES)) + streamed.flush()
+    return compress(kind, bytes(BOMB_BYTES))
+
+
+@pytest.mark.parametrize("kind", COMPRESSED_TYPES)
+def test_decompression_bomb_is_refused(kind: CompressionType) -> None:
+    bomb = _bomb(kind)
+    assert len(bomb) < BOMB_BYTES // 20  # snappy expands about 21 times at most
+    with pytest.raises(CorruptBatchError, match="exceeds"):
+        decompress(kind, bomb, max_bytes=BOMB_CAP_BYTES)
+
+
+def test_raw_snappy_declaring_a_huge_length_is_refused_before_decoding() -> None:
+    lying = b"\xff\xff\xff\xff\x0f" + b"\x00" * 10  # declares 4 GiB
+    with pytest.raises(CorruptBatchError, match="exceeds"):
+        decompress(CompressionType.SNAPPY, lying, max_bytes=BOMB_CAP_BYTES)
+
+
+@pytest.mark.parametrize("kind", COMPRESSED_TYPES)
+def test_truncated_data_is_corrupt(kind: CompressionType) -> None:
+    compressed = compress(kind, SAMPLE)
+    for cut_bytes in (1, len(compressed) // 2, len(compressed) - 1):
+        with pytest.raises(CorruptBatchError):
+            decompress(kind, compressed[:cut_bytes])
+
+
+@pytest.mark.parametrize("kind", COMPRESSED_TYPES)
+def test_garbage_is_corrupt(kind: CompressionType) -> None:
+    with pytest.raises(CorruptBatchError):
+        decompress(kind, b"\x00\x01\x02 this is not compressed data at all \xff\xfe" * 3)
+
+
+def test_xerial_block_length_out_of_bounds_is_corrupt() -> None:
+    framed = compress(CompressionType.SNAPPY, b"hello")
+    broken = framed[:16] + struct.pack(">i", 1_000) + framed[20:]
+    with pytest.raises(CorruptBatchError, match="out of bounds"):
+        decompress(CompressionType.SNAPPY, broken)
+
+
+def test_unknown_compression_type_is_corrupt() -> None:
+    with pytest.raises(CorruptBatchError, match="unknown compression type 5"):
+        decompress(5, b"")
