@@ -78,14 +78,6 @@ HAND_RECORDS = [
     Record(offset_delta=0, timestamp_delta=0, key=b"k", value=b"v", headers=[("h", b"x")]),
     Record(offset_delta=1, timestamp_delta=5, key=None, value=b"", headers=[]),
 ]
-HAND_FIELDS = {
-    "base_offset": 100,
-    "base_timestamp": 1_000,
-    "producer_id": 42,
-    "producer_epoch": 3,
-    "base_sequence": 10,
-    "partition_leader_epoch": 7,
-}
 
 
 def test_crc32c_is_the_castagnoli_polynomial() -> None:
@@ -110,7 +102,16 @@ def test_hand_assembled_batch_decodes() -> None:
 
 
 def test_build_batch_writes_the_hand_assembled_bytes() -> None:
-    assert build_batch(HAND_RECORDS, **HAND_FIELDS) == _hand_assembled_batch()
+    built = build_batch(
+        HAND_RECORDS,
+        base_offset=100,
+        base_timestamp=1_000,
+        producer_id=42,
+        producer_epoch=3,
+        base_sequence=10,
+        partition_leader_epoch=7,
+    )
+    assert built == _hand_assembled_batch()
 
 
 def test_builder_writes_the_hand_assembled_bytes() -> None:
