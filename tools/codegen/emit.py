@@ -531,22 +531,22 @@ class MessageEmitter:
         )
 
     def emit_fields(self, out: Lines, fields: list[FieldDef], struct_name: str) -> None:
+        """Slots, documented attribute annotations, FIELDS, and the generated dunder methods."""
         seen: set[str] = set()
         for definition in fields:
             attribute = definition.attribute
             if attribute in RESERVED_ATTRIBUTES or attribute in seen:
                 raise ValueError(f"{struct_name}: field name {attribute} clashes")
             seen.add(attribute)
-            expression, factory = _python_literal_default(definition, self.owner)
+        attributes = [definition.attribute for definition in fields] + ["unknown_tagged_fields"]
+        slots = ", ".join(repr(name) for name in sorted(attributes))
+        out.add(f"__slots__ = ({slots})" if len(attributes) > 1 else f"__slots__ = ({slots},)")
+        out.add("")
+        for definition in fields:
             out.extend(self.field_comment(definition))
-            if factory is not None:
-                out.add(f"{attribute}: {self.annotation(definition)} = field(default_factory={factory})")
-            else:
-                out.add(f"{attribute}: {self.annotation(definition)} = {expression}")
-                if expression == "_ZERO_UUID":
-                    self.uses_uuid = True
+            out.add(f"{definition.attribute}: {self.annotation(definition)}")
         out.add("# Tagged fields this version does not know, kept as raw bytes so they survive a round trip.")
-        out.add("unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)")
+        out.add("unknown_tagged_fields: dict[int, bytes]")
         out.add("")
         out.add("FIELDS: ClassVar[tuple[FieldSpec, ...]] = (")
         out.indent()
@@ -554,9 +554,50 @@ class MessageEmitter:
             out.add(self.field_spec(definition))
         out.dedent()
         out.add(")")
+        out.add("")
+        # __init__: every argument defaulted; mutable defaults are built per instance.
+        out.add("def __init__(")
+        out.indent()
+        out.add("self,")
+        for definition in fields:
+            expression, factory = _python_literal_default(definition, self.owner)
+            if expression == "_ZERO_UUID":
+                self.uses_uuid = True
+            default = "MISSING" if factory is not None else expression
+            out.add(f"{definition.attribute}: {self.annotation(definition)} = {default},")
+        out.add("unknown_tagged_fields: dict[int, bytes] = MISSING,")
+        out.dedent()
+        out.add(") -> None:")
+        out.indent()
+        for definition in fields:
+            expression, factory = _python_literal_default(definition, self.owner)
+            name = definition.attribute
+            if factory is not None:
+                out.add(f"self.{name} = {expression} if {name} is MISSING else {name}")
+            else:
+                out.add(f"self.{name} = {name}")
+        out.add(
+            "self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else "
+            + "unknown_tagged_fields"
+        )
+        out.dedent()
+        out.add("")
+        out.add("def __eq__(self, other: object) -> bool:")
+        out.indent()
+        out.add(f"if not isinstance(other, {struct_name}):")
+        out.add(f"{INDENT}return NotImplemented")
+        mine = ", ".join(f"self.{name}" for name in attributes)
+        theirs = ", ".join(f"other.{name}" for name in attributes)
+        out.add(f"return ({mine}) == ({theirs})" if len(attributes) > 1 else f"return {mine} == {theirs}")
+        out.dedent()
+        out.add("")
+        out.add("def __repr__(self) -> str:")
+        out.indent()
+        parts = ", ".join(f"{name}={{self.{name}!r}}" for name in attributes)
+        out.add(f'return f"{struct_name}({parts})"')
+        out.dedent()
 
     def emit_struct(self, out: Lines, struct: StructDef) -> None:
-        out.add("@dataclass(slots=True)")
         out.add(f"class {struct.name}:")
         out.indent()
         doc = struct.about or f"The {struct.name} struct of {self.owner}."
@@ -575,7 +616,6 @@ class MessageEmitter:
     def emit_class(self) -> list[str]:
         message = self.message
         out = Lines()
-        out.add("@dataclass(slots=True)")
         out.add(f"class {message.name}:")
         out.indent()
         flexible = "never flexible" if self.flexible.empty else f"flexible from version {self.flexible.low}"
@@ -635,7 +675,6 @@ def render_module(messages: list[MessageDef], docstring: str) -> str:
         bodies.append(emitter.emit_class())
         uses_uuid = uses_uuid or emitter.uses_uuid
     text = "\n".join(line for body in bodies for line in body)
-    uses_field = "field(" in text
     lines = [
         GENERATED_MARK.format(sources=sources),
         f'"""{docstring}"""',
@@ -646,10 +685,9 @@ def render_module(messages: list[MessageDef], docstring: str) -> str:
     lines.append("import struct")
     if uses_uuid:
         lines.append("import uuid")
-    lines.append("from dataclasses import dataclass" + (", field" if uses_field else ""))
     lines.append("from typing import ClassVar, Self")
     lines.append("")
-    names = ["FieldSpec", "Reader", "UnsupportedVersionError", "Writer"]
+    names = ["MISSING", "FieldSpec", "Reader", "UnsupportedVersionError", "Writer"]
     if "absent_field_error(" in text:
         names.append("absent_field_error")
     if "null_field_error(" in text:

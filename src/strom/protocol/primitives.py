@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
+    "MISSING",
     "DecodeError",
     "FieldSpec",
     "Reader",
@@ -72,6 +73,11 @@ Blob = bytes | bytearray | memoryview
 
 class DecodeError(ValueError):
     """The bytes received are not a valid encoding (truncated, bad length, bad UTF-8, ...)."""
+
+
+# Default of generated constructor arguments whose default is mutable (a list, a struct): each
+# instance gets its own. Typed Any so it is accepted wherever such an argument is declared.
+MISSING: Any = object()
 
 
 class UnsupportedVersionError(ValueError):

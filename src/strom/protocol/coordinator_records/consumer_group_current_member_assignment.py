@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ConsumerGroupCurrentMemberAssignmentKey:
     """ConsumerGroupCurrentMemberAssignmentKey (versions 8, never flexible)."""
 
@@ -23,17 +28,41 @@ class ConsumerGroupCurrentMemberAssignmentKey:
     MAX_VERSION: ClassVar[int] = 8
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group_id", "member_id", "unknown_tagged_fields")
+
     # Versions 8. The group id.
-    group_id: str = ""
+    group_id: str
     # Versions 8. The member id.
-    member_id: str = ""
+    member_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (8, 8), (1, 0), None, False),
         FieldSpec("member_id", "string", (8, 8), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerGroupCurrentMemberAssignmentKey):
+            return NotImplemented
+        return (self.group_id, self.member_id, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.member_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroupCurrentMemberAssignmentKey(group_id={self.group_id!r}, member_id={self.member_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 8 <= version <= 8:
@@ -77,7 +106,6 @@ class ConsumerGroupCurrentMemberAssignmentKey:
         return obj
 
 
-@dataclass(slots=True)
 class ConsumerGroupCurrentMemberAssignmentValue:
     """ConsumerGroupCurrentMemberAssignmentValue (versions 0, flexible from version 0)."""
 
@@ -87,21 +115,44 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class TopicPartitions:
         """The TopicPartitions struct of ConsumerGroupCurrentMemberAssignmentValue."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic Id.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The partition Ids.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -127,23 +178,28 @@ class ConsumerGroupCurrentMemberAssignmentValue:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "assigned_partitions",
+        "member_epoch",
+        "partitions_pending_revocation",
+        "previous_member_epoch",
+        "state",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The current member epoch that is expected from the member in the heartbeat request.
-    member_epoch: int = 0
+    member_epoch: int
     # Versions 0+. If the last epoch bump is lost before reaching the member, the member will retry
     # with the previous epoch.
-    previous_member_epoch: int = 0
+    previous_member_epoch: int
     # Versions 0+. The member state. See MemberState for the possible values.
-    state: int = 0
+    state: int
     # Versions 0+. The partitions assigned to (or owned by) this member.
-    assigned_partitions: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = field(
-        default_factory=list
-    )
+    assigned_partitions: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions]
     # Versions 0+. The partitions that must be revoked by this member.
-    partitions_pending_revocation: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = field(
-        default_factory=list
-    )
+    partitions_pending_revocation: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("member_epoch", "int32", (0, 0), (1, 0), None, False),
@@ -152,6 +208,48 @@ class ConsumerGroupCurrentMemberAssignmentValue:
         FieldSpec("assigned_partitions", "[]TopicPartitions", (0, 0), (1, 0), None, False),
         FieldSpec("partitions_pending_revocation", "[]TopicPartitions", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = MISSING,
+        partitions_pending_revocation: list[
+            ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
+        ] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is MISSING else assigned_partitions
+        self.partitions_pending_revocation = (
+            [] if partitions_pending_revocation is MISSING else partitions_pending_revocation
+        )
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerGroupCurrentMemberAssignmentValue):
+            return NotImplemented
+        return (
+            self.member_epoch,
+            self.previous_member_epoch,
+            self.state,
+            self.assigned_partitions,
+            self.partitions_pending_revocation,
+            self.unknown_tagged_fields,
+        ) == (
+            other.member_epoch,
+            other.previous_member_epoch,
+            other.state,
+            other.assigned_partitions,
+            other.partitions_pending_revocation,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroupCurrentMemberAssignmentValue(member_epoch={self.member_epoch!r}, previous_member_epoch={self.previous_member_epoch!r}, state={self.state!r}, assigned_partitions={self.assigned_partitions!r}, partitions_pending_revocation={self.partitions_pending_revocation!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class ConsumerGroupMemberMetadataKey:
     """ConsumerGroupMemberMetadataKey (versions 5, never flexible)."""
 
@@ -20,17 +25,41 @@ class ConsumerGroupMemberMetadataKey:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group_id", "member_id", "unknown_tagged_fields")
+
     # Versions 5. The group id.
-    group_id: str = ""
+    group_id: str
     # Versions 5. The member id.
-    member_id: str = ""
+    member_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (5, 5), (1, 0), None, False),
         FieldSpec("member_id", "string", (5, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerGroupMemberMetadataKey):
+            return NotImplemented
+        return (self.group_id, self.member_id, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.member_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroupMemberMetadataKey(group_id={self.group_id!r}, member_id={self.member_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 5 <= version <= 5:
@@ -74,7 +103,6 @@ class ConsumerGroupMemberMetadataKey:
         return obj
 
 
-@dataclass(slots=True)
 class ConsumerGroupMemberMetadataValue:
     """ConsumerGroupMemberMetadataValue (versions 0, flexible from version 0)."""
 
@@ -84,21 +112,44 @@ class ConsumerGroupMemberMetadataValue:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class ClassicProtocol:
         """The list of protocols that the member supports if the consumer uses the classic protocol."""
 
+        __slots__ = ("metadata", "name", "unknown_tagged_fields")
+
         # Versions 0+. The protocol name.
-        name: str = ""
+        name: str
         # Versions 0+. The protocol metadata.
-        metadata: bytes = b""
+        metadata: bytes
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("metadata", "bytes", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            metadata: bytes = b"",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.metadata = metadata
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ConsumerGroupMemberMetadataValue.ClassicProtocol):
+                return NotImplemented
+            return (self.name, self.metadata, self.unknown_tagged_fields) == (
+                other.name,
+                other.metadata,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ConsumerGroupMemberMetadataValue.ClassicProtocol(name={self.name!r}, metadata={self.metadata!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -119,24 +170,45 @@ class ConsumerGroupMemberMetadataValue:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ClassicMemberMetadata:
         """The classic member metadata which includes the supported protocols of the consumer if it uses the classic protocol. The metadata is null if the consumer uses the consumer protocol."""
 
+        __slots__ = ("session_timeout_ms", "supported_protocols", "unknown_tagged_fields")
+
         # Versions 0+. The session timeout if the consumer uses the classic protocol.
-        session_timeout_ms: int = 0
+        session_timeout_ms: int
         # Versions 0+. The list of protocols that the member supports if the consumer uses the classic
         # protocol.
-        supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol] = field(
-            default_factory=list
-        )
+        supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("session_timeout_ms", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("supported_protocols", "[]ClassicProtocol", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            session_timeout_ms: int = 0,
+            supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.session_timeout_ms = session_timeout_ms
+            self.supported_protocols = [] if supported_protocols is MISSING else supported_protocols
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ConsumerGroupMemberMetadataValue.ClassicMemberMetadata):
+                return NotImplemented
+            return (self.session_timeout_ms, self.supported_protocols, self.unknown_tagged_fields) == (
+                other.session_timeout_ms,
+                other.supported_protocols,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ConsumerGroupMemberMetadataValue.ClassicMemberMetadata(session_timeout_ms={self.session_timeout_ms!r}, supported_protocols={self.supported_protocols!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.session_timeout_ms)
@@ -159,30 +231,41 @@ class ConsumerGroupMemberMetadataValue:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "classic_member_metadata",
+        "client_host",
+        "client_id",
+        "instance_id",
+        "rack_id",
+        "rebalance_timeout_ms",
+        "server_assignor",
+        "subscribed_topic_names",
+        "subscribed_topic_regex",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+; nullable 0+. The (optional) instance id.
-    instance_id: str | None = ""
+    instance_id: str | None
     # Versions 0+; nullable 0+. The (optional) rack id.
-    rack_id: str | None = ""
+    rack_id: str | None
     # Versions 0+. The client id.
-    client_id: str = ""
+    client_id: str
     # Versions 0+. The client host.
-    client_host: str = ""
+    client_host: str
     # Versions 0+. The list of subscribed topic names.
-    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_names: list[str]
     # Versions 0+; nullable 0+. The subscribed topic regular expression.
-    subscribed_topic_regex: str | None = ""
+    subscribed_topic_regex: str | None
     # Versions 0+. The rebalance timeout
-    rebalance_timeout_ms: int = -1
+    rebalance_timeout_ms: int
     # Versions 0+; nullable 0+. The server assignor to use; or null if not used.
-    server_assignor: str | None = ""
+    server_assignor: str | None
     # Versions 0+; nullable 0+; tag 0 (tagged 0+). The classic member metadata which includes the
     # supported protocols of the consumer if it uses the classic protocol. The metadata is null if the
     # consumer uses the consumer protocol.
-    classic_member_metadata: ConsumerGroupMemberMetadataValue.ClassicMemberMetadata | None = field(
-        default_factory=lambda: ConsumerGroupMemberMetadataValue.ClassicMemberMetadata()
-    )
+    classic_member_metadata: ConsumerGroupMemberMetadataValue.ClassicMemberMetadata | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("instance_id", "string", (0, 0), (0, 0), None, False),
@@ -195,6 +278,64 @@ class ConsumerGroupMemberMetadataValue:
         FieldSpec("server_assignor", "string", (0, 0), (0, 0), None, False),
         FieldSpec("classic_member_metadata", "ClassicMemberMetadata", (0, 0), (0, 0), 0, False),
     )
+
+    def __init__(
+        self,
+        instance_id: str | None = "",
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = MISSING,
+        subscribed_topic_regex: str | None = "",
+        rebalance_timeout_ms: int = -1,
+        server_assignor: str | None = "",
+        classic_member_metadata: ConsumerGroupMemberMetadataValue.ClassicMemberMetadata | None = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is MISSING else subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.server_assignor = server_assignor
+        self.classic_member_metadata = (
+            ConsumerGroupMemberMetadataValue.ClassicMemberMetadata()
+            if classic_member_metadata is MISSING
+            else classic_member_metadata
+        )
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerGroupMemberMetadataValue):
+            return NotImplemented
+        return (
+            self.instance_id,
+            self.rack_id,
+            self.client_id,
+            self.client_host,
+            self.subscribed_topic_names,
+            self.subscribed_topic_regex,
+            self.rebalance_timeout_ms,
+            self.server_assignor,
+            self.classic_member_metadata,
+            self.unknown_tagged_fields,
+        ) == (
+            other.instance_id,
+            other.rack_id,
+            other.client_id,
+            other.client_host,
+            other.subscribed_topic_names,
+            other.subscribed_topic_regex,
+            other.rebalance_timeout_ms,
+            other.server_assignor,
+            other.classic_member_metadata,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroupMemberMetadataValue(instance_id={self.instance_id!r}, rack_id={self.rack_id!r}, client_id={self.client_id!r}, client_host={self.client_host!r}, subscribed_topic_names={self.subscribed_topic_names!r}, subscribed_topic_regex={self.subscribed_topic_regex!r}, rebalance_timeout_ms={self.rebalance_timeout_ms!r}, server_assignor={self.server_assignor!r}, classic_member_metadata={self.classic_member_metadata!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class ConsumerGroupMetadataKey:
     """ConsumerGroupMetadataKey (versions 3, never flexible)."""
 
@@ -20,12 +25,30 @@ class ConsumerGroupMetadataKey:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group_id", "unknown_tagged_fields")
+
     # Versions 3. The group id.
-    group_id: str = ""
+    group_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("group_id", "string", (3, 3), (1, 0), None, False),)
+
+    def __init__(
+        self,
+        group_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerGroupMetadataKey):
+            return NotImplemented
+        return (self.group_id, self.unknown_tagged_fields) == (other.group_id, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroupMetadataKey(group_id={self.group_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 3 <= version <= 3:
@@ -65,7 +88,6 @@ class ConsumerGroupMetadataKey:
         return obj
 
 
-@dataclass(slots=True)
 class ConsumerGroupMetadataValue:
     """ConsumerGroupMetadataValue (versions 0, flexible from version 0)."""
 
@@ -75,12 +97,30 @@ class ConsumerGroupMetadataValue:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("epoch", "unknown_tagged_fields")
+
     # Versions 0+. The group epoch.
-    epoch: int = 0
+    epoch: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("epoch", "int32", (0, 0), (1, 0), None, False),)
+
+    def __init__(
+        self,
+        epoch: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.epoch = epoch
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerGroupMetadataValue):
+            return NotImplemented
+        return (self.epoch, self.unknown_tagged_fields) == (other.epoch, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroupMetadataValue(epoch={self.epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class ConsumerGroupTargetAssignmentMetadataKey:
     """ConsumerGroupTargetAssignmentMetadataKey (versions 6, never flexible)."""
 
@@ -20,12 +25,30 @@ class ConsumerGroupTargetAssignmentMetadataKey:
     MAX_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group_id", "unknown_tagged_fields")
+
     # Versions 6. The group id.
-    group_id: str = ""
+    group_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("group_id", "string", (6, 6), (1, 0), None, False),)
+
+    def __init__(
+        self,
+        group_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerGroupTargetAssignmentMetadataKey):
+            return NotImplemented
+        return (self.group_id, self.unknown_tagged_fields) == (other.group_id, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroupTargetAssignmentMetadataKey(group_id={self.group_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 6 <= version <= 6:
@@ -65,7 +88,6 @@ class ConsumerGroupTargetAssignmentMetadataKey:
         return obj
 
 
-@dataclass(slots=True)
 class ConsumerGroupTargetAssignmentMetadataValue:
     """ConsumerGroupTargetAssignmentMetadataValue (versions 0, flexible from version 0)."""
 
@@ -75,14 +97,35 @@ class ConsumerGroupTargetAssignmentMetadataValue:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("assignment_epoch", "unknown_tagged_fields")
+
     # Versions 0+. The assignment epoch.
-    assignment_epoch: int = 0
+    assignment_epoch: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("assignment_epoch", "int32", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        assignment_epoch: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.assignment_epoch = assignment_epoch
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerGroupTargetAssignmentMetadataValue):
+            return NotImplemented
+        return (self.assignment_epoch, self.unknown_tagged_fields) == (
+            other.assignment_epoch,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch={self.assignment_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class GroupMetadataKey:
     """GroupMetadataKey (versions 2, never flexible)."""
 
@@ -20,12 +25,30 @@ class GroupMetadataKey:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group", "unknown_tagged_fields")
+
     # Versions 2.
-    group: str = ""
+    group: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("group", "string", (2, 2), (1, 0), None, False),)
+
+    def __init__(
+        self,
+        group: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group = group
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GroupMetadataKey):
+            return NotImplemented
+        return (self.group, self.unknown_tagged_fields) == (other.group, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"GroupMetadataKey(group={self.group!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 2 <= version <= 2:
@@ -61,7 +84,6 @@ class GroupMetadataKey:
         return obj
 
 
-@dataclass(slots=True)
 class GroupMetadataValue:
     """GroupMetadataValue (versions 0-4, flexible from version 4)."""
 
@@ -71,28 +93,39 @@ class GroupMetadataValue:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class MemberMetadata:
         """The MemberMetadata struct of GroupMetadataValue."""
 
+        __slots__ = (
+            "assignment",
+            "client_host",
+            "client_id",
+            "group_instance_id",
+            "member_id",
+            "rebalance_timeout",
+            "session_timeout",
+            "subscription",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+.
-        member_id: str = ""
+        member_id: str
         # Versions 3+; nullable 3+; ignorable.
-        group_instance_id: str | None = None
+        group_instance_id: str | None
         # Versions 0+.
-        client_id: str = ""
+        client_id: str
         # Versions 0+.
-        client_host: str = ""
+        client_host: str
         # Versions 1+; ignorable.
-        rebalance_timeout: int = -1
+        rebalance_timeout: int
         # Versions 0+.
-        session_timeout: int = 0
+        session_timeout: int
         # Versions 0+.
-        subscription: bytes = b""
+        subscription: bytes
         # Versions 0+.
-        assignment: bytes = b""
+        assignment: bytes
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("member_id", "string", (0, 4), (1, 0), None, False),
@@ -104,6 +137,56 @@ class GroupMetadataValue:
             FieldSpec("subscription", "bytes", (0, 4), (1, 0), None, False),
             FieldSpec("assignment", "bytes", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            member_id: str = "",
+            group_instance_id: str | None = None,
+            client_id: str = "",
+            client_host: str = "",
+            rebalance_timeout: int = -1,
+            session_timeout: int = 0,
+            subscription: bytes = b"",
+            assignment: bytes = b"",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.member_id = member_id
+            self.group_instance_id = group_instance_id
+            self.client_id = client_id
+            self.client_host = client_host
+            self.rebalance_timeout = rebalance_timeout
+            self.session_timeout = session_timeout
+            self.subscription = subscription
+            self.assignment = assignment
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, GroupMetadataValue.MemberMetadata):
+                return NotImplemented
+            return (
+                self.member_id,
+                self.group_instance_id,
+                self.client_id,
+                self.client_host,
+                self.rebalance_timeout,
+                self.session_timeout,
+                self.subscription,
+                self.assignment,
+                self.unknown_tagged_fields,
+            ) == (
+                other.member_id,
+                other.group_instance_id,
+                other.client_id,
+                other.client_host,
+                other.rebalance_timeout,
+                other.session_timeout,
+                other.subscription,
+                other.assignment,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"GroupMetadataValue.MemberMetadata(member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, client_id={self.client_id!r}, client_host={self.client_host!r}, rebalance_timeout={self.rebalance_timeout!r}, session_timeout={self.session_timeout!r}, subscription={self.subscription!r}, assignment={self.assignment!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -184,20 +267,30 @@ class GroupMetadataValue:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "current_state_timestamp",
+        "generation",
+        "leader",
+        "members",
+        "protocol",
+        "protocol_type",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+.
-    protocol_type: str = ""
+    protocol_type: str
     # Versions 0+.
-    generation: int = 0
+    generation: int
     # Versions 0+; nullable 0+.
-    protocol: str | None = ""
+    protocol: str | None
     # Versions 0+; nullable 0+.
-    leader: str | None = ""
+    leader: str | None
     # Versions 2+; ignorable.
-    current_state_timestamp: int = -1
+    current_state_timestamp: int
     # Versions 0+.
-    members: list[GroupMetadataValue.MemberMetadata] = field(default_factory=list)
+    members: list[GroupMetadataValue.MemberMetadata]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("protocol_type", "string", (0, 4), (1, 0), None, False),
@@ -207,6 +300,48 @@ class GroupMetadataValue:
         FieldSpec("current_state_timestamp", "int64", (2, 4), (1, 0), None, True),
         FieldSpec("members", "[]MemberMetadata", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        protocol_type: str = "",
+        generation: int = 0,
+        protocol: str | None = "",
+        leader: str | None = "",
+        current_state_timestamp: int = -1,
+        members: list[GroupMetadataValue.MemberMetadata] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.protocol_type = protocol_type
+        self.generation = generation
+        self.protocol = protocol
+        self.leader = leader
+        self.current_state_timestamp = current_state_timestamp
+        self.members = [] if members is MISSING else members
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GroupMetadataValue):
+            return NotImplemented
+        return (
+            self.protocol_type,
+            self.generation,
+            self.protocol,
+            self.leader,
+            self.current_state_timestamp,
+            self.members,
+            self.unknown_tagged_fields,
+        ) == (
+            other.protocol_type,
+            other.generation,
+            other.protocol,
+            other.leader,
+            other.current_state_timestamp,
+            other.members,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"GroupMetadataValue(protocol_type={self.protocol_type!r}, generation={self.generation!r}, protocol={self.protocol!r}, leader={self.leader!r}, current_state_timestamp={self.current_state_timestamp!r}, members={self.members!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class OffsetCommitKey:
     """OffsetCommitKey (versions 0-1, never flexible)."""
 
@@ -20,20 +25,47 @@ class OffsetCommitKey:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group", "partition", "topic", "unknown_tagged_fields")
+
     # Versions 0-1.
-    group: str = ""
+    group: str
     # Versions 0-1.
-    topic: str = ""
+    topic: str
     # Versions 0-1.
-    partition: int = 0
+    partition: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group", "string", (0, 1), (1, 0), None, False),
         FieldSpec("topic", "string", (0, 1), (1, 0), None, False),
         FieldSpec("partition", "int32", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group: str = "",
+        topic: str = "",
+        partition: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group = group
+        self.topic = topic
+        self.partition = partition
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetCommitKey):
+            return NotImplemented
+        return (self.group, self.topic, self.partition, self.unknown_tagged_fields) == (
+            other.group,
+            other.topic,
+            other.partition,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetCommitKey(group={self.group!r}, topic={self.topic!r}, partition={self.partition!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -75,7 +107,6 @@ class OffsetCommitKey:
         return obj
 
 
-@dataclass(slots=True)
 class OffsetCommitValue:
     """OffsetCommitValue (versions 0-4, flexible from version 4)."""
 
@@ -85,18 +116,27 @@ class OffsetCommitValue:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
+    __slots__ = (
+        "commit_timestamp",
+        "expire_timestamp",
+        "leader_epoch",
+        "metadata",
+        "offset",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+.
-    offset: int = 0
+    offset: int
     # Versions 3+; ignorable.
-    leader_epoch: int = -1
+    leader_epoch: int
     # Versions 0+.
-    metadata: str = ""
+    metadata: str
     # Versions 0+.
-    commit_timestamp: int = 0
+    commit_timestamp: int
     # Versions 1; ignorable.
-    expire_timestamp: int = -1
+    expire_timestamp: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("offset", "int64", (0, 4), (1, 0), None, False),
@@ -105,6 +145,44 @@ class OffsetCommitValue:
         FieldSpec("commit_timestamp", "int64", (0, 4), (1, 0), None, False),
         FieldSpec("expire_timestamp", "int64", (1, 1), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        offset: int = 0,
+        leader_epoch: int = -1,
+        metadata: str = "",
+        commit_timestamp: int = 0,
+        expire_timestamp: int = -1,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+        self.metadata = metadata
+        self.commit_timestamp = commit_timestamp
+        self.expire_timestamp = expire_timestamp
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetCommitValue):
+            return NotImplemented
+        return (
+            self.offset,
+            self.leader_epoch,
+            self.metadata,
+            self.commit_timestamp,
+            self.expire_timestamp,
+            self.unknown_tagged_fields,
+        ) == (
+            other.offset,
+            other.leader_epoch,
+            other.metadata,
+            other.commit_timestamp,
+            other.expire_timestamp,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetCommitValue(offset={self.offset!r}, leader_epoch={self.leader_epoch!r}, metadata={self.metadata!r}, commit_timestamp={self.commit_timestamp!r}, expire_timestamp={self.expire_timestamp!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

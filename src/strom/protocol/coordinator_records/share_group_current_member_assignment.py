@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ShareGroupCurrentMemberAssignmentKey:
     """ShareGroupCurrentMemberAssignmentKey (versions 14, never flexible)."""
 
@@ -23,17 +28,41 @@ class ShareGroupCurrentMemberAssignmentKey:
     MAX_VERSION: ClassVar[int] = 14
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group_id", "member_id", "unknown_tagged_fields")
+
     # Versions 14. The group id.
-    group_id: str = ""
+    group_id: str
     # Versions 14. The member id.
-    member_id: str = ""
+    member_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (14, 14), (1, 0), None, False),
         FieldSpec("member_id", "string", (14, 14), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupCurrentMemberAssignmentKey):
+            return NotImplemented
+        return (self.group_id, self.member_id, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.member_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareGroupCurrentMemberAssignmentKey(group_id={self.group_id!r}, member_id={self.member_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 14 <= version <= 14:
@@ -77,7 +106,6 @@ class ShareGroupCurrentMemberAssignmentKey:
         return obj
 
 
-@dataclass(slots=True)
 class ShareGroupCurrentMemberAssignmentValue:
     """ShareGroupCurrentMemberAssignmentValue (versions 0, flexible from version 0)."""
 
@@ -87,21 +115,44 @@ class ShareGroupCurrentMemberAssignmentValue:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class TopicPartitions:
         """The TopicPartitions struct of ShareGroupCurrentMemberAssignmentValue."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic Id.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The partition Ids.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupCurrentMemberAssignmentValue.TopicPartitions):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupCurrentMemberAssignmentValue.TopicPartitions(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -127,19 +178,25 @@ class ShareGroupCurrentMemberAssignmentValue:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "assigned_partitions",
+        "member_epoch",
+        "previous_member_epoch",
+        "state",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The current member epoch that is expected from the member in the heartbeat request.
-    member_epoch: int = 0
+    member_epoch: int
     # Versions 0+. If the last epoch bump is lost before reaching the member, the member will retry
     # with the previous epoch.
-    previous_member_epoch: int = 0
+    previous_member_epoch: int
     # Versions 0+. The member state. See MemberState for the possible values.
-    state: int = 0
+    state: int
     # Versions 0+. The partitions assigned to (or owned by) this member.
-    assigned_partitions: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions] = field(
-        default_factory=list
-    )
+    assigned_partitions: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("member_epoch", "int32", (0, 0), (1, 0), None, False),
@@ -147,6 +204,40 @@ class ShareGroupCurrentMemberAssignmentValue:
         FieldSpec("state", "int8", (0, 0), (1, 0), None, False),
         FieldSpec("assigned_partitions", "[]TopicPartitions", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is MISSING else assigned_partitions
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupCurrentMemberAssignmentValue):
+            return NotImplemented
+        return (
+            self.member_epoch,
+            self.previous_member_epoch,
+            self.state,
+            self.assigned_partitions,
+            self.unknown_tagged_fields,
+        ) == (
+            other.member_epoch,
+            other.previous_member_epoch,
+            other.state,
+            other.assigned_partitions,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareGroupCurrentMemberAssignmentValue(member_epoch={self.member_epoch!r}, previous_member_epoch={self.previous_member_epoch!r}, state={self.state!r}, assigned_partitions={self.assigned_partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

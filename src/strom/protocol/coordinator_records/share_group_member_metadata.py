@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class ShareGroupMemberMetadataKey:
     """ShareGroupMemberMetadataKey (versions 10, never flexible)."""
 
@@ -20,17 +25,41 @@ class ShareGroupMemberMetadataKey:
     MAX_VERSION: ClassVar[int] = 10
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group_id", "member_id", "unknown_tagged_fields")
+
     # Versions 10. The group id.
-    group_id: str = ""
+    group_id: str
     # Versions 10. The member id.
-    member_id: str = ""
+    member_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (10, 10), (1, 0), None, False),
         FieldSpec("member_id", "string", (10, 10), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupMemberMetadataKey):
+            return NotImplemented
+        return (self.group_id, self.member_id, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.member_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareGroupMemberMetadataKey(group_id={self.group_id!r}, member_id={self.member_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 10 <= version <= 10:
@@ -74,7 +103,6 @@ class ShareGroupMemberMetadataKey:
         return obj
 
 
-@dataclass(slots=True)
 class ShareGroupMemberMetadataValue:
     """ShareGroupMemberMetadataValue (versions 0, flexible from version 0)."""
 
@@ -84,16 +112,18 @@ class ShareGroupMemberMetadataValue:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("client_host", "client_id", "rack_id", "subscribed_topic_names", "unknown_tagged_fields")
+
     # Versions 0+; nullable 0+. The (optional) rack id.
-    rack_id: str | None = ""
+    rack_id: str | None
     # Versions 0+. The client id.
-    client_id: str = ""
+    client_id: str
     # Versions 0+. The client host.
-    client_host: str = ""
+    client_host: str
     # Versions 0+. The list of subscribed topic names.
-    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_names: list[str]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("rack_id", "string", (0, 0), (0, 0), None, False),
@@ -101,6 +131,40 @@ class ShareGroupMemberMetadataValue:
         FieldSpec("client_host", "string", (0, 0), (1, 0), None, False),
         FieldSpec("subscribed_topic_names", "[]string", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is MISSING else subscribed_topic_names
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupMemberMetadataValue):
+            return NotImplemented
+        return (
+            self.rack_id,
+            self.client_id,
+            self.client_host,
+            self.subscribed_topic_names,
+            self.unknown_tagged_fields,
+        ) == (
+            other.rack_id,
+            other.client_id,
+            other.client_host,
+            other.subscribed_topic_names,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareGroupMemberMetadataValue(rack_id={self.rack_id!r}, client_id={self.client_id!r}, client_host={self.client_host!r}, subscribed_topic_names={self.subscribed_topic_names!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ShareGroupPartitionMetadataKey:
     """ShareGroupPartitionMetadataKey (versions 9, never flexible)."""
 
@@ -23,12 +28,30 @@ class ShareGroupPartitionMetadataKey:
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group_id", "unknown_tagged_fields")
+
     # Versions 9. The group id.
-    group_id: str = ""
+    group_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("group_id", "string", (9, 9), (1, 0), None, False),)
+
+    def __init__(
+        self,
+        group_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupPartitionMetadataKey):
+            return NotImplemented
+        return (self.group_id, self.unknown_tagged_fields) == (other.group_id, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"ShareGroupPartitionMetadataKey(group_id={self.group_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 9 <= version <= 9:
@@ -68,7 +91,6 @@ class ShareGroupPartitionMetadataKey:
         return obj
 
 
-@dataclass(slots=True)
 class ShareGroupPartitionMetadataValue:
     """ShareGroupPartitionMetadataValue (versions 0, flexible from version 0)."""
 
@@ -78,21 +100,44 @@ class ShareGroupPartitionMetadataValue:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionMetadata:
         """Partitions mapped to a set of racks. If the rack information is unavailable for all the partitions, an empty list is stored"""
 
+        __slots__ = ("partition", "racks", "unknown_tagged_fields")
+
         # Versions 0+. The partition number.
-        partition: int = 0
+        partition: int
         # Versions 0+. The set of racks that the partition is mapped to.
-        racks: list[str] = field(default_factory=list)
+        racks: list[str]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("racks", "[]string", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            racks: list[str] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.racks = [] if racks is MISSING else racks
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupPartitionMetadataValue.PartitionMetadata):
+                return NotImplemented
+            return (self.partition, self.racks, self.unknown_tagged_fields) == (
+                other.partition,
+                other.racks,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupPartitionMetadataValue.PartitionMetadata(partition={self.partition!r}, racks={self.racks!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -112,23 +157,28 @@ class ShareGroupPartitionMetadataValue:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicMetadata:
         """The list of topic metadata."""
 
+        __slots__ = (
+            "num_partitions",
+            "partition_metadata",
+            "topic_id",
+            "topic_name",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The topic id.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The number of partitions of the topic.
-        num_partitions: int = 0
+        num_partitions: int
         # Versions 0+. Partitions mapped to a set of racks. If the rack information is unavailable for all
         # the partitions, an empty list is stored
-        partition_metadata: list[ShareGroupPartitionMetadataValue.PartitionMetadata] = field(
-            default_factory=list
-        )
+        partition_metadata: list[ShareGroupPartitionMetadataValue.PartitionMetadata]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
@@ -136,6 +186,40 @@ class ShareGroupPartitionMetadataValue:
             FieldSpec("num_partitions", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("partition_metadata", "[]PartitionMetadata", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            topic_name: str = "",
+            num_partitions: int = 0,
+            partition_metadata: list[ShareGroupPartitionMetadataValue.PartitionMetadata] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.num_partitions = num_partitions
+            self.partition_metadata = [] if partition_metadata is MISSING else partition_metadata
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupPartitionMetadataValue.TopicMetadata):
+                return NotImplemented
+            return (
+                self.topic_id,
+                self.topic_name,
+                self.num_partitions,
+                self.partition_metadata,
+                self.unknown_tagged_fields,
+            ) == (
+                other.topic_id,
+                other.topic_name,
+                other.num_partitions,
+                other.partition_metadata,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupPartitionMetadataValue.TopicMetadata(topic_id={self.topic_id!r}, topic_name={self.topic_name!r}, num_partitions={self.num_partitions!r}, partition_metadata={self.partition_metadata!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -168,14 +252,32 @@ class ShareGroupPartitionMetadataValue:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("topics", "unknown_tagged_fields")
+
     # Versions 0+. The list of topic metadata.
-    topics: list[ShareGroupPartitionMetadataValue.TopicMetadata] = field(default_factory=list)
+    topics: list[ShareGroupPartitionMetadataValue.TopicMetadata]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]TopicMetadata", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[ShareGroupPartitionMetadataValue.TopicMetadata] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupPartitionMetadataValue):
+            return NotImplemented
+        return (self.topics, self.unknown_tagged_fields) == (other.topics, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"ShareGroupPartitionMetadataValue(topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ShareGroupStatePartitionMetadataKey:
     """ShareGroupStatePartitionMetadataKey (versions 15, never flexible)."""
 
@@ -23,14 +28,32 @@ class ShareGroupStatePartitionMetadataKey:
     MAX_VERSION: ClassVar[int] = 15
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group_id", "unknown_tagged_fields")
+
     # Versions 15. The group id.
-    group_id: str = ""
+    group_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (15, 15), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupStatePartitionMetadataKey):
+            return NotImplemented
+        return (self.group_id, self.unknown_tagged_fields) == (other.group_id, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"ShareGroupStatePartitionMetadataKey(group_id={self.group_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 15 <= version <= 15:
@@ -70,7 +93,6 @@ class ShareGroupStatePartitionMetadataKey:
         return obj
 
 
-@dataclass(slots=True)
 class ShareGroupStatePartitionMetadataValue:
     """ShareGroupStatePartitionMetadataValue (versions 0, flexible from version 0)."""
 
@@ -80,24 +102,50 @@ class ShareGroupStatePartitionMetadataValue:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class TopicPartitionsInfo:
         """The TopicPartitionsInfo struct of ShareGroupStatePartitionMetadataValue."""
 
+        __slots__ = ("partitions", "topic_id", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The partitions.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("topic_name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            topic_name: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo):
+                return NotImplemented
+            return (self.topic_id, self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo(topic_id={self.topic_id!r}, topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -129,21 +177,44 @@ class ShareGroupStatePartitionMetadataValue:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicInfo:
         """The TopicInfo struct of ShareGroupStatePartitionMetadataValue."""
 
+        __slots__ = ("topic_id", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("topic_name", "string", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            topic_name: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupStatePartitionMetadataValue.TopicInfo):
+                return NotImplemented
+            return (self.topic_id, self.topic_name, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.topic_name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupStatePartitionMetadataValue.TopicInfo(topic_id={self.topic_id!r}, topic_name={self.topic_name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -164,19 +235,41 @@ class ShareGroupStatePartitionMetadataValue:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("deleting_topics", "initialized_topics", "unknown_tagged_fields")
+
     # Versions 0+. The topics with initialized share-group state.
-    initialized_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = field(
-        default_factory=list
-    )
+    initialized_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo]
     # Versions 0+. The topics whose share-group state is being deleted.
-    deleting_topics: list[ShareGroupStatePartitionMetadataValue.TopicInfo] = field(default_factory=list)
+    deleting_topics: list[ShareGroupStatePartitionMetadataValue.TopicInfo]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("initialized_topics", "[]TopicPartitionsInfo", (0, 0), (1, 0), None, False),
         FieldSpec("deleting_topics", "[]TopicInfo", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        initialized_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = MISSING,
+        deleting_topics: list[ShareGroupStatePartitionMetadataValue.TopicInfo] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.initialized_topics = [] if initialized_topics is MISSING else initialized_topics
+        self.deleting_topics = [] if deleting_topics is MISSING else deleting_topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupStatePartitionMetadataValue):
+            return NotImplemented
+        return (self.initialized_topics, self.deleting_topics, self.unknown_tagged_fields) == (
+            other.initialized_topics,
+            other.deleting_topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareGroupStatePartitionMetadataValue(initialized_topics={self.initialized_topics!r}, deleting_topics={self.deleting_topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ShareGroupTargetAssignmentMemberKey:
     """ShareGroupTargetAssignmentMemberKey (versions 13, never flexible)."""
 
@@ -23,17 +28,41 @@ class ShareGroupTargetAssignmentMemberKey:
     MAX_VERSION: ClassVar[int] = 13
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("group_id", "member_id", "unknown_tagged_fields")
+
     # Versions 13. The group id.
-    group_id: str = ""
+    group_id: str
     # Versions 13. The member id.
-    member_id: str = ""
+    member_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (13, 13), (1, 0), None, False),
         FieldSpec("member_id", "string", (13, 13), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupTargetAssignmentMemberKey):
+            return NotImplemented
+        return (self.group_id, self.member_id, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.member_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareGroupTargetAssignmentMemberKey(group_id={self.group_id!r}, member_id={self.member_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 13 <= version <= 13:
@@ -77,7 +106,6 @@ class ShareGroupTargetAssignmentMemberKey:
         return obj
 
 
-@dataclass(slots=True)
 class ShareGroupTargetAssignmentMemberValue:
     """ShareGroupTargetAssignmentMemberValue (versions 0, flexible from version 0)."""
 
@@ -87,21 +115,44 @@ class ShareGroupTargetAssignmentMemberValue:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class TopicPartition:
         """The assigned partitions."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupTargetAssignmentMemberValue.TopicPartition):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupTargetAssignmentMemberValue.TopicPartition(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -127,14 +178,35 @@ class ShareGroupTargetAssignmentMemberValue:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("topic_partitions", "unknown_tagged_fields")
+
     # Versions 0+. The assigned partitions.
-    topic_partitions: list[ShareGroupTargetAssignmentMemberValue.TopicPartition] = field(default_factory=list)
+    topic_partitions: list[ShareGroupTargetAssignmentMemberValue.TopicPartition]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topic_partitions", "[]TopicPartition", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topic_partitions: list[ShareGroupTargetAssignmentMemberValue.TopicPartition] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is MISSING else topic_partitions
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupTargetAssignmentMemberValue):
+            return NotImplemented
+        return (self.topic_partitions, self.unknown_tagged_fields) == (
+            other.topic_partitions,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareGroupTargetAssignmentMemberValue(topic_partitions={self.topic_partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class AddOffsetsToTxnRequest:
     """AddOffsetsToTxnRequest (API key 25, versions 0-4, flexible from version 3)."""
 
@@ -20,16 +25,18 @@ class AddOffsetsToTxnRequest:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
+    __slots__ = ("group_id", "producer_epoch", "producer_id", "transactional_id", "unknown_tagged_fields")
+
     # Versions 0+. The transactional id corresponding to the transaction.
-    transactional_id: str = ""
+    transactional_id: str
     # Versions 0+. Current producer id in use by the transactional id.
-    producer_id: int = 0
+    producer_id: int
     # Versions 0+. Current epoch associated with the producer id.
-    producer_epoch: int = 0
+    producer_epoch: int
     # Versions 0+. The unique group identifier.
-    group_id: str = ""
+    group_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("transactional_id", "string", (0, 4), (1, 0), None, False),
@@ -37,6 +44,40 @@ class AddOffsetsToTxnRequest:
         FieldSpec("producer_epoch", "int16", (0, 4), (1, 0), None, False),
         FieldSpec("group_id", "string", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        group_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.group_id = group_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AddOffsetsToTxnRequest):
+            return NotImplemented
+        return (
+            self.transactional_id,
+            self.producer_id,
+            self.producer_epoch,
+            self.group_id,
+            self.unknown_tagged_fields,
+        ) == (
+            other.transactional_id,
+            other.producer_id,
+            other.producer_epoch,
+            other.group_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AddOffsetsToTxnRequest(transactional_id={self.transactional_id!r}, producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, group_id={self.group_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:
@@ -98,7 +139,6 @@ class AddOffsetsToTxnRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AddOffsetsToTxnResponse:
     """AddOffsetsToTxnResponse (API key 25, versions 0-4, flexible from version 3)."""
 
@@ -108,18 +148,42 @@ class AddOffsetsToTxnResponse:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
+    __slots__ = ("error_code", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. Duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The response error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 4), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AddOffsetsToTxnResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AddOffsetsToTxnResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

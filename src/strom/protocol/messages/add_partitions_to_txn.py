@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class AddPartitionsToTxnRequest:
     """AddPartitionsToTxnRequest (API key 24, versions 0-5, flexible from version 3)."""
 
@@ -27,21 +26,44 @@ class AddPartitionsToTxnRequest:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
-    @dataclass(slots=True)
     class AddPartitionsToTxnTopic:
         """The AddPartitionsToTxnTopic struct of AddPartitionsToTxnRequest."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The name of the topic.
-        name: str = ""
+        name: str
         # Versions 0+. The partition indexes to add to the transaction
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 5), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 5), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AddPartitionsToTxnRequest.AddPartitionsToTxnTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -84,23 +106,31 @@ class AddPartitionsToTxnRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AddPartitionsToTxnTransaction:
         """List of transactions to add partitions to."""
 
+        __slots__ = (
+            "producer_epoch",
+            "producer_id",
+            "topics",
+            "transactional_id",
+            "unknown_tagged_fields",
+            "verify_only",
+        )
+
         # Versions 4+. The transactional id corresponding to the transaction.
-        transactional_id: str = ""
+        transactional_id: str
         # Versions 4+. Current producer id in use by the transactional id.
-        producer_id: int = 0
+        producer_id: int
         # Versions 4+. Current epoch associated with the producer id.
-        producer_epoch: int = 0
+        producer_epoch: int
         # Versions 4+. Boolean to signify if we want to check if the partition is in the transaction
         # rather than add it.
-        verify_only: bool = False
+        verify_only: bool
         # Versions 4+. The partitions to add to the transaction.
-        topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = field(default_factory=list)
+        topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("transactional_id", "string", (4, 5), (1, 0), None, False),
@@ -109,6 +139,44 @@ class AddPartitionsToTxnRequest:
             FieldSpec("verify_only", "bool", (4, 5), (1, 0), None, False),
             FieldSpec("topics", "[]AddPartitionsToTxnTopic", (4, 5), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            transactional_id: str = "",
+            producer_id: int = 0,
+            producer_epoch: int = 0,
+            verify_only: bool = False,
+            topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.transactional_id = transactional_id
+            self.producer_id = producer_id
+            self.producer_epoch = producer_epoch
+            self.verify_only = verify_only
+            self.topics = [] if topics is MISSING else topics
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction):
+                return NotImplemented
+            return (
+                self.transactional_id,
+                self.producer_id,
+                self.producer_epoch,
+                self.verify_only,
+                self.topics,
+                self.unknown_tagged_fields,
+            ) == (
+                other.transactional_id,
+                other.producer_id,
+                other.producer_epoch,
+                other.verify_only,
+                other.topics,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(transactional_id={self.transactional_id!r}, producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, verify_only={self.verify_only!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -175,18 +243,27 @@ class AddPartitionsToTxnRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "transactions",
+        "unknown_tagged_fields",
+        "v3_and_below_producer_epoch",
+        "v3_and_below_producer_id",
+        "v3_and_below_topics",
+        "v3_and_below_transactional_id",
+    )
+
     # Versions 4+. List of transactions to add partitions to.
-    transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction] = field(default_factory=list)
+    transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction]
     # Versions 0-3. The transactional id corresponding to the transaction.
-    v3_and_below_transactional_id: str = ""
+    v3_and_below_transactional_id: str
     # Versions 0-3. Current producer id in use by the transactional id.
-    v3_and_below_producer_id: int = 0
+    v3_and_below_producer_id: int
     # Versions 0-3. Current epoch associated with the producer id.
-    v3_and_below_producer_epoch: int = 0
+    v3_and_below_producer_epoch: int
     # Versions 0-3. The partitions to add to the transaction.
-    v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = field(default_factory=list)
+    v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("transactions", "[]AddPartitionsToTxnTransaction", (4, 5), (1, 0), None, False),
@@ -195,6 +272,44 @@ class AddPartitionsToTxnRequest:
         FieldSpec("v3_and_below_producer_epoch", "int16", (0, 3), (1, 0), None, False),
         FieldSpec("v3_and_below_topics", "[]AddPartitionsToTxnTopic", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction] = MISSING,
+        v3_and_below_transactional_id: str = "",
+        v3_and_below_producer_id: int = 0,
+        v3_and_below_producer_epoch: int = 0,
+        v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.transactions = [] if transactions is MISSING else transactions
+        self.v3_and_below_transactional_id = v3_and_below_transactional_id
+        self.v3_and_below_producer_id = v3_and_below_producer_id
+        self.v3_and_below_producer_epoch = v3_and_below_producer_epoch
+        self.v3_and_below_topics = [] if v3_and_below_topics is MISSING else v3_and_below_topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AddPartitionsToTxnRequest):
+            return NotImplemented
+        return (
+            self.transactions,
+            self.v3_and_below_transactional_id,
+            self.v3_and_below_producer_id,
+            self.v3_and_below_producer_epoch,
+            self.v3_and_below_topics,
+            self.unknown_tagged_fields,
+        ) == (
+            other.transactions,
+            other.v3_and_below_transactional_id,
+            other.v3_and_below_producer_id,
+            other.v3_and_below_producer_epoch,
+            other.v3_and_below_topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AddPartitionsToTxnRequest(transactions={self.transactions!r}, v3_and_below_transactional_id={self.v3_and_below_transactional_id!r}, v3_and_below_producer_id={self.v3_and_below_producer_id!r}, v3_and_below_producer_epoch={self.v3_and_below_producer_epoch!r}, v3_and_below_topics={self.v3_and_below_topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:
@@ -296,7 +411,6 @@ class AddPartitionsToTxnRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AddPartitionsToTxnResponse:
     """AddPartitionsToTxnResponse (API key 24, versions 0-5, flexible from version 3)."""
 
@@ -306,18 +420,17 @@ class AddPartitionsToTxnResponse:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
-    @dataclass(slots=True)
     class AddPartitionsToTxnTopicResult:
         """The AddPartitionsToTxnTopicResult struct of AddPartitionsToTxnResponse."""
 
+        __slots__ = ("name", "results_by_partition", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The results for each partition
-        results_by_partition: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult] = field(
-            default_factory=list
-        )
+        results_by_partition: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 5), (1, 0), None, False),
@@ -325,6 +438,30 @@ class AddPartitionsToTxnResponse:
                 "results_by_partition", "[]AddPartitionsToTxnPartitionResult", (0, 5), (1, 0), None, False
             ),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            results_by_partition: list[
+                AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
+            ] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.results_by_partition = [] if results_by_partition is MISSING else results_by_partition
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult):
+                return NotImplemented
+            return (self.name, self.results_by_partition, self.unknown_tagged_fields) == (
+                other.name,
+                other.results_by_partition,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult(name={self.name!r}, results_by_partition={self.results_by_partition!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -373,21 +510,44 @@ class AddPartitionsToTxnResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AddPartitionsToTxnPartitionResult:
         """The AddPartitionsToTxnPartitionResult struct of AddPartitionsToTxnResponse."""
 
+        __slots__ = ("partition_error_code", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition indexes.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The response error code.
-        partition_error_code: int = 0
+        partition_error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 5), (1, 0), None, False),
             FieldSpec("partition_error_code", "int16", (0, 5), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            partition_error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.partition_error_code = partition_error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult):
+                return NotImplemented
+            return (self.partition_index, self.partition_error_code, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.partition_error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult(partition_index={self.partition_index!r}, partition_error_code={self.partition_error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -406,23 +566,44 @@ class AddPartitionsToTxnResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AddPartitionsToTxnResult:
         """Results categorized by transactional ID."""
 
+        __slots__ = ("topic_results", "transactional_id", "unknown_tagged_fields")
+
         # Versions 4+. The transactional id corresponding to the transaction.
-        transactional_id: str = ""
+        transactional_id: str
         # Versions 4+. The results for each topic.
-        topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = field(
-            default_factory=list
-        )
+        topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("transactional_id", "string", (4, 5), (1, 0), None, False),
             FieldSpec("topic_results", "[]AddPartitionsToTxnTopicResult", (4, 5), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            transactional_id: str = "",
+            topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.transactional_id = transactional_id
+            self.topic_results = [] if topic_results is MISSING else topic_results
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AddPartitionsToTxnResponse.AddPartitionsToTxnResult):
+                return NotImplemented
+            return (self.transactional_id, self.topic_results, self.unknown_tagged_fields) == (
+                other.transactional_id,
+                other.topic_results,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AddPartitionsToTxnResponse.AddPartitionsToTxnResult(transactional_id={self.transactional_id!r}, topic_results={self.topic_results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -465,21 +646,25 @@ class AddPartitionsToTxnResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "error_code",
+        "results_by_topic_v3_and_below",
+        "results_by_transaction",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. Duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 4+; ignorable. The response top level error code.
-    error_code: int = 0
+    error_code: int
     # Versions 4+. Results categorized by transactional ID.
-    results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = field(
-        default_factory=list
-    )
+    results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult]
     # Versions 0-3. The results for each topic.
-    results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = field(
-        default_factory=list
-    )
+    results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 5), (1, 0), None, False),
@@ -489,6 +674,44 @@ class AddPartitionsToTxnResponse:
             "results_by_topic_v3_and_below", "[]AddPartitionsToTxnTopicResult", (0, 3), (1, 0), None, False
         ),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = MISSING,
+        results_by_topic_v3_and_below: list[
+            AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+        ] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results_by_transaction = [] if results_by_transaction is MISSING else results_by_transaction
+        self.results_by_topic_v3_and_below = (
+            [] if results_by_topic_v3_and_below is MISSING else results_by_topic_v3_and_below
+        )
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AddPartitionsToTxnResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.results_by_transaction,
+            self.results_by_topic_v3_and_below,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.results_by_transaction,
+            other.results_by_topic_v3_and_below,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AddPartitionsToTxnResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, results_by_transaction={self.results_by_transaction!r}, results_by_topic_v3_and_below={self.results_by_topic_v3_and_below!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class AddRaftVoterRequest:
     """AddRaftVoterRequest (API key 80, versions 0, flexible from version 0)."""
 
@@ -23,24 +28,50 @@ class AddRaftVoterRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class Listener:
         """The endpoints that can be used to communicate with the voter"""
 
+        __slots__ = ("host", "name", "port", "unknown_tagged_fields")
+
         # Versions 0+. The name of the endpoint
-        name: str = ""
+        name: str
         # Versions 0+. The hostname
-        host: str = ""
+        host: str
         # Versions 0+. The port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("host", "string", (0, 0), (1, 0), None, False),
             FieldSpec("port", "uint16", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AddRaftVoterRequest.Listener):
+                return NotImplemented
+            return (self.name, self.host, self.port, self.unknown_tagged_fields) == (
+                other.name,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AddRaftVoterRequest.Listener(name={self.name!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -61,18 +92,27 @@ class AddRaftVoterRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "cluster_id",
+        "listeners",
+        "timeout_ms",
+        "unknown_tagged_fields",
+        "voter_directory_id",
+        "voter_id",
+    )
+
     # Versions 0+; nullable 0+.
-    cluster_id: str | None = ""
+    cluster_id: str | None
     # Versions 0+.
-    timeout_ms: int = 0
+    timeout_ms: int
     # Versions 0+. The replica id of the voter getting added to the topic partition
-    voter_id: int = 0
+    voter_id: int
     # Versions 0+. The directory id of the voter getting added to the topic partition
-    voter_directory_id: uuid.UUID = _ZERO_UUID
+    voter_directory_id: uuid.UUID
     # Versions 0+. The endpoints that can be used to communicate with the voter
-    listeners: list[AddRaftVoterRequest.Listener] = field(default_factory=list)
+    listeners: list[AddRaftVoterRequest.Listener]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("cluster_id", "string", (0, 0), (0, 0), None, False),
@@ -81,6 +121,44 @@ class AddRaftVoterRequest:
         FieldSpec("voter_directory_id", "uuid", (0, 0), (1, 0), None, False),
         FieldSpec("listeners", "[]Listener", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        cluster_id: str | None = "",
+        timeout_ms: int = 0,
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = _ZERO_UUID,
+        listeners: list[AddRaftVoterRequest.Listener] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.timeout_ms = timeout_ms
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.listeners = [] if listeners is MISSING else listeners
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AddRaftVoterRequest):
+            return NotImplemented
+        return (
+            self.cluster_id,
+            self.timeout_ms,
+            self.voter_id,
+            self.voter_directory_id,
+            self.listeners,
+            self.unknown_tagged_fields,
+        ) == (
+            other.cluster_id,
+            other.timeout_ms,
+            other.voter_id,
+            other.voter_directory_id,
+            other.listeners,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AddRaftVoterRequest(cluster_id={self.cluster_id!r}, timeout_ms={self.timeout_ms!r}, voter_id={self.voter_id!r}, voter_directory_id={self.voter_directory_id!r}, listeners={self.listeners!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -132,7 +210,6 @@ class AddRaftVoterRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AddRaftVoterResponse:
     """AddRaftVoterResponse (API key 80, versions 0, flexible from version 0)."""
 
@@ -142,21 +219,48 @@ class AddRaftVoterResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("error_code", "error_message", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+; ignorable. The error message, or null if there was no error.
-    error_message: str | None = ""
+    error_message: str | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         FieldSpec("error_message", "string", (0, 0), (0, 0), None, True),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AddRaftVoterResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AddRaftVoterResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer
+from strom.protocol.primitives import MISSING, FieldSpec, Reader, UnsupportedVersionError, Writer
 
 
-@dataclass(slots=True)
 class AllocateProducerIdsRequest:
     """AllocateProducerIdsRequest (API key 67, versions 0, flexible from version 0)."""
 
@@ -20,17 +18,41 @@ class AllocateProducerIdsRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("broker_epoch", "broker_id", "unknown_tagged_fields")
+
     # Versions 0+. The ID of the requesting broker
-    broker_id: int = 0
+    broker_id: int
     # Versions 0+. The epoch of the requesting broker
-    broker_epoch: int = -1
+    broker_epoch: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("broker_id", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("broker_epoch", "int64", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AllocateProducerIdsRequest):
+            return NotImplemented
+        return (self.broker_id, self.broker_epoch, self.unknown_tagged_fields) == (
+            other.broker_id,
+            other.broker_epoch,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AllocateProducerIdsRequest(broker_id={self.broker_id!r}, broker_epoch={self.broker_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -72,7 +94,6 @@ class AllocateProducerIdsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AllocateProducerIdsResponse:
     """AllocateProducerIdsResponse (API key 67, versions 0, flexible from version 0)."""
 
@@ -82,17 +103,25 @@ class AllocateProducerIdsResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = (
+        "error_code",
+        "producer_id_len",
+        "producer_id_start",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The top level response error code
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The first producer ID in this range, inclusive
-    producer_id_start: int = 0
+    producer_id_start: int
     # Versions 0+. The number of producer IDs in this range
-    producer_id_len: int = 0
+    producer_id_len: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
@@ -100,6 +129,40 @@ class AllocateProducerIdsResponse:
         FieldSpec("producer_id_start", "int64", (0, 0), (1, 0), None, False),
         FieldSpec("producer_id_len", "int32", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        producer_id_start: int = 0,
+        producer_id_len: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id_start = producer_id_start
+        self.producer_id_len = producer_id_len
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AllocateProducerIdsResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.producer_id_start,
+            self.producer_id_len,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.producer_id_start,
+            other.producer_id_len,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AllocateProducerIdsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, producer_id_start={self.producer_id_start!r}, producer_id_len={self.producer_id_len!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class AlterClientQuotasRequest:
     """AlterClientQuotasRequest (API key 49, versions 0-1, flexible from version 1)."""
 
@@ -20,21 +25,44 @@ class AlterClientQuotasRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class EntityData:
         """The quota entity to alter."""
 
+        __slots__ = ("entity_name", "entity_type", "unknown_tagged_fields")
+
         # Versions 0+. The entity type.
-        entity_type: str = ""
+        entity_type: str
         # Versions 0+; nullable 0+. The name of the entity, or null if the default.
-        entity_name: str | None = ""
+        entity_name: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("entity_type", "string", (0, 1), (1, 0), None, False),
             FieldSpec("entity_name", "string", (0, 1), (0, 1), None, False),
         )
+
+        def __init__(
+            self,
+            entity_type: str = "",
+            entity_name: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.entity_type = entity_type
+            self.entity_name = entity_name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterClientQuotasRequest.EntityData):
+                return NotImplemented
+            return (self.entity_type, self.entity_name, self.unknown_tagged_fields) == (
+                other.entity_type,
+                other.entity_name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterClientQuotasRequest.EntityData(entity_type={self.entity_type!r}, entity_name={self.entity_name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -67,24 +95,50 @@ class AlterClientQuotasRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OpData:
         """An individual quota configuration entry to alter."""
 
+        __slots__ = ("key", "remove", "unknown_tagged_fields", "value")
+
         # Versions 0+. The quota configuration key.
-        key: str = ""
+        key: str
         # Versions 0+. The value to set, otherwise ignored if the value is to be removed.
-        value: float = 0.0
+        value: float
         # Versions 0+. Whether the quota configuration value should be removed, otherwise set.
-        remove: bool = False
+        remove: bool
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("key", "string", (0, 1), (1, 0), None, False),
             FieldSpec("value", "float64", (0, 1), (1, 0), None, False),
             FieldSpec("remove", "bool", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            key: str = "",
+            value: float = 0.0,
+            remove: bool = False,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.key = key
+            self.value = value
+            self.remove = remove
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterClientQuotasRequest.OpData):
+                return NotImplemented
+            return (self.key, self.value, self.remove, self.unknown_tagged_fields) == (
+                other.key,
+                other.value,
+                other.remove,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterClientQuotasRequest.OpData(key={self.key!r}, value={self.value!r}, remove={self.remove!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -113,21 +167,44 @@ class AlterClientQuotasRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class EntryData:
         """The quota configuration entries to alter."""
 
+        __slots__ = ("entity", "ops", "unknown_tagged_fields")
+
         # Versions 0+. The quota entity to alter.
-        entity: list[AlterClientQuotasRequest.EntityData] = field(default_factory=list)
+        entity: list[AlterClientQuotasRequest.EntityData]
         # Versions 0+. An individual quota configuration entry to alter.
-        ops: list[AlterClientQuotasRequest.OpData] = field(default_factory=list)
+        ops: list[AlterClientQuotasRequest.OpData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("entity", "[]EntityData", (0, 1), (1, 0), None, False),
             FieldSpec("ops", "[]OpData", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            entity: list[AlterClientQuotasRequest.EntityData] = MISSING,
+            ops: list[AlterClientQuotasRequest.OpData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.entity = [] if entity is MISSING else entity
+            self.ops = [] if ops is MISSING else ops
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterClientQuotasRequest.EntryData):
+                return NotImplemented
+            return (self.entity, self.ops, self.unknown_tagged_fields) == (
+                other.entity,
+                other.ops,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterClientQuotasRequest.EntryData(entity={self.entity!r}, ops={self.ops!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -178,17 +255,41 @@ class AlterClientQuotasRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("entries", "unknown_tagged_fields", "validate_only")
+
     # Versions 0+. The quota configuration entries to alter.
-    entries: list[AlterClientQuotasRequest.EntryData] = field(default_factory=list)
+    entries: list[AlterClientQuotasRequest.EntryData]
     # Versions 0+. Whether the alteration should be validated, but not performed.
-    validate_only: bool = False
+    validate_only: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("entries", "[]EntryData", (0, 1), (1, 0), None, False),
         FieldSpec("validate_only", "bool", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        entries: list[AlterClientQuotasRequest.EntryData] = MISSING,
+        validate_only: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.entries = [] if entries is MISSING else entries
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterClientQuotasRequest):
+            return NotImplemented
+        return (self.entries, self.validate_only, self.unknown_tagged_fields) == (
+            other.entries,
+            other.validate_only,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AlterClientQuotasRequest(entries={self.entries!r}, validate_only={self.validate_only!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -250,7 +351,6 @@ class AlterClientQuotasRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AlterClientQuotasResponse:
     """AlterClientQuotasResponse (API key 49, versions 0-1, flexible from version 1)."""
 
@@ -260,21 +360,44 @@ class AlterClientQuotasResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class EntityData:
         """The quota entity to alter."""
 
+        __slots__ = ("entity_name", "entity_type", "unknown_tagged_fields")
+
         # Versions 0+. The entity type.
-        entity_type: str = ""
+        entity_type: str
         # Versions 0+; nullable 0+. The name of the entity, or null if the default.
-        entity_name: str | None = ""
+        entity_name: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("entity_type", "string", (0, 1), (1, 0), None, False),
             FieldSpec("entity_name", "string", (0, 1), (0, 1), None, False),
         )
+
+        def __init__(
+            self,
+            entity_type: str = "",
+            entity_name: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.entity_type = entity_type
+            self.entity_name = entity_name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterClientQuotasResponse.EntityData):
+                return NotImplemented
+            return (self.entity_type, self.entity_name, self.unknown_tagged_fields) == (
+                other.entity_type,
+                other.entity_name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterClientQuotasResponse.EntityData(entity_type={self.entity_type!r}, entity_name={self.entity_name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -307,24 +430,50 @@ class AlterClientQuotasResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class EntryData:
         """The quota configuration entries to alter."""
 
+        __slots__ = ("entity", "error_code", "error_message", "unknown_tagged_fields")
+
         # Versions 0+. The error code, or `0` if the quota alteration succeeded.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The error message, or `null` if the quota alteration succeeded.
-        error_message: str | None = ""
+        error_message: str | None
         # Versions 0+. The quota entity to alter.
-        entity: list[AlterClientQuotasResponse.EntityData] = field(default_factory=list)
+        entity: list[AlterClientQuotasResponse.EntityData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 1), (1, 0), None, False),
             FieldSpec("error_message", "string", (0, 1), (0, 1), None, False),
             FieldSpec("entity", "[]EntityData", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            error_message: str | None = "",
+            entity: list[AlterClientQuotasResponse.EntityData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.entity = [] if entity is MISSING else entity
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterClientQuotasResponse.EntryData):
+                return NotImplemented
+            return (self.error_code, self.error_message, self.entity, self.unknown_tagged_fields) == (
+                other.error_code,
+                other.error_message,
+                other.entity,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterClientQuotasResponse.EntryData(error_code={self.error_code!r}, error_message={self.error_message!r}, entity={self.entity!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -367,18 +516,42 @@ class AlterClientQuotasResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("entries", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The quota configuration entries to alter.
-    entries: list[AlterClientQuotasResponse.EntryData] = field(default_factory=list)
+    entries: list[AlterClientQuotasResponse.EntryData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 1), (1, 0), None, False),
         FieldSpec("entries", "[]EntryData", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        entries: list[AlterClientQuotasResponse.EntryData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.entries = [] if entries is MISSING else entries
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterClientQuotasResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.entries, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.entries,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AlterClientQuotasResponse(throttle_time_ms={self.throttle_time_ms!r}, entries={self.entries!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class AlterConfigsRequest:
     """AlterConfigsRequest (API key 33, versions 0-2, flexible from version 2)."""
 
@@ -20,21 +25,44 @@ class AlterConfigsRequest:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class AlterableConfig:
         """The configurations."""
 
+        __slots__ = ("name", "unknown_tagged_fields", "value")
+
         # Versions 0+. The configuration key name.
-        name: str = ""
+        name: str
         # Versions 0+; nullable 0+. The value to set for the configuration key.
-        value: str | None = ""
+        value: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 2), (1, 0), None, False),
             FieldSpec("value", "string", (0, 2), (0, 2), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            value: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.value = value
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterConfigsRequest.AlterableConfig):
+                return NotImplemented
+            return (self.name, self.value, self.unknown_tagged_fields) == (
+                other.name,
+                other.value,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterConfigsRequest.AlterableConfig(name={self.name!r}, value={self.value!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -67,24 +95,50 @@ class AlterConfigsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AlterConfigsResource:
         """The updates for each resource."""
 
+        __slots__ = ("configs", "resource_name", "resource_type", "unknown_tagged_fields")
+
         # Versions 0+. The resource type.
-        resource_type: int = 0
+        resource_type: int
         # Versions 0+. The resource name.
-        resource_name: str = ""
+        resource_name: str
         # Versions 0+. The configurations.
-        configs: list[AlterConfigsRequest.AlterableConfig] = field(default_factory=list)
+        configs: list[AlterConfigsRequest.AlterableConfig]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("resource_type", "int8", (0, 2), (1, 0), None, False),
             FieldSpec("resource_name", "string", (0, 2), (1, 0), None, False),
             FieldSpec("configs", "[]AlterableConfig", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            resource_type: int = 0,
+            resource_name: str = "",
+            configs: list[AlterConfigsRequest.AlterableConfig] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.configs = [] if configs is MISSING else configs
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterConfigsRequest.AlterConfigsResource):
+                return NotImplemented
+            return (self.resource_type, self.resource_name, self.configs, self.unknown_tagged_fields) == (
+                other.resource_type,
+                other.resource_name,
+                other.configs,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterConfigsRequest.AlterConfigsResource(resource_type={self.resource_type!r}, resource_name={self.resource_name!r}, configs={self.configs!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -129,17 +183,41 @@ class AlterConfigsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("resources", "unknown_tagged_fields", "validate_only")
+
     # Versions 0+. The updates for each resource.
-    resources: list[AlterConfigsRequest.AlterConfigsResource] = field(default_factory=list)
+    resources: list[AlterConfigsRequest.AlterConfigsResource]
     # Versions 0+. True if we should validate the request, but not change the configurations.
-    validate_only: bool = False
+    validate_only: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("resources", "[]AlterConfigsResource", (0, 2), (1, 0), None, False),
         FieldSpec("validate_only", "bool", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        resources: list[AlterConfigsRequest.AlterConfigsResource] = MISSING,
+        validate_only: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.resources = [] if resources is MISSING else resources
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterConfigsRequest):
+            return NotImplemented
+        return (self.resources, self.validate_only, self.unknown_tagged_fields) == (
+            other.resources,
+            other.validate_only,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AlterConfigsRequest(resources={self.resources!r}, validate_only={self.validate_only!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:
@@ -197,7 +275,6 @@ class AlterConfigsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AlterConfigsResponse:
     """AlterConfigsResponse (API key 33, versions 0-2, flexible from version 2)."""
 
@@ -207,20 +284,21 @@ class AlterConfigsResponse:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class AlterConfigsResourceResponse:
         """The responses for each resource."""
 
+        __slots__ = ("error_code", "error_message", "resource_name", "resource_type", "unknown_tagged_fields")
+
         # Versions 0+. The resource error code.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The resource error message, or null if there was no error.
-        error_message: str | None = ""
+        error_message: str | None
         # Versions 0+. The resource type.
-        resource_type: int = 0
+        resource_type: int
         # Versions 0+. The resource name.
-        resource_name: str = ""
+        resource_name: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 2), (1, 0), None, False),
@@ -228,6 +306,40 @@ class AlterConfigsResponse:
             FieldSpec("resource_type", "int8", (0, 2), (1, 0), None, False),
             FieldSpec("resource_name", "string", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            error_message: str | None = "",
+            resource_type: int = 0,
+            resource_name: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterConfigsResponse.AlterConfigsResourceResponse):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.error_message,
+                self.resource_type,
+                self.resource_name,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.error_message,
+                other.resource_type,
+                other.resource_name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterConfigsResponse.AlterConfigsResourceResponse(error_code={self.error_code!r}, error_message={self.error_message!r}, resource_type={self.resource_type!r}, resource_name={self.resource_name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -266,18 +378,42 @@ class AlterConfigsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("responses", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. Duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The responses for each resource.
-    responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = field(default_factory=list)
+    responses: list[AlterConfigsResponse.AlterConfigsResourceResponse]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 2), (1, 0), None, False),
         FieldSpec("responses", "[]AlterConfigsResourceResponse", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is MISSING else responses
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterConfigsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.responses, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.responses,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AlterConfigsResponse(throttle_time_ms={self.throttle_time_ms!r}, responses={self.responses!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class AlterPartitionRequest:
     """AlterPartitionRequest (API key 56, versions 0-3, flexible from version 0)."""
 
@@ -30,21 +29,44 @@ class AlterPartitionRequest:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class BrokerState:
         """The BrokerState struct of AlterPartitionRequest."""
 
+        __slots__ = ("broker_epoch", "broker_id", "unknown_tagged_fields")
+
         # Versions 3+. The ID of the broker.
-        broker_id: int = 0
+        broker_id: int
         # Versions 3+. The epoch of the broker. It will be -1 if the epoch check is not supported.
-        broker_epoch: int = -1
+        broker_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("broker_id", "int32", (3, 3), (1, 0), None, False),
             FieldSpec("broker_epoch", "int64", (3, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            broker_id: int = 0,
+            broker_epoch: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.broker_id = broker_id
+            self.broker_epoch = broker_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterPartitionRequest.BrokerState):
+                return NotImplemented
+            return (self.broker_id, self.broker_epoch, self.unknown_tagged_fields) == (
+                other.broker_id,
+                other.broker_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterPartitionRequest.BrokerState(broker_id={self.broker_id!r}, broker_epoch={self.broker_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if version >= 3:
@@ -67,25 +89,34 @@ class AlterPartitionRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of AlterPartitionRequest."""
 
+        __slots__ = (
+            "leader_epoch",
+            "leader_recovery_state",
+            "new_isr",
+            "new_isr_with_epochs",
+            "partition_epoch",
+            "partition_index",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The leader epoch of this partition
-        leader_epoch: int = 0
+        leader_epoch: int
         # Versions 0-2. The ISR for this partition. Deprecated since version 3.
-        new_isr: list[int] = field(default_factory=list)
+        new_isr: list[int]
         # Versions 3+.
-        new_isr_with_epochs: list[AlterPartitionRequest.BrokerState] = field(default_factory=list)
+        new_isr_with_epochs: list[AlterPartitionRequest.BrokerState]
         # Versions 1+. 1 if the partition is recovering from an unclean leader election; 0 otherwise.
-        leader_recovery_state: int = 0
+        leader_recovery_state: int
         # Versions 0+. The expected epoch of the partition which is being updated. For legacy cluster this
         # is the ZkVersion in the LeaderAndIsr request.
-        partition_epoch: int = 0
+        partition_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 3), (1, 0), None, False),
@@ -95,6 +126,48 @@ class AlterPartitionRequest:
             FieldSpec("leader_recovery_state", "int8", (1, 3), (1, 0), None, False),
             FieldSpec("partition_epoch", "int32", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            leader_epoch: int = 0,
+            new_isr: list[int] = MISSING,
+            new_isr_with_epochs: list[AlterPartitionRequest.BrokerState] = MISSING,
+            leader_recovery_state: int = 0,
+            partition_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.leader_epoch = leader_epoch
+            self.new_isr = [] if new_isr is MISSING else new_isr
+            self.new_isr_with_epochs = [] if new_isr_with_epochs is MISSING else new_isr_with_epochs
+            self.leader_recovery_state = leader_recovery_state
+            self.partition_epoch = partition_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterPartitionRequest.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.leader_epoch,
+                self.new_isr,
+                self.new_isr_with_epochs,
+                self.leader_recovery_state,
+                self.partition_epoch,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.leader_epoch,
+                other.new_isr,
+                other.new_isr_with_epochs,
+                other.leader_recovery_state,
+                other.partition_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterPartitionRequest.PartitionData(partition_index={self.partition_index!r}, leader_epoch={self.leader_epoch!r}, new_isr={self.new_isr!r}, new_isr_with_epochs={self.new_isr_with_epochs!r}, leader_recovery_state={self.leader_recovery_state!r}, partition_epoch={self.partition_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -146,24 +219,50 @@ class AlterPartitionRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of AlterPartitionRequest."""
 
+        __slots__ = ("partitions", "topic_id", "topic_name", "unknown_tagged_fields")
+
         # Versions 0-1; ignorable. The name of the topic to alter ISRs for
-        topic_name: str = ""
+        topic_name: str
         # Versions 2+; ignorable. The ID of the topic to alter ISRs for
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+.
-        partitions: list[AlterPartitionRequest.PartitionData] = field(default_factory=list)
+        partitions: list[AlterPartitionRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 1), (1, 0), None, True),
             FieldSpec("topic_id", "uuid", (2, 3), (1, 0), None, True),
             FieldSpec("partitions", "[]PartitionData", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[AlterPartitionRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterPartitionRequest.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterPartitionRequest.TopicData(topic_name={self.topic_name!r}, topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if version <= 1:
@@ -194,20 +293,47 @@ class AlterPartitionRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("broker_epoch", "broker_id", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The ID of the requesting broker
-    broker_id: int = 0
+    broker_id: int
     # Versions 0+. The epoch of the requesting broker
-    broker_epoch: int = -1
+    broker_epoch: int
     # Versions 0+.
-    topics: list[AlterPartitionRequest.TopicData] = field(default_factory=list)
+    topics: list[AlterPartitionRequest.TopicData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("broker_id", "int32", (0, 3), (1, 0), None, False),
         FieldSpec("broker_epoch", "int64", (0, 3), (1, 0), None, False),
         FieldSpec("topics", "[]TopicData", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        topics: list[AlterPartitionRequest.TopicData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterPartitionRequest):
+            return NotImplemented
+        return (self.broker_id, self.broker_epoch, self.topics, self.unknown_tagged_fields) == (
+            other.broker_id,
+            other.broker_epoch,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AlterPartitionRequest(broker_id={self.broker_id!r}, broker_epoch={self.broker_epoch!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:
@@ -253,7 +379,6 @@ class AlterPartitionRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AlterPartitionResponse:
     """AlterPartitionResponse (API key 56, versions 0-3, flexible from version 0)."""
 
@@ -263,28 +388,38 @@ class AlterPartitionResponse:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of AlterPartitionResponse."""
 
+        __slots__ = (
+            "error_code",
+            "isr",
+            "leader_epoch",
+            "leader_id",
+            "leader_recovery_state",
+            "partition_epoch",
+            "partition_index",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The partition level error code
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The broker ID of the leader.
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The leader epoch.
-        leader_epoch: int = 0
+        leader_epoch: int
         # Versions 0+. The in-sync replica IDs.
-        isr: list[int] = field(default_factory=list)
+        isr: list[int]
         # Versions 1+; ignorable. 1 if the partition is recovering from an unclean leader election; 0
         # otherwise.
-        leader_recovery_state: int = 0
+        leader_recovery_state: int
         # Versions 0+. The current epoch for the partition for KRaft controllers. The current ZK version
         # for the legacy controllers.
-        partition_epoch: int = 0
+        partition_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 3), (1, 0), None, False),
@@ -295,6 +430,52 @@ class AlterPartitionResponse:
             FieldSpec("leader_recovery_state", "int8", (1, 3), (1, 0), None, True),
             FieldSpec("partition_epoch", "int32", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            isr: list[int] = MISSING,
+            leader_recovery_state: int = 0,
+            partition_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.isr = [] if isr is MISSING else isr
+            self.leader_recovery_state = leader_recovery_state
+            self.partition_epoch = partition_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterPartitionResponse.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.leader_id,
+                self.leader_epoch,
+                self.isr,
+                self.leader_recovery_state,
+                self.partition_epoch,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.leader_id,
+                other.leader_epoch,
+                other.isr,
+                other.leader_recovery_state,
+                other.partition_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterPartitionResponse.PartitionData(partition_index={self.partition_index!r}, error_code={self.error_code!r}, leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, isr={self.isr!r}, leader_recovery_state={self.leader_recovery_state!r}, partition_epoch={self.partition_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -326,24 +507,50 @@ class AlterPartitionResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of AlterPartitionResponse."""
 
+        __slots__ = ("partitions", "topic_id", "topic_name", "unknown_tagged_fields")
+
         # Versions 0-1; ignorable. The name of the topic
-        topic_name: str = ""
+        topic_name: str
         # Versions 2+; ignorable. The ID of the topic
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+.
-        partitions: list[AlterPartitionResponse.PartitionData] = field(default_factory=list)
+        partitions: list[AlterPartitionResponse.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 1), (1, 0), None, True),
             FieldSpec("topic_id", "uuid", (2, 3), (1, 0), None, True),
             FieldSpec("partitions", "[]PartitionData", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[AlterPartitionResponse.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterPartitionResponse.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterPartitionResponse.TopicData(topic_name={self.topic_name!r}, topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if version <= 1:
@@ -374,21 +581,48 @@ class AlterPartitionResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The top level response error code
-    error_code: int = 0
+    error_code: int
     # Versions 0+.
-    topics: list[AlterPartitionResponse.TopicData] = field(default_factory=list)
+    topics: list[AlterPartitionResponse.TopicData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 3), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 3), (1, 0), None, False),
         FieldSpec("topics", "[]TopicData", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        topics: list[AlterPartitionResponse.TopicData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterPartitionResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.topics, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AlterPartitionResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class AlterPartitionReassignmentsRequest:
     """AlterPartitionReassignmentsRequest (API key 45, versions 0, flexible from version 0)."""
 
@@ -20,22 +25,45 @@ class AlterPartitionReassignmentsRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class ReassignablePartition:
         """The partitions to reassign."""
 
+        __slots__ = ("partition_index", "replicas", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+; nullable 0+. The replicas to place the partitions on, or null to cancel a pending
         # reassignment for this partition.
-        replicas: list[int] | None = None
+        replicas: list[int] | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("replicas", "[]int32", (0, 0), (0, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            replicas: list[int] | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.replicas = replicas
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterPartitionReassignmentsRequest.ReassignablePartition):
+                return NotImplemented
+            return (self.partition_index, self.replicas, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.replicas,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index={self.partition_index!r}, replicas={self.replicas!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -56,23 +84,44 @@ class AlterPartitionReassignmentsRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ReassignableTopic:
         """The topics to reassign."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The partitions to reassign.
-        partitions: list[AlterPartitionReassignmentsRequest.ReassignablePartition] = field(
-            default_factory=list
-        )
+        partitions: list[AlterPartitionReassignmentsRequest.ReassignablePartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]ReassignablePartition", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[AlterPartitionReassignmentsRequest.ReassignablePartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterPartitionReassignmentsRequest.ReassignableTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterPartitionReassignmentsRequest.ReassignableTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -99,17 +148,41 @@ class AlterPartitionReassignmentsRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("timeout_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The time in ms to wait for the request to complete.
-    timeout_ms: int = 60000
+    timeout_ms: int
     # Versions 0+. The topics to reassign.
-    topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = field(default_factory=list)
+    topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("timeout_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("topics", "[]ReassignableTopic", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterPartitionReassignmentsRequest):
+            return NotImplemented
+        return (self.timeout_ms, self.topics, self.unknown_tagged_fields) == (
+            other.timeout_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AlterPartitionReassignmentsRequest(timeout_ms={self.timeout_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -157,7 +230,6 @@ class AlterPartitionReassignmentsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AlterPartitionReassignmentsResponse:
     """AlterPartitionReassignmentsResponse (API key 45, versions 0, flexible from version 0)."""
 
@@ -167,24 +239,50 @@ class AlterPartitionReassignmentsResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class ReassignablePartitionResponse:
         """The responses to partitions to reassign"""
 
+        __slots__ = ("error_code", "error_message", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The error code for this partition, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The error message for this partition, or null if there was no error.
-        error_message: str | None = ""
+        error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
             FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            error_message: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterPartitionReassignmentsResponse.ReassignablePartitionResponse):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.error_message,
+                self.unknown_tagged_fields,
+            ) == (other.partition_index, other.error_code, other.error_message, other.unknown_tagged_fields)
+
+        def __repr__(self) -> str:
+            return f"AlterPartitionReassignmentsResponse.ReassignablePartitionResponse(partition_index={self.partition_index!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -201,23 +299,44 @@ class AlterPartitionReassignmentsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ReassignableTopicResponse:
         """The responses to topics to reassign."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name
-        name: str = ""
+        name: str
         # Versions 0+. The responses to partitions to reassign
-        partitions: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse] = field(
-            default_factory=list
-        )
+        partitions: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]ReassignablePartitionResponse", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterPartitionReassignmentsResponse.ReassignableTopicResponse):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterPartitionReassignmentsResponse.ReassignableTopicResponse(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -244,19 +363,19 @@ class AlterPartitionReassignmentsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "error_message", "responses", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The top-level error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The top-level error message, or null if there was no error.
-    error_message: str | None = ""
+    error_message: str | None
     # Versions 0+. The responses to topics to reassign.
-    responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = field(
-        default_factory=list
-    )
+    responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
@@ -264,6 +383,40 @@ class AlterPartitionReassignmentsResponse:
         FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
         FieldSpec("responses", "[]ReassignableTopicResponse", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is MISSING else responses
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterPartitionReassignmentsResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.responses,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.responses,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AlterPartitionReassignmentsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, responses={self.responses!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class AlterReplicaLogDirsRequest:
     """AlterReplicaLogDirsRequest (API key 34, versions 0-2, flexible from version 2)."""
 
@@ -20,21 +25,44 @@ class AlterReplicaLogDirsRequest:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class AlterReplicaLogDirTopic:
         """The topics to add to the directory."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The partition indexes.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 2), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -77,21 +105,44 @@ class AlterReplicaLogDirsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AlterReplicaLogDir:
         """The alterations to make for each directory."""
 
+        __slots__ = ("path", "topics", "unknown_tagged_fields")
+
         # Versions 0+. The absolute directory path.
-        path: str = ""
+        path: str
         # Versions 0+. The topics to add to the directory.
-        topics: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic] = field(default_factory=list)
+        topics: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("path", "string", (0, 2), (1, 0), None, False),
             FieldSpec("topics", "[]AlterReplicaLogDirTopic", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            path: str = "",
+            topics: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.path = path
+            self.topics = [] if topics is MISSING else topics
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterReplicaLogDirsRequest.AlterReplicaLogDir):
+                return NotImplemented
+            return (self.path, self.topics, self.unknown_tagged_fields) == (
+                other.path,
+                other.topics,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterReplicaLogDirsRequest.AlterReplicaLogDir(path={self.path!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -134,14 +185,32 @@ class AlterReplicaLogDirsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("dirs", "unknown_tagged_fields")
+
     # Versions 0+. The alterations to make for each directory.
-    dirs: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir] = field(default_factory=list)
+    dirs: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("dirs", "[]AlterReplicaLogDir", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        dirs: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.dirs = [] if dirs is MISSING else dirs
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterReplicaLogDirsRequest):
+            return NotImplemented
+        return (self.dirs, self.unknown_tagged_fields) == (other.dirs, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"AlterReplicaLogDirsRequest(dirs={self.dirs!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:
@@ -201,7 +270,6 @@ class AlterReplicaLogDirsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AlterReplicaLogDirsResponse:
     """AlterReplicaLogDirsResponse (API key 34, versions 0-2, flexible from version 2)."""
 
@@ -211,21 +279,44 @@ class AlterReplicaLogDirsResponse:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class AlterReplicaLogDirPartitionResult:
         """The results for each partition."""
 
+        __slots__ = ("error_code", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 2), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult):
+                return NotImplemented
+            return (self.partition_index, self.error_code, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult(partition_index={self.partition_index!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -244,23 +335,44 @@ class AlterReplicaLogDirsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AlterReplicaLogDirTopicResult:
         """The results for each topic."""
 
+        __slots__ = ("partitions", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The name of the topic.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The results for each partition.
-        partitions: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult] = field(
-            default_factory=list
-        )
+        partitions: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 2), (1, 0), None, False),
             FieldSpec("partitions", "[]AlterReplicaLogDirPartitionResult", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partitions: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult):
+                return NotImplemented
+            return (self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult(topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -307,18 +419,42 @@ class AlterReplicaLogDirsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. Duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The results for each topic.
-    results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = field(default_factory=list)
+    results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 2), (1, 0), None, False),
         FieldSpec("results", "[]AlterReplicaLogDirTopicResult", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AlterReplicaLogDirsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.results, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AlterReplicaLogDirsResponse(throttle_time_ms={self.throttle_time_ms!r}, results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

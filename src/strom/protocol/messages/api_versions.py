@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ApiVersionsRequest:
     """ApiVersionsRequest (API key 18, versions 0-4, flexible from version 3)."""
 
@@ -27,17 +26,41 @@ class ApiVersionsRequest:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
+    __slots__ = ("client_software_name", "client_software_version", "unknown_tagged_fields")
+
     # Versions 3+; ignorable. The name of the client.
-    client_software_name: str = ""
+    client_software_name: str
     # Versions 3+; ignorable. The version of the client.
-    client_software_version: str = ""
+    client_software_version: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("client_software_name", "string", (3, 4), (1, 0), None, True),
         FieldSpec("client_software_version", "string", (3, 4), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        client_software_name: str = "",
+        client_software_version: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.client_software_name = client_software_name
+        self.client_software_version = client_software_version
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ApiVersionsRequest):
+            return NotImplemented
+        return (self.client_software_name, self.client_software_version, self.unknown_tagged_fields) == (
+            other.client_software_name,
+            other.client_software_version,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ApiVersionsRequest(client_software_name={self.client_software_name!r}, client_software_version={self.client_software_version!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:
@@ -87,7 +110,6 @@ class ApiVersionsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ApiVersionsResponse:
     """ApiVersionsResponse (API key 18, versions 0-4, flexible from version 3)."""
 
@@ -97,24 +119,50 @@ class ApiVersionsResponse:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
-    @dataclass(slots=True)
     class ApiVersion:
         """The APIs supported by the broker."""
 
+        __slots__ = ("api_key", "max_version", "min_version", "unknown_tagged_fields")
+
         # Versions 0+. The API index.
-        api_key: int = 0
+        api_key: int
         # Versions 0+. The minimum supported version, inclusive.
-        min_version: int = 0
+        min_version: int
         # Versions 0+. The maximum supported version, inclusive.
-        max_version: int = 0
+        max_version: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("api_key", "int16", (0, 4), (1, 0), None, False),
             FieldSpec("min_version", "int16", (0, 4), (1, 0), None, False),
             FieldSpec("max_version", "int16", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            api_key: int = 0,
+            min_version: int = 0,
+            max_version: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.api_key = api_key
+            self.min_version = min_version
+            self.max_version = max_version
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ApiVersionsResponse.ApiVersion):
+                return NotImplemented
+            return (self.api_key, self.min_version, self.max_version, self.unknown_tagged_fields) == (
+                other.api_key,
+                other.min_version,
+                other.max_version,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ApiVersionsResponse.ApiVersion(api_key={self.api_key!r}, min_version={self.min_version!r}, max_version={self.max_version!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -135,24 +183,50 @@ class ApiVersionsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class SupportedFeatureKey:
         """Features supported by the broker. Note: in v0-v3, features with MinSupportedVersion = 0 are omitted."""
 
+        __slots__ = ("max_version", "min_version", "name", "unknown_tagged_fields")
+
         # Versions 3+. The name of the feature.
-        name: str = ""
+        name: str
         # Versions 3+. The minimum supported version for the feature.
-        min_version: int = 0
+        min_version: int
         # Versions 3+. The maximum supported version for the feature.
-        max_version: int = 0
+        max_version: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (3, 4), (1, 0), None, False),
             FieldSpec("min_version", "int16", (3, 4), (1, 0), None, False),
             FieldSpec("max_version", "int16", (3, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            min_version: int = 0,
+            max_version: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.min_version = min_version
+            self.max_version = max_version
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ApiVersionsResponse.SupportedFeatureKey):
+                return NotImplemented
+            return (self.name, self.min_version, self.max_version, self.unknown_tagged_fields) == (
+                other.name,
+                other.min_version,
+                other.max_version,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ApiVersionsResponse.SupportedFeatureKey(name={self.name!r}, min_version={self.min_version!r}, max_version={self.max_version!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -187,24 +261,50 @@ class ApiVersionsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class FinalizedFeatureKey:
         """List of cluster-wide finalized features. The information is valid only if FinalizedFeaturesEpoch >= 0."""
 
+        __slots__ = ("max_version_level", "min_version_level", "name", "unknown_tagged_fields")
+
         # Versions 3+. The name of the feature.
-        name: str = ""
+        name: str
         # Versions 3+. The cluster-wide finalized max version level for the feature.
-        max_version_level: int = 0
+        max_version_level: int
         # Versions 3+. The cluster-wide finalized min version level for the feature.
-        min_version_level: int = 0
+        min_version_level: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (3, 4), (1, 0), None, False),
             FieldSpec("max_version_level", "int16", (3, 4), (1, 0), None, False),
             FieldSpec("min_version_level", "int16", (3, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            max_version_level: int = 0,
+            min_version_level: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.max_version_level = max_version_level
+            self.min_version_level = min_version_level
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ApiVersionsResponse.FinalizedFeatureKey):
+                return NotImplemented
+            return (
+                self.name,
+                self.max_version_level,
+                self.min_version_level,
+                self.unknown_tagged_fields,
+            ) == (other.name, other.max_version_level, other.min_version_level, other.unknown_tagged_fields)
+
+        def __repr__(self) -> str:
+            return f"ApiVersionsResponse.FinalizedFeatureKey(name={self.name!r}, max_version_level={self.max_version_level!r}, min_version_level={self.min_version_level!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -243,28 +343,39 @@ class ApiVersionsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "api_keys",
+        "error_code",
+        "finalized_features",
+        "finalized_features_epoch",
+        "supported_features",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+        "zk_migration_ready",
+    )
+
     # Versions 0+. The top-level error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The APIs supported by the broker.
-    api_keys: list[ApiVersionsResponse.ApiVersion] = field(default_factory=list)
+    api_keys: list[ApiVersionsResponse.ApiVersion]
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 3+; tag 0 (tagged 3+); ignorable. Features supported by the broker. Note: in v0-v3,
     # features with MinSupportedVersion = 0 are omitted.
-    supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = field(default_factory=list)
+    supported_features: list[ApiVersionsResponse.SupportedFeatureKey]
     # Versions 3+; tag 1 (tagged 3+); ignorable. The monotonically increasing epoch for the finalized
     # features information. Valid values are >= 0. A value of -1 is special and represents unknown
     # epoch.
-    finalized_features_epoch: int = -1
+    finalized_features_epoch: int
     # Versions 3+; tag 2 (tagged 3+); ignorable. List of cluster-wide finalized features. The
     # information is valid only if FinalizedFeaturesEpoch >= 0.
-    finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = field(default_factory=list)
+    finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey]
     # Versions 3+; tag 3 (tagged 3+); ignorable. Set by a KRaft controller if the required
     # configurations for ZK migration are present
-    zk_migration_ready: bool = False
+    zk_migration_ready: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
@@ -275,6 +386,52 @@ class ApiVersionsResponse:
         FieldSpec("finalized_features", "[]FinalizedFeatureKey", (3, 4), (1, 0), 2, True),
         FieldSpec("zk_migration_ready", "bool", (3, 4), (1, 0), 3, True),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        api_keys: list[ApiVersionsResponse.ApiVersion] = MISSING,
+        throttle_time_ms: int = 0,
+        supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = MISSING,
+        finalized_features_epoch: int = -1,
+        finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = MISSING,
+        zk_migration_ready: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.api_keys = [] if api_keys is MISSING else api_keys
+        self.throttle_time_ms = throttle_time_ms
+        self.supported_features = [] if supported_features is MISSING else supported_features
+        self.finalized_features_epoch = finalized_features_epoch
+        self.finalized_features = [] if finalized_features is MISSING else finalized_features
+        self.zk_migration_ready = zk_migration_ready
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ApiVersionsResponse):
+            return NotImplemented
+        return (
+            self.error_code,
+            self.api_keys,
+            self.throttle_time_ms,
+            self.supported_features,
+            self.finalized_features_epoch,
+            self.finalized_features,
+            self.zk_migration_ready,
+            self.unknown_tagged_fields,
+        ) == (
+            other.error_code,
+            other.api_keys,
+            other.throttle_time_ms,
+            other.supported_features,
+            other.finalized_features_epoch,
+            other.finalized_features,
+            other.zk_migration_ready,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ApiVersionsResponse(error_code={self.error_code!r}, api_keys={self.api_keys!r}, throttle_time_ms={self.throttle_time_ms!r}, supported_features={self.supported_features!r}, finalized_features_epoch={self.finalized_features_epoch!r}, finalized_features={self.finalized_features!r}, zk_migration_ready={self.zk_migration_ready!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

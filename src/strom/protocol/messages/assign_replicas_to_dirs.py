@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class AssignReplicasToDirsRequest:
     """AssignReplicasToDirsRequest (API key 73, versions 0, flexible from version 0)."""
 
@@ -23,18 +28,38 @@ class AssignReplicasToDirsRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of AssignReplicasToDirsRequest."""
 
+        __slots__ = ("partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index
-        partition_index: int = 0
+        partition_index: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AssignReplicasToDirsRequest.PartitionData):
+                return NotImplemented
+            return (self.partition_index, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AssignReplicasToDirsRequest.PartitionData(partition_index={self.partition_index!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -47,21 +72,44 @@ class AssignReplicasToDirsRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of AssignReplicasToDirsRequest."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the assigned topic
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+.
-        partitions: list[AssignReplicasToDirsRequest.PartitionData] = field(default_factory=list)
+        partitions: list[AssignReplicasToDirsRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[AssignReplicasToDirsRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AssignReplicasToDirsRequest.TopicData):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AssignReplicasToDirsRequest.TopicData(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -84,21 +132,44 @@ class AssignReplicasToDirsRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DirectoryData:
         """The DirectoryData struct of AssignReplicasToDirsRequest."""
 
+        __slots__ = ("id", "topics", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the directory
-        id: uuid.UUID = _ZERO_UUID
+        id: uuid.UUID
         # Versions 0+.
-        topics: list[AssignReplicasToDirsRequest.TopicData] = field(default_factory=list)
+        topics: list[AssignReplicasToDirsRequest.TopicData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("topics", "[]TopicData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            id: uuid.UUID = _ZERO_UUID,
+            topics: list[AssignReplicasToDirsRequest.TopicData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.id = id
+            self.topics = [] if topics is MISSING else topics
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AssignReplicasToDirsRequest.DirectoryData):
+                return NotImplemented
+            return (self.id, self.topics, self.unknown_tagged_fields) == (
+                other.id,
+                other.topics,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AssignReplicasToDirsRequest.DirectoryData(id={self.id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.id is None:
@@ -121,20 +192,47 @@ class AssignReplicasToDirsRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("broker_epoch", "broker_id", "directories", "unknown_tagged_fields")
+
     # Versions 0+. The ID of the requesting broker
-    broker_id: int = 0
+    broker_id: int
     # Versions 0+. The epoch of the requesting broker
-    broker_epoch: int = -1
+    broker_epoch: int
     # Versions 0+.
-    directories: list[AssignReplicasToDirsRequest.DirectoryData] = field(default_factory=list)
+    directories: list[AssignReplicasToDirsRequest.DirectoryData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("broker_id", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("broker_epoch", "int64", (0, 0), (1, 0), None, False),
         FieldSpec("directories", "[]DirectoryData", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        directories: list[AssignReplicasToDirsRequest.DirectoryData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.directories = [] if directories is MISSING else directories
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AssignReplicasToDirsRequest):
+            return NotImplemented
+        return (self.broker_id, self.broker_epoch, self.directories, self.unknown_tagged_fields) == (
+            other.broker_id,
+            other.broker_epoch,
+            other.directories,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AssignReplicasToDirsRequest(broker_id={self.broker_id!r}, broker_epoch={self.broker_epoch!r}, directories={self.directories!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -184,7 +282,6 @@ class AssignReplicasToDirsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class AssignReplicasToDirsResponse:
     """AssignReplicasToDirsResponse (API key 73, versions 0, flexible from version 0)."""
 
@@ -194,21 +291,44 @@ class AssignReplicasToDirsResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of AssignReplicasToDirsResponse."""
 
+        __slots__ = ("error_code", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The partition level error code
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AssignReplicasToDirsResponse.PartitionData):
+                return NotImplemented
+            return (self.partition_index, self.error_code, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AssignReplicasToDirsResponse.PartitionData(partition_index={self.partition_index!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -223,21 +343,44 @@ class AssignReplicasToDirsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of AssignReplicasToDirsResponse."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the assigned topic
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+.
-        partitions: list[AssignReplicasToDirsResponse.PartitionData] = field(default_factory=list)
+        partitions: list[AssignReplicasToDirsResponse.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[AssignReplicasToDirsResponse.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AssignReplicasToDirsResponse.TopicData):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AssignReplicasToDirsResponse.TopicData(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -260,21 +403,44 @@ class AssignReplicasToDirsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DirectoryData:
         """The DirectoryData struct of AssignReplicasToDirsResponse."""
 
+        __slots__ = ("id", "topics", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the directory
-        id: uuid.UUID = _ZERO_UUID
+        id: uuid.UUID
         # Versions 0+.
-        topics: list[AssignReplicasToDirsResponse.TopicData] = field(default_factory=list)
+        topics: list[AssignReplicasToDirsResponse.TopicData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("topics", "[]TopicData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            id: uuid.UUID = _ZERO_UUID,
+            topics: list[AssignReplicasToDirsResponse.TopicData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.id = id
+            self.topics = [] if topics is MISSING else topics
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, AssignReplicasToDirsResponse.DirectoryData):
+                return NotImplemented
+            return (self.id, self.topics, self.unknown_tagged_fields) == (
+                other.id,
+                other.topics,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"AssignReplicasToDirsResponse.DirectoryData(id={self.id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.id is None:
@@ -297,21 +463,48 @@ class AssignReplicasToDirsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("directories", "error_code", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The top level response error code
-    error_code: int = 0
+    error_code: int
     # Versions 0+.
-    directories: list[AssignReplicasToDirsResponse.DirectoryData] = field(default_factory=list)
+    directories: list[AssignReplicasToDirsResponse.DirectoryData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         FieldSpec("directories", "[]DirectoryData", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        directories: list[AssignReplicasToDirsResponse.DirectoryData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.directories = [] if directories is MISSING else directories
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AssignReplicasToDirsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.directories, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.directories,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"AssignReplicasToDirsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, directories={self.directories!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

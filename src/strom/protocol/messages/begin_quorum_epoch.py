@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class BeginQuorumEpochRequest:
     """BeginQuorumEpochRequest (API key 53, versions 0-1, flexible from version 1)."""
 
@@ -30,20 +29,27 @@ class BeginQuorumEpochRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of BeginQuorumEpochRequest."""
 
+        __slots__ = (
+            "leader_epoch",
+            "leader_id",
+            "partition_index",
+            "unknown_tagged_fields",
+            "voter_directory_id",
+        )
+
         # Versions 0+. The partition index
-        partition_index: int = 0
+        partition_index: int
         # Versions 1+; ignorable. The directory id of the receiving replica
-        voter_directory_id: uuid.UUID = _ZERO_UUID
+        voter_directory_id: uuid.UUID
         # Versions 0+. The ID of the newly elected leader
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The epoch of the newly elected leader
-        leader_epoch: int = 0
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 1), (1, 0), None, False),
@@ -51,6 +57,40 @@ class BeginQuorumEpochRequest:
             FieldSpec("leader_id", "int32", (0, 1), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            voter_directory_id: uuid.UUID = _ZERO_UUID,
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.voter_directory_id = voter_directory_id
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, BeginQuorumEpochRequest.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.voter_directory_id,
+                self.leader_id,
+                self.leader_epoch,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.voter_directory_id,
+                other.leader_id,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"BeginQuorumEpochRequest.PartitionData(partition_index={self.partition_index!r}, voter_directory_id={self.voter_directory_id!r}, leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -79,21 +119,44 @@ class BeginQuorumEpochRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of BeginQuorumEpochRequest."""
 
+        __slots__ = ("partitions", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+.
-        partitions: list[BeginQuorumEpochRequest.PartitionData] = field(default_factory=list)
+        partitions: list[BeginQuorumEpochRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partitions: list[BeginQuorumEpochRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, BeginQuorumEpochRequest.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"BeginQuorumEpochRequest.TopicData(topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -136,24 +199,50 @@ class BeginQuorumEpochRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class LeaderEndpoint:
         """Endpoints for the leader"""
 
+        __slots__ = ("host", "name", "port", "unknown_tagged_fields")
+
         # Versions 1+. The name of the endpoint
-        name: str = ""
+        name: str
         # Versions 1+. The node's hostname
-        host: str = ""
+        host: str
         # Versions 1+. The node's port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (1, 1), (1, 0), None, False),
             FieldSpec("host", "string", (1, 1), (1, 0), None, False),
             FieldSpec("port", "uint16", (1, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, BeginQuorumEpochRequest.LeaderEndpoint):
+                return NotImplemented
+            return (self.name, self.host, self.port, self.unknown_tagged_fields) == (
+                other.name,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"BeginQuorumEpochRequest.LeaderEndpoint(name={self.name!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -190,16 +279,18 @@ class BeginQuorumEpochRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("cluster_id", "leader_endpoints", "topics", "unknown_tagged_fields", "voter_id")
+
     # Versions 0+; nullable 0+.
-    cluster_id: str | None = None
+    cluster_id: str | None
     # Versions 1+; ignorable. The replica id of the voter receiving the request
-    voter_id: int = -1
+    voter_id: int
     # Versions 0+.
-    topics: list[BeginQuorumEpochRequest.TopicData] = field(default_factory=list)
+    topics: list[BeginQuorumEpochRequest.TopicData]
     # Versions 1+; ignorable. Endpoints for the leader
-    leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint] = field(default_factory=list)
+    leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("cluster_id", "string", (0, 1), (0, 1), None, False),
@@ -207,6 +298,40 @@ class BeginQuorumEpochRequest:
         FieldSpec("topics", "[]TopicData", (0, 1), (1, 0), None, False),
         FieldSpec("leader_endpoints", "[]LeaderEndpoint", (1, 1), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        voter_id: int = -1,
+        topics: list[BeginQuorumEpochRequest.TopicData] = MISSING,
+        leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.topics = [] if topics is MISSING else topics
+        self.leader_endpoints = [] if leader_endpoints is MISSING else leader_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BeginQuorumEpochRequest):
+            return NotImplemented
+        return (
+            self.cluster_id,
+            self.voter_id,
+            self.topics,
+            self.leader_endpoints,
+            self.unknown_tagged_fields,
+        ) == (
+            other.cluster_id,
+            other.voter_id,
+            other.topics,
+            other.leader_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"BeginQuorumEpochRequest(cluster_id={self.cluster_id!r}, voter_id={self.voter_id!r}, topics={self.topics!r}, leader_endpoints={self.leader_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -288,7 +413,6 @@ class BeginQuorumEpochRequest:
         return obj
 
 
-@dataclass(slots=True)
 class BeginQuorumEpochResponse:
     """BeginQuorumEpochResponse (API key 53, versions 0-1, flexible from version 1)."""
 
@@ -298,20 +422,21 @@ class BeginQuorumEpochResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of BeginQuorumEpochResponse."""
 
+        __slots__ = ("error_code", "leader_epoch", "leader_id", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The ID of the current leader or -1 if the leader is unknown.
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The latest known leader epoch
-        leader_epoch: int = 0
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 1), (1, 0), None, False),
@@ -319,6 +444,40 @@ class BeginQuorumEpochResponse:
             FieldSpec("leader_id", "int32", (0, 1), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, BeginQuorumEpochResponse.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.leader_id,
+                self.leader_epoch,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.leader_id,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"BeginQuorumEpochResponse.PartitionData(partition_index={self.partition_index!r}, error_code={self.error_code!r}, leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -341,21 +500,44 @@ class BeginQuorumEpochResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of BeginQuorumEpochResponse."""
 
+        __slots__ = ("partitions", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+.
-        partitions: list[BeginQuorumEpochResponse.PartitionData] = field(default_factory=list)
+        partitions: list[BeginQuorumEpochResponse.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partitions: list[BeginQuorumEpochResponse.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, BeginQuorumEpochResponse.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"BeginQuorumEpochResponse.TopicData(topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -398,24 +580,50 @@ class BeginQuorumEpochResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class NodeEndpoint:
         """Endpoints for all leaders enumerated in PartitionData"""
 
+        __slots__ = ("host", "node_id", "port", "unknown_tagged_fields")
+
         # Versions 1+. The ID of the associated node
-        node_id: int = 0
+        node_id: int
         # Versions 1+. The node's hostname
-        host: str = ""
+        host: str
         # Versions 1+. The node's port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (1, 1), (1, 0), None, False),
             FieldSpec("host", "string", (1, 1), (1, 0), None, False),
             FieldSpec("port", "uint16", (1, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, BeginQuorumEpochResponse.NodeEndpoint):
+                return NotImplemented
+            return (self.node_id, self.host, self.port, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"BeginQuorumEpochResponse.NodeEndpoint(node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -450,20 +658,47 @@ class BeginQuorumEpochResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "node_endpoints", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The top level error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+.
-    topics: list[BeginQuorumEpochResponse.TopicData] = field(default_factory=list)
+    topics: list[BeginQuorumEpochResponse.TopicData]
     # Versions 1+; tag 0 (tagged 1+). Endpoints for all leaders enumerated in PartitionData
-    node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 1), (1, 0), None, False),
         FieldSpec("topics", "[]TopicData", (0, 1), (1, 0), None, False),
         FieldSpec("node_endpoints", "[]NodeEndpoint", (1, 1), (1, 0), 0, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        topics: list[BeginQuorumEpochResponse.TopicData] = MISSING,
+        node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.topics = [] if topics is MISSING else topics
+        self.node_endpoints = [] if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BeginQuorumEpochResponse):
+            return NotImplemented
+        return (self.error_code, self.topics, self.node_endpoints, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.topics,
+            other.node_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"BeginQuorumEpochResponse(error_code={self.error_code!r}, topics={self.topics!r}, node_endpoints={self.node_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

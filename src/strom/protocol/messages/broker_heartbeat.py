@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class BrokerHeartbeatRequest:
     """BrokerHeartbeatRequest (API key 63, versions 0-1, flexible from version 0)."""
 
@@ -30,20 +29,30 @@ class BrokerHeartbeatRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = (
+        "broker_epoch",
+        "broker_id",
+        "current_metadata_offset",
+        "offline_log_dirs",
+        "unknown_tagged_fields",
+        "want_fence",
+        "want_shut_down",
+    )
+
     # Versions 0+. The broker ID.
-    broker_id: int = 0
+    broker_id: int
     # Versions 0+. The broker epoch.
-    broker_epoch: int = -1
+    broker_epoch: int
     # Versions 0+. The highest metadata offset which the broker has reached.
-    current_metadata_offset: int = 0
+    current_metadata_offset: int
     # Versions 0+. True if the broker wants to be fenced, false otherwise.
-    want_fence: bool = False
+    want_fence: bool
     # Versions 0+. True if the broker wants to be shut down, false otherwise.
-    want_shut_down: bool = False
+    want_shut_down: bool
     # Versions 1+; tag 0 (tagged 1+). Log directories that failed and went offline.
-    offline_log_dirs: list[uuid.UUID] = field(default_factory=list)
+    offline_log_dirs: list[uuid.UUID]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("broker_id", "int32", (0, 1), (1, 0), None, False),
@@ -53,6 +62,48 @@ class BrokerHeartbeatRequest:
         FieldSpec("want_shut_down", "bool", (0, 1), (1, 0), None, False),
         FieldSpec("offline_log_dirs", "[]uuid", (1, 1), (1, 0), 0, False),
     )
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        current_metadata_offset: int = 0,
+        want_fence: bool = False,
+        want_shut_down: bool = False,
+        offline_log_dirs: list[uuid.UUID] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.current_metadata_offset = current_metadata_offset
+        self.want_fence = want_fence
+        self.want_shut_down = want_shut_down
+        self.offline_log_dirs = [] if offline_log_dirs is MISSING else offline_log_dirs
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BrokerHeartbeatRequest):
+            return NotImplemented
+        return (
+            self.broker_id,
+            self.broker_epoch,
+            self.current_metadata_offset,
+            self.want_fence,
+            self.want_shut_down,
+            self.offline_log_dirs,
+            self.unknown_tagged_fields,
+        ) == (
+            other.broker_id,
+            other.broker_epoch,
+            other.current_metadata_offset,
+            other.want_fence,
+            other.want_shut_down,
+            other.offline_log_dirs,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"BrokerHeartbeatRequest(broker_id={self.broker_id!r}, broker_epoch={self.broker_epoch!r}, current_metadata_offset={self.current_metadata_offset!r}, want_fence={self.want_fence!r}, want_shut_down={self.want_shut_down!r}, offline_log_dirs={self.offline_log_dirs!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -116,7 +167,6 @@ class BrokerHeartbeatRequest:
         return obj
 
 
-@dataclass(slots=True)
 class BrokerHeartbeatResponse:
     """BrokerHeartbeatResponse (API key 63, versions 0-1, flexible from version 0)."""
 
@@ -126,19 +176,28 @@ class BrokerHeartbeatResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = (
+        "error_code",
+        "is_caught_up",
+        "is_fenced",
+        "should_shut_down",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. Duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. True if the broker has approximately caught up with the latest metadata.
-    is_caught_up: bool = False
+    is_caught_up: bool
     # Versions 0+. True if the broker is fenced.
-    is_fenced: bool = True
+    is_fenced: bool
     # Versions 0+. True if the broker should proceed with its shutdown.
-    should_shut_down: bool = False
+    should_shut_down: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 1), (1, 0), None, False),
@@ -147,6 +206,44 @@ class BrokerHeartbeatResponse:
         FieldSpec("is_fenced", "bool", (0, 1), (1, 0), None, False),
         FieldSpec("should_shut_down", "bool", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        is_caught_up: bool = False,
+        is_fenced: bool = True,
+        should_shut_down: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.is_caught_up = is_caught_up
+        self.is_fenced = is_fenced
+        self.should_shut_down = should_shut_down
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BrokerHeartbeatResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.is_caught_up,
+            self.is_fenced,
+            self.should_shut_down,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.is_caught_up,
+            other.is_fenced,
+            other.should_shut_down,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"BrokerHeartbeatResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, is_caught_up={self.is_caught_up!r}, is_fenced={self.is_fenced!r}, should_shut_down={self.should_shut_down!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

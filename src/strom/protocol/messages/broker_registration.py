@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class BrokerRegistrationRequest:
     """BrokerRegistrationRequest (API key 62, versions 0-4, flexible from version 0)."""
 
@@ -30,20 +29,21 @@ class BrokerRegistrationRequest:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class Listener:
         """The listeners of this broker"""
 
+        __slots__ = ("host", "name", "port", "security_protocol", "unknown_tagged_fields")
+
         # Versions 0+. The name of the endpoint.
-        name: str = ""
+        name: str
         # Versions 0+. The hostname.
-        host: str = ""
+        host: str
         # Versions 0+. The port.
-        port: int = 0
+        port: int
         # Versions 0+. The security protocol.
-        security_protocol: int = 0
+        security_protocol: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 4), (1, 0), None, False),
@@ -51,6 +51,34 @@ class BrokerRegistrationRequest:
             FieldSpec("port", "uint16", (0, 4), (1, 0), None, False),
             FieldSpec("security_protocol", "int16", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            host: str = "",
+            port: int = 0,
+            security_protocol: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
+            self.security_protocol = security_protocol
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, BrokerRegistrationRequest.Listener):
+                return NotImplemented
+            return (self.name, self.host, self.port, self.security_protocol, self.unknown_tagged_fields) == (
+                other.name,
+                other.host,
+                other.port,
+                other.security_protocol,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"BrokerRegistrationRequest.Listener(name={self.name!r}, host={self.host!r}, port={self.port!r}, security_protocol={self.security_protocol!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -73,24 +101,55 @@ class BrokerRegistrationRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class Feature:
         """The features on this broker. Note: in v0-v3, features with MinSupportedVersion = 0 are omitted."""
 
+        __slots__ = ("max_supported_version", "min_supported_version", "name", "unknown_tagged_fields")
+
         # Versions 0+. The feature name.
-        name: str = ""
+        name: str
         # Versions 0+. The minimum supported feature level.
-        min_supported_version: int = 0
+        min_supported_version: int
         # Versions 0+. The maximum supported feature level.
-        max_supported_version: int = 0
+        max_supported_version: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 4), (1, 0), None, False),
             FieldSpec("min_supported_version", "int16", (0, 4), (1, 0), None, False),
             FieldSpec("max_supported_version", "int16", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            min_supported_version: int = 0,
+            max_supported_version: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.min_supported_version = min_supported_version
+            self.max_supported_version = max_supported_version
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, BrokerRegistrationRequest.Feature):
+                return NotImplemented
+            return (
+                self.name,
+                self.min_supported_version,
+                self.max_supported_version,
+                self.unknown_tagged_fields,
+            ) == (
+                other.name,
+                other.min_supported_version,
+                other.max_supported_version,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"BrokerRegistrationRequest.Feature(name={self.name!r}, min_supported_version={self.min_supported_version!r}, max_supported_version={self.max_supported_version!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -109,28 +168,41 @@ class BrokerRegistrationRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "broker_id",
+        "cluster_id",
+        "features",
+        "incarnation_id",
+        "is_migrating_zk_broker",
+        "listeners",
+        "log_dirs",
+        "previous_broker_epoch",
+        "rack",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The broker ID.
-    broker_id: int = 0
+    broker_id: int
     # Versions 0+. The cluster id of the broker process.
-    cluster_id: str = ""
+    cluster_id: str
     # Versions 0+. The incarnation id of the broker process.
-    incarnation_id: uuid.UUID = _ZERO_UUID
+    incarnation_id: uuid.UUID
     # Versions 0+. The listeners of this broker
-    listeners: list[BrokerRegistrationRequest.Listener] = field(default_factory=list)
+    listeners: list[BrokerRegistrationRequest.Listener]
     # Versions 0+. The features on this broker. Note: in v0-v3, features with MinSupportedVersion = 0
     # are omitted.
-    features: list[BrokerRegistrationRequest.Feature] = field(default_factory=list)
+    features: list[BrokerRegistrationRequest.Feature]
     # Versions 0+; nullable 0+. The rack which this broker is in.
-    rack: str | None = ""
+    rack: str | None
     # Versions 1+. If the required configurations for ZK migration are present, this value is set to
     # true
-    is_migrating_zk_broker: bool = False
+    is_migrating_zk_broker: bool
     # Versions 2+; ignorable. Log directories configured in this broker which are available.
-    log_dirs: list[uuid.UUID] = field(default_factory=list)
+    log_dirs: list[uuid.UUID]
     # Versions 3+; ignorable. The epoch before a clean shutdown.
-    previous_broker_epoch: int = -1
+    previous_broker_epoch: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("broker_id", "int32", (0, 4), (1, 0), None, False),
@@ -143,6 +215,60 @@ class BrokerRegistrationRequest:
         FieldSpec("log_dirs", "[]uuid", (2, 4), (1, 0), None, True),
         FieldSpec("previous_broker_epoch", "int64", (3, 4), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        cluster_id: str = "",
+        incarnation_id: uuid.UUID = _ZERO_UUID,
+        listeners: list[BrokerRegistrationRequest.Listener] = MISSING,
+        features: list[BrokerRegistrationRequest.Feature] = MISSING,
+        rack: str | None = "",
+        is_migrating_zk_broker: bool = False,
+        log_dirs: list[uuid.UUID] = MISSING,
+        previous_broker_epoch: int = -1,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.incarnation_id = incarnation_id
+        self.listeners = [] if listeners is MISSING else listeners
+        self.features = [] if features is MISSING else features
+        self.rack = rack
+        self.is_migrating_zk_broker = is_migrating_zk_broker
+        self.log_dirs = [] if log_dirs is MISSING else log_dirs
+        self.previous_broker_epoch = previous_broker_epoch
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BrokerRegistrationRequest):
+            return NotImplemented
+        return (
+            self.broker_id,
+            self.cluster_id,
+            self.incarnation_id,
+            self.listeners,
+            self.features,
+            self.rack,
+            self.is_migrating_zk_broker,
+            self.log_dirs,
+            self.previous_broker_epoch,
+            self.unknown_tagged_fields,
+        ) == (
+            other.broker_id,
+            other.cluster_id,
+            other.incarnation_id,
+            other.listeners,
+            other.features,
+            other.rack,
+            other.is_migrating_zk_broker,
+            other.log_dirs,
+            other.previous_broker_epoch,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"BrokerRegistrationRequest(broker_id={self.broker_id!r}, cluster_id={self.cluster_id!r}, incarnation_id={self.incarnation_id!r}, listeners={self.listeners!r}, features={self.features!r}, rack={self.rack!r}, is_migrating_zk_broker={self.is_migrating_zk_broker!r}, log_dirs={self.log_dirs!r}, previous_broker_epoch={self.previous_broker_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:
@@ -227,7 +353,6 @@ class BrokerRegistrationRequest:
         return obj
 
 
-@dataclass(slots=True)
 class BrokerRegistrationResponse:
     """BrokerRegistrationResponse (API key 62, versions 0-4, flexible from version 0)."""
 
@@ -237,21 +362,48 @@ class BrokerRegistrationResponse:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("broker_epoch", "error_code", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. Duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The broker's assigned epoch, or -1 if none was assigned.
-    broker_epoch: int = -1
+    broker_epoch: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 4), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
         FieldSpec("broker_epoch", "int64", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        broker_epoch: int = -1,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.broker_epoch = broker_epoch
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BrokerRegistrationResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.broker_epoch, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.broker_epoch,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"BrokerRegistrationResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, broker_epoch={self.broker_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ConsumerProtocolSubscription:
     """ConsumerProtocolSubscription (versions 0-3, never flexible)."""
 
@@ -27,21 +26,44 @@ class ConsumerProtocolSubscription:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
-    @dataclass(slots=True)
     class TopicPartition:
         """The TopicPartition struct of ConsumerProtocolSubscription."""
 
+        __slots__ = ("partitions", "topic", "unknown_tagged_fields")
+
         # Versions 1+.
-        topic: str = ""
+        topic: str
         # Versions 1+.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (1, 3), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (1, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ConsumerProtocolSubscription.TopicPartition):
+                return NotImplemented
+            return (self.topic, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ConsumerProtocolSubscription.TopicPartition(topic={self.topic!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if version >= 1:
@@ -71,18 +93,27 @@ class ConsumerProtocolSubscription:
                 obj.partitions = [reader.int32() for _ in range(count)]
             return obj
 
+    __slots__ = (
+        "generation_id",
+        "owned_partitions",
+        "rack_id",
+        "topics",
+        "unknown_tagged_fields",
+        "user_data",
+    )
+
     # Versions 0+.
-    topics: list[str] = field(default_factory=list)
+    topics: list[str]
     # Versions 0+; nullable 0+.
-    user_data: bytes | None = None
+    user_data: bytes | None
     # Versions 1+; ignorable.
-    owned_partitions: list[ConsumerProtocolSubscription.TopicPartition] = field(default_factory=list)
+    owned_partitions: list[ConsumerProtocolSubscription.TopicPartition]
     # Versions 2+; ignorable.
-    generation_id: int = -1
+    generation_id: int
     # Versions 3+; nullable 3+; ignorable.
-    rack_id: str | None = None
+    rack_id: str | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]string", (0, 3), (1, 0), None, False),
@@ -91,6 +122,44 @@ class ConsumerProtocolSubscription:
         FieldSpec("generation_id", "int32", (2, 3), (1, 0), None, True),
         FieldSpec("rack_id", "string", (3, 3), (3, 3), None, True),
     )
+
+    def __init__(
+        self,
+        topics: list[str] = MISSING,
+        user_data: bytes | None = None,
+        owned_partitions: list[ConsumerProtocolSubscription.TopicPartition] = MISSING,
+        generation_id: int = -1,
+        rack_id: str | None = None,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.user_data = user_data
+        self.owned_partitions = [] if owned_partitions is MISSING else owned_partitions
+        self.generation_id = generation_id
+        self.rack_id = rack_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerProtocolSubscription):
+            return NotImplemented
+        return (
+            self.topics,
+            self.user_data,
+            self.owned_partitions,
+            self.generation_id,
+            self.rack_id,
+            self.unknown_tagged_fields,
+        ) == (
+            other.topics,
+            other.user_data,
+            other.owned_partitions,
+            other.generation_id,
+            other.rack_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ConsumerProtocolSubscription(topics={self.topics!r}, user_data={self.user_data!r}, owned_partitions={self.owned_partitions!r}, generation_id={self.generation_id!r}, rack_id={self.rack_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:
@@ -153,7 +222,6 @@ class ConsumerProtocolSubscription:
         return obj
 
 
-@dataclass(slots=True)
 class ConsumerProtocolAssignment:
     """ConsumerProtocolAssignment (versions 0-3, never flexible)."""
 
@@ -163,21 +231,44 @@ class ConsumerProtocolAssignment:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
-    @dataclass(slots=True)
     class TopicPartition:
         """The TopicPartition struct of ConsumerProtocolAssignment."""
 
+        __slots__ = ("partitions", "topic", "unknown_tagged_fields")
+
         # Versions 0+.
-        topic: str = ""
+        topic: str
         # Versions 0+.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (0, 3), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ConsumerProtocolAssignment.TopicPartition):
+                return NotImplemented
+            return (self.topic, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ConsumerProtocolAssignment.TopicPartition(topic={self.topic!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic is None:
@@ -197,17 +288,41 @@ class ConsumerProtocolAssignment:
             obj.partitions = [reader.int32() for _ in range(count)]
             return obj
 
+    __slots__ = ("assigned_partitions", "unknown_tagged_fields", "user_data")
+
     # Versions 0+.
-    assigned_partitions: list[ConsumerProtocolAssignment.TopicPartition] = field(default_factory=list)
+    assigned_partitions: list[ConsumerProtocolAssignment.TopicPartition]
     # Versions 0+; nullable 0+.
-    user_data: bytes | None = None
+    user_data: bytes | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("assigned_partitions", "[]TopicPartition", (0, 3), (1, 0), None, False),
         FieldSpec("user_data", "bytes", (0, 3), (0, 3), None, False),
     )
+
+    def __init__(
+        self,
+        assigned_partitions: list[ConsumerProtocolAssignment.TopicPartition] = MISSING,
+        user_data: bytes | None = None,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.assigned_partitions = [] if assigned_partitions is MISSING else assigned_partitions
+        self.user_data = user_data
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerProtocolAssignment):
+            return NotImplemented
+        return (self.assigned_partitions, self.user_data, self.unknown_tagged_fields) == (
+            other.assigned_partitions,
+            other.user_data,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ConsumerProtocolAssignment(assigned_partitions={self.assigned_partitions!r}, user_data={self.user_data!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:

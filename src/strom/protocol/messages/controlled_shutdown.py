@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class ControlledShutdownRequest:
     """ControlledShutdownRequest (API key 7, versions 0-3, flexible from version 3)."""
 
@@ -20,17 +25,41 @@ class ControlledShutdownRequest:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
+    __slots__ = ("broker_epoch", "broker_id", "unknown_tagged_fields")
+
     # Versions 0+. The id of the broker for which controlled shutdown has been requested.
-    broker_id: int = 0
+    broker_id: int
     # Versions 2+; ignorable. The broker epoch.
-    broker_epoch: int = -1
+    broker_epoch: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("broker_id", "int32", (0, 3), (1, 0), None, False),
         FieldSpec("broker_epoch", "int64", (2, 3), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        broker_epoch: int = -1,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ControlledShutdownRequest):
+            return NotImplemented
+        return (self.broker_id, self.broker_epoch, self.unknown_tagged_fields) == (
+            other.broker_id,
+            other.broker_epoch,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ControlledShutdownRequest(broker_id={self.broker_id!r}, broker_epoch={self.broker_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:
@@ -78,7 +107,6 @@ class ControlledShutdownRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ControlledShutdownResponse:
     """ControlledShutdownResponse (API key 7, versions 0-3, flexible from version 3)."""
 
@@ -88,21 +116,44 @@ class ControlledShutdownResponse:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
-    @dataclass(slots=True)
     class RemainingPartition:
         """The partitions that the broker still leads."""
 
+        __slots__ = ("partition_index", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The name of the topic.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The index of the partition.
-        partition_index: int = 0
+        partition_index: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 3), (1, 0), None, False),
             FieldSpec("partition_index", "int32", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partition_index: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partition_index = partition_index
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ControlledShutdownResponse.RemainingPartition):
+                return NotImplemented
+            return (self.topic_name, self.partition_index, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partition_index,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ControlledShutdownResponse.RemainingPartition(topic_name={self.topic_name!r}, partition_index={self.partition_index!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -129,17 +180,41 @@ class ControlledShutdownResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "remaining_partitions", "unknown_tagged_fields")
+
     # Versions 0+. The top-level error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The partitions that the broker still leads.
-    remaining_partitions: list[ControlledShutdownResponse.RemainingPartition] = field(default_factory=list)
+    remaining_partitions: list[ControlledShutdownResponse.RemainingPartition]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 3), (1, 0), None, False),
         FieldSpec("remaining_partitions", "[]RemainingPartition", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        remaining_partitions: list[ControlledShutdownResponse.RemainingPartition] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.remaining_partitions = [] if remaining_partitions is MISSING else remaining_partitions
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ControlledShutdownResponse):
+            return NotImplemented
+        return (self.error_code, self.remaining_partitions, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.remaining_partitions,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ControlledShutdownResponse(error_code={self.error_code!r}, remaining_partitions={self.remaining_partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:

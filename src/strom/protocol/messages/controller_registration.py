@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ControllerRegistrationRequest:
     """ControllerRegistrationRequest (API key 70, versions 0, flexible from version 0)."""
 
@@ -23,20 +28,21 @@ class ControllerRegistrationRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class Listener:
         """The listeners of this controller"""
 
+        __slots__ = ("host", "name", "port", "security_protocol", "unknown_tagged_fields")
+
         # Versions 0+. The name of the endpoint.
-        name: str = ""
+        name: str
         # Versions 0+. The hostname.
-        host: str = ""
+        host: str
         # Versions 0+. The port.
-        port: int = 0
+        port: int
         # Versions 0+. The security protocol.
-        security_protocol: int = 0
+        security_protocol: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
@@ -44,6 +50,34 @@ class ControllerRegistrationRequest:
             FieldSpec("port", "uint16", (0, 0), (1, 0), None, False),
             FieldSpec("security_protocol", "int16", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            host: str = "",
+            port: int = 0,
+            security_protocol: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
+            self.security_protocol = security_protocol
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ControllerRegistrationRequest.Listener):
+                return NotImplemented
+            return (self.name, self.host, self.port, self.security_protocol, self.unknown_tagged_fields) == (
+                other.name,
+                other.host,
+                other.port,
+                other.security_protocol,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ControllerRegistrationRequest.Listener(name={self.name!r}, host={self.host!r}, port={self.port!r}, security_protocol={self.security_protocol!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -66,24 +100,55 @@ class ControllerRegistrationRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class Feature:
         """The features on this controller"""
 
+        __slots__ = ("max_supported_version", "min_supported_version", "name", "unknown_tagged_fields")
+
         # Versions 0+. The feature name.
-        name: str = ""
+        name: str
         # Versions 0+. The minimum supported feature level.
-        min_supported_version: int = 0
+        min_supported_version: int
         # Versions 0+. The maximum supported feature level.
-        max_supported_version: int = 0
+        max_supported_version: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("min_supported_version", "int16", (0, 0), (1, 0), None, False),
             FieldSpec("max_supported_version", "int16", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            min_supported_version: int = 0,
+            max_supported_version: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.min_supported_version = min_supported_version
+            self.max_supported_version = max_supported_version
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ControllerRegistrationRequest.Feature):
+                return NotImplemented
+            return (
+                self.name,
+                self.min_supported_version,
+                self.max_supported_version,
+                self.unknown_tagged_fields,
+            ) == (
+                other.name,
+                other.min_supported_version,
+                other.max_supported_version,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ControllerRegistrationRequest.Feature(name={self.name!r}, min_supported_version={self.min_supported_version!r}, max_supported_version={self.max_supported_version!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -102,18 +167,27 @@ class ControllerRegistrationRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "controller_id",
+        "features",
+        "incarnation_id",
+        "listeners",
+        "unknown_tagged_fields",
+        "zk_migration_ready",
+    )
+
     # Versions 0+. The ID of the controller to register.
-    controller_id: int = 0
+    controller_id: int
     # Versions 0+. The controller incarnation ID, which is unique to each process run.
-    incarnation_id: uuid.UUID = _ZERO_UUID
+    incarnation_id: uuid.UUID
     # Versions 0+. Set if the required configurations for ZK migration are present.
-    zk_migration_ready: bool = False
+    zk_migration_ready: bool
     # Versions 0+. The listeners of this controller
-    listeners: list[ControllerRegistrationRequest.Listener] = field(default_factory=list)
+    listeners: list[ControllerRegistrationRequest.Listener]
     # Versions 0+. The features on this controller
-    features: list[ControllerRegistrationRequest.Feature] = field(default_factory=list)
+    features: list[ControllerRegistrationRequest.Feature]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("controller_id", "int32", (0, 0), (1, 0), None, False),
@@ -122,6 +196,44 @@ class ControllerRegistrationRequest:
         FieldSpec("listeners", "[]Listener", (0, 0), (1, 0), None, False),
         FieldSpec("features", "[]Feature", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        incarnation_id: uuid.UUID = _ZERO_UUID,
+        zk_migration_ready: bool = False,
+        listeners: list[ControllerRegistrationRequest.Listener] = MISSING,
+        features: list[ControllerRegistrationRequest.Feature] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.controller_id = controller_id
+        self.incarnation_id = incarnation_id
+        self.zk_migration_ready = zk_migration_ready
+        self.listeners = [] if listeners is MISSING else listeners
+        self.features = [] if features is MISSING else features
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ControllerRegistrationRequest):
+            return NotImplemented
+        return (
+            self.controller_id,
+            self.incarnation_id,
+            self.zk_migration_ready,
+            self.listeners,
+            self.features,
+            self.unknown_tagged_fields,
+        ) == (
+            other.controller_id,
+            other.incarnation_id,
+            other.zk_migration_ready,
+            other.listeners,
+            other.features,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ControllerRegistrationRequest(controller_id={self.controller_id!r}, incarnation_id={self.incarnation_id!r}, zk_migration_ready={self.zk_migration_ready!r}, listeners={self.listeners!r}, features={self.features!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -183,7 +295,6 @@ class ControllerRegistrationRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ControllerRegistrationResponse:
     """ControllerRegistrationResponse (API key 70, versions 0, flexible from version 0)."""
 
@@ -193,21 +304,48 @@ class ControllerRegistrationResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("error_code", "error_message", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. Duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The response error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The response error message, or null if there was no error.
-    error_message: str | None = ""
+    error_message: str | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ControllerRegistrationResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ControllerRegistrationResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

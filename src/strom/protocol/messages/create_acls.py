@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class CreateAclsRequest:
     """CreateAclsRequest (API key 30, versions 0-3, flexible from version 2)."""
 
@@ -27,26 +26,36 @@ class CreateAclsRequest:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class AclCreation:
         """The ACLs that we want to create."""
 
+        __slots__ = (
+            "host",
+            "operation",
+            "permission_type",
+            "principal",
+            "resource_name",
+            "resource_pattern_type",
+            "resource_type",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The type of the resource.
-        resource_type: int = 0
+        resource_type: int
         # Versions 0+. The resource name for the ACL.
-        resource_name: str = ""
+        resource_name: str
         # Versions 1+. The pattern type for the ACL.
-        resource_pattern_type: int = 3
+        resource_pattern_type: int
         # Versions 0+. The principal for the ACL.
-        principal: str = ""
+        principal: str
         # Versions 0+. The host for the ACL.
-        host: str = ""
+        host: str
         # Versions 0+. The operation type for the ACL (read, write, etc.).
-        operation: int = 0
+        operation: int
         # Versions 0+. The permission type for the ACL (allow, deny, etc.).
-        permission_type: int = 0
+        permission_type: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("resource_type", "int8", (0, 3), (1, 0), None, False),
@@ -57,6 +66,52 @@ class CreateAclsRequest:
             FieldSpec("operation", "int8", (0, 3), (1, 0), None, False),
             FieldSpec("permission_type", "int8", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            resource_type: int = 0,
+            resource_name: str = "",
+            resource_pattern_type: int = 3,
+            principal: str = "",
+            host: str = "",
+            operation: int = 0,
+            permission_type: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.resource_pattern_type = resource_pattern_type
+            self.principal = principal
+            self.host = host
+            self.operation = operation
+            self.permission_type = permission_type
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreateAclsRequest.AclCreation):
+                return NotImplemented
+            return (
+                self.resource_type,
+                self.resource_name,
+                self.resource_pattern_type,
+                self.principal,
+                self.host,
+                self.operation,
+                self.permission_type,
+                self.unknown_tagged_fields,
+            ) == (
+                other.resource_type,
+                other.resource_name,
+                other.resource_pattern_type,
+                other.principal,
+                other.host,
+                other.operation,
+                other.permission_type,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreateAclsRequest.AclCreation(resource_type={self.resource_type!r}, resource_name={self.resource_name!r}, resource_pattern_type={self.resource_pattern_type!r}, principal={self.principal!r}, host={self.host!r}, operation={self.operation!r}, permission_type={self.permission_type!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -113,14 +168,32 @@ class CreateAclsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("creations", "unknown_tagged_fields")
+
     # Versions 0+. The ACLs that we want to create.
-    creations: list[CreateAclsRequest.AclCreation] = field(default_factory=list)
+    creations: list[CreateAclsRequest.AclCreation]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("creations", "[]AclCreation", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        creations: list[CreateAclsRequest.AclCreation] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.creations = [] if creations is MISSING else creations
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CreateAclsRequest):
+            return NotImplemented
+        return (self.creations, self.unknown_tagged_fields) == (other.creations, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"CreateAclsRequest(creations={self.creations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:
@@ -176,7 +249,6 @@ class CreateAclsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class CreateAclsResponse:
     """CreateAclsResponse (API key 30, versions 0-3, flexible from version 2)."""
 
@@ -186,21 +258,44 @@ class CreateAclsResponse:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class AclCreationResult:
         """The results for each ACL creation."""
 
+        __slots__ = ("error_code", "error_message", "unknown_tagged_fields")
+
         # Versions 0+. The result error, or zero if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The result message, or null if there was no error.
-        error_message: str | None = ""
+        error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 3), (1, 0), None, False),
             FieldSpec("error_message", "string", (0, 3), (0, 3), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            error_message: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreateAclsResponse.AclCreationResult):
+                return NotImplemented
+            return (self.error_code, self.error_message, self.unknown_tagged_fields) == (
+                other.error_code,
+                other.error_message,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreateAclsResponse.AclCreationResult(error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -225,18 +320,42 @@ class CreateAclsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The results for each ACL creation.
-    results: list[CreateAclsResponse.AclCreationResult] = field(default_factory=list)
+    results: list[CreateAclsResponse.AclCreationResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 3), (1, 0), None, False),
         FieldSpec("results", "[]AclCreationResult", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[CreateAclsResponse.AclCreationResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CreateAclsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.results, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"CreateAclsResponse(throttle_time_ms={self.throttle_time_ms!r}, results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class CreateDelegationTokenRequest:
     """CreateDelegationTokenRequest (API key 38, versions 0-3, flexible from version 2)."""
 
@@ -27,21 +26,44 @@ class CreateDelegationTokenRequest:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class CreatableRenewers:
         """A list of those who are allowed to renew this token before it expires."""
 
+        __slots__ = ("principal_name", "principal_type", "unknown_tagged_fields")
+
         # Versions 0+. The type of the Kafka principal.
-        principal_type: str = ""
+        principal_type: str
         # Versions 0+. The name of the Kafka principal.
-        principal_name: str = ""
+        principal_name: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("principal_type", "string", (0, 3), (1, 0), None, False),
             FieldSpec("principal_name", "string", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            principal_type: str = "",
+            principal_name: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.principal_type = principal_type
+            self.principal_name = principal_name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreateDelegationTokenRequest.CreatableRenewers):
+                return NotImplemented
+            return (self.principal_type, self.principal_name, self.unknown_tagged_fields) == (
+                other.principal_type,
+                other.principal_name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreateDelegationTokenRequest.CreatableRenewers(principal_type={self.principal_type!r}, principal_name={self.principal_name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -80,19 +102,27 @@ class CreateDelegationTokenRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "max_lifetime_ms",
+        "owner_principal_name",
+        "owner_principal_type",
+        "renewers",
+        "unknown_tagged_fields",
+    )
+
     # Versions 3+; nullable 3+. The principal type of the owner of the token. If it's null it defaults
     # to the token request principal.
-    owner_principal_type: str | None = ""
+    owner_principal_type: str | None
     # Versions 3+; nullable 3+. The principal name of the owner of the token. If it's null it defaults
     # to the token request principal.
-    owner_principal_name: str | None = ""
+    owner_principal_name: str | None
     # Versions 0+. A list of those who are allowed to renew this token before it expires.
-    renewers: list[CreateDelegationTokenRequest.CreatableRenewers] = field(default_factory=list)
+    renewers: list[CreateDelegationTokenRequest.CreatableRenewers]
     # Versions 0+. The maximum lifetime of the token in milliseconds, or -1 to use the server side
     # default.
-    max_lifetime_ms: int = 0
+    max_lifetime_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("owner_principal_type", "string", (3, 3), (3, 3), None, False),
@@ -100,6 +130,40 @@ class CreateDelegationTokenRequest:
         FieldSpec("renewers", "[]CreatableRenewers", (0, 3), (1, 0), None, False),
         FieldSpec("max_lifetime_ms", "int64", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        owner_principal_type: str | None = "",
+        owner_principal_name: str | None = "",
+        renewers: list[CreateDelegationTokenRequest.CreatableRenewers] = MISSING,
+        max_lifetime_ms: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.owner_principal_type = owner_principal_type
+        self.owner_principal_name = owner_principal_name
+        self.renewers = [] if renewers is MISSING else renewers
+        self.max_lifetime_ms = max_lifetime_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CreateDelegationTokenRequest):
+            return NotImplemented
+        return (
+            self.owner_principal_type,
+            self.owner_principal_name,
+            self.renewers,
+            self.max_lifetime_ms,
+            self.unknown_tagged_fields,
+        ) == (
+            other.owner_principal_type,
+            other.owner_principal_name,
+            other.renewers,
+            other.max_lifetime_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"CreateDelegationTokenRequest(owner_principal_type={self.owner_principal_type!r}, owner_principal_name={self.owner_principal_name!r}, renewers={self.renewers!r}, max_lifetime_ms={self.max_lifetime_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:
@@ -173,7 +237,6 @@ class CreateDelegationTokenRequest:
         return obj
 
 
-@dataclass(slots=True)
 class CreateDelegationTokenResponse:
     """CreateDelegationTokenResponse (API key 38, versions 0-3, flexible from version 2)."""
 
@@ -183,31 +246,46 @@ class CreateDelegationTokenResponse:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = (
+        "error_code",
+        "expiry_timestamp_ms",
+        "hmac",
+        "issue_timestamp_ms",
+        "max_timestamp_ms",
+        "principal_name",
+        "principal_type",
+        "throttle_time_ms",
+        "token_id",
+        "token_requester_principal_name",
+        "token_requester_principal_type",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The top-level error, or zero if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The principal type of the token owner.
-    principal_type: str = ""
+    principal_type: str
     # Versions 0+. The name of the token owner.
-    principal_name: str = ""
+    principal_name: str
     # Versions 3+. The principal type of the requester of the token.
-    token_requester_principal_type: str = ""
+    token_requester_principal_type: str
     # Versions 3+. The principal type of the requester of the token.
-    token_requester_principal_name: str = ""
+    token_requester_principal_name: str
     # Versions 0+. When this token was generated.
-    issue_timestamp_ms: int = 0
+    issue_timestamp_ms: int
     # Versions 0+. When this token expires.
-    expiry_timestamp_ms: int = 0
+    expiry_timestamp_ms: int
     # Versions 0+. The maximum lifetime of this token.
-    max_timestamp_ms: int = 0
+    max_timestamp_ms: int
     # Versions 0+. The token UUID.
-    token_id: str = ""
+    token_id: str
     # Versions 0+. HMAC of the delegation token.
-    hmac: bytes = b""
+    hmac: bytes
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 3), (1, 0), None, False),
@@ -222,6 +300,68 @@ class CreateDelegationTokenResponse:
         FieldSpec("hmac", "bytes", (0, 3), (1, 0), None, False),
         FieldSpec("throttle_time_ms", "int32", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        principal_type: str = "",
+        principal_name: str = "",
+        token_requester_principal_type: str = "",
+        token_requester_principal_name: str = "",
+        issue_timestamp_ms: int = 0,
+        expiry_timestamp_ms: int = 0,
+        max_timestamp_ms: int = 0,
+        token_id: str = "",
+        hmac: bytes = b"",
+        throttle_time_ms: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp_ms = issue_timestamp_ms
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.max_timestamp_ms = max_timestamp_ms
+        self.token_id = token_id
+        self.hmac = hmac
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CreateDelegationTokenResponse):
+            return NotImplemented
+        return (
+            self.error_code,
+            self.principal_type,
+            self.principal_name,
+            self.token_requester_principal_type,
+            self.token_requester_principal_name,
+            self.issue_timestamp_ms,
+            self.expiry_timestamp_ms,
+            self.max_timestamp_ms,
+            self.token_id,
+            self.hmac,
+            self.throttle_time_ms,
+            self.unknown_tagged_fields,
+        ) == (
+            other.error_code,
+            other.principal_type,
+            other.principal_name,
+            other.token_requester_principal_type,
+            other.token_requester_principal_name,
+            other.issue_timestamp_ms,
+            other.expiry_timestamp_ms,
+            other.max_timestamp_ms,
+            other.token_id,
+            other.hmac,
+            other.throttle_time_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"CreateDelegationTokenResponse(error_code={self.error_code!r}, principal_type={self.principal_type!r}, principal_name={self.principal_name!r}, token_requester_principal_type={self.token_requester_principal_type!r}, token_requester_principal_name={self.token_requester_principal_name!r}, issue_timestamp_ms={self.issue_timestamp_ms!r}, expiry_timestamp_ms={self.expiry_timestamp_ms!r}, max_timestamp_ms={self.max_timestamp_ms!r}, token_id={self.token_id!r}, hmac={self.hmac!r}, throttle_time_ms={self.throttle_time_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class CreatePartitionsRequest:
     """CreatePartitionsRequest (API key 37, versions 0-3, flexible from version 2)."""
 
@@ -20,18 +25,38 @@ class CreatePartitionsRequest:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class CreatePartitionsAssignment:
         """The new partition assignments."""
 
+        __slots__ = ("broker_ids", "unknown_tagged_fields")
+
         # Versions 0+. The assigned broker IDs.
-        broker_ids: list[int] = field(default_factory=list)
+        broker_ids: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("broker_ids", "[]int32", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            broker_ids: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.broker_ids = [] if broker_ids is MISSING else broker_ids
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreatePartitionsRequest.CreatePartitionsAssignment):
+                return NotImplemented
+            return (self.broker_ids, self.unknown_tagged_fields) == (
+                other.broker_ids,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreatePartitionsRequest.CreatePartitionsAssignment(broker_ids={self.broker_ids!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -64,26 +89,50 @@ class CreatePartitionsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class CreatePartitionsTopic:
         """Each topic that we want to create new partitions inside."""
 
+        __slots__ = ("assignments", "count", "name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The new partition count.
-        count: int = 0
+        count: int
         # Versions 0+; nullable 0+. The new partition assignments.
-        assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] | None = field(
-            default_factory=list
-        )
+        assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 3), (1, 0), None, False),
             FieldSpec("count", "int32", (0, 3), (1, 0), None, False),
             FieldSpec("assignments", "[]CreatePartitionsAssignment", (0, 3), (0, 3), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            count: int = 0,
+            assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] | None = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.count = count
+            self.assignments = [] if assignments is MISSING else assignments
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreatePartitionsRequest.CreatePartitionsTopic):
+                return NotImplemented
+            return (self.name, self.count, self.assignments, self.unknown_tagged_fields) == (
+                other.name,
+                other.count,
+                other.assignments,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreatePartitionsRequest.CreatePartitionsTopic(name={self.name!r}, count={self.count!r}, assignments={self.assignments!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -136,21 +185,48 @@ class CreatePartitionsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("timeout_ms", "topics", "unknown_tagged_fields", "validate_only")
+
     # Versions 0+. Each topic that we want to create new partitions inside.
-    topics: list[CreatePartitionsRequest.CreatePartitionsTopic] = field(default_factory=list)
+    topics: list[CreatePartitionsRequest.CreatePartitionsTopic]
     # Versions 0+. The time in ms to wait for the partitions to be created.
-    timeout_ms: int = 0
+    timeout_ms: int
     # Versions 0+. If true, then validate the request, but don't actually increase the number of
     # partitions.
-    validate_only: bool = False
+    validate_only: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]CreatePartitionsTopic", (0, 3), (1, 0), None, False),
         FieldSpec("timeout_ms", "int32", (0, 3), (1, 0), None, False),
         FieldSpec("validate_only", "bool", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[CreatePartitionsRequest.CreatePartitionsTopic] = MISSING,
+        timeout_ms: int = 0,
+        validate_only: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CreatePartitionsRequest):
+            return NotImplemented
+        return (self.topics, self.timeout_ms, self.validate_only, self.unknown_tagged_fields) == (
+            other.topics,
+            other.timeout_ms,
+            other.validate_only,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"CreatePartitionsRequest(topics={self.topics!r}, timeout_ms={self.timeout_ms!r}, validate_only={self.validate_only!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:
@@ -214,7 +290,6 @@ class CreatePartitionsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class CreatePartitionsResponse:
     """CreatePartitionsResponse (API key 37, versions 0-3, flexible from version 2)."""
 
@@ -224,24 +299,50 @@ class CreatePartitionsResponse:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class CreatePartitionsTopicResult:
         """The partition creation results for each topic."""
 
+        __slots__ = ("error_code", "error_message", "name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The result error, or zero if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The result message, or null if there was no error.
-        error_message: str | None = None
+        error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 3), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 3), (1, 0), None, False),
             FieldSpec("error_message", "string", (0, 3), (0, 3), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            error_code: int = 0,
+            error_message: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreatePartitionsResponse.CreatePartitionsTopicResult):
+                return NotImplemented
+            return (self.name, self.error_code, self.error_message, self.unknown_tagged_fields) == (
+                other.name,
+                other.error_code,
+                other.error_message,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreatePartitionsResponse.CreatePartitionsTopicResult(name={self.name!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -278,18 +379,42 @@ class CreatePartitionsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The partition creation results for each topic.
-    results: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = field(default_factory=list)
+    results: list[CreatePartitionsResponse.CreatePartitionsTopicResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 3), (1, 0), None, False),
         FieldSpec("results", "[]CreatePartitionsTopicResult", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CreatePartitionsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.results, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"CreatePartitionsResponse(throttle_time_ms={self.throttle_time_ms!r}, results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class CreateTopicsRequest:
     """CreateTopicsRequest (API key 19, versions 0-7, flexible from version 5)."""
 
@@ -30,21 +29,44 @@ class CreateTopicsRequest:
     MAX_VERSION: ClassVar[int] = 7
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
 
-    @dataclass(slots=True)
     class CreatableReplicaAssignment:
         """The manual partition assignment, or the empty array if we are using automatic assignment."""
 
+        __slots__ = ("broker_ids", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The brokers to place the partition on.
-        broker_ids: list[int] = field(default_factory=list)
+        broker_ids: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 7), (1, 0), None, False),
             FieldSpec("broker_ids", "[]int32", (0, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            broker_ids: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.broker_ids = [] if broker_ids is MISSING else broker_ids
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreateTopicsRequest.CreatableReplicaAssignment):
+                return NotImplemented
+            return (self.partition_index, self.broker_ids, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.broker_ids,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreateTopicsRequest.CreatableReplicaAssignment(partition_index={self.partition_index!r}, broker_ids={self.broker_ids!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 5
@@ -79,21 +101,44 @@ class CreateTopicsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class CreatableTopicConfig:
         """The custom topic configurations to set."""
 
+        __slots__ = ("name", "unknown_tagged_fields", "value")
+
         # Versions 0+. The configuration name.
-        name: str = ""
+        name: str
         # Versions 0+; nullable 0+. The configuration value.
-        value: str | None = ""
+        value: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 7), (1, 0), None, False),
             FieldSpec("value", "string", (0, 7), (0, 7), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            value: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.value = value
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreateTopicsRequest.CreatableTopicConfig):
+                return NotImplemented
+            return (self.name, self.value, self.unknown_tagged_fields) == (
+                other.name,
+                other.value,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreateTopicsRequest.CreatableTopicConfig(name={self.name!r}, value={self.value!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 5
@@ -126,25 +171,33 @@ class CreateTopicsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class CreatableTopic:
         """The topics to create."""
 
+        __slots__ = (
+            "assignments",
+            "configs",
+            "name",
+            "num_partitions",
+            "replication_factor",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The number of partitions to create in the topic, or -1 if we are either specifying
         # a manual partition assignment or using the default partitions.
-        num_partitions: int = 0
+        num_partitions: int
         # Versions 0+. The number of replicas to create for each partition in the topic, or -1 if we are
         # either specifying a manual partition assignment or using the default replication factor.
-        replication_factor: int = 0
+        replication_factor: int
         # Versions 0+. The manual partition assignment, or the empty array if we are using automatic
         # assignment.
-        assignments: list[CreateTopicsRequest.CreatableReplicaAssignment] = field(default_factory=list)
+        assignments: list[CreateTopicsRequest.CreatableReplicaAssignment]
         # Versions 0+. The custom topic configurations to set.
-        configs: list[CreateTopicsRequest.CreatableTopicConfig] = field(default_factory=list)
+        configs: list[CreateTopicsRequest.CreatableTopicConfig]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 7), (1, 0), None, False),
@@ -153,6 +206,44 @@ class CreateTopicsRequest:
             FieldSpec("assignments", "[]CreatableReplicaAssignment", (0, 7), (1, 0), None, False),
             FieldSpec("configs", "[]CreatableTopicConfig", (0, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            num_partitions: int = 0,
+            replication_factor: int = 0,
+            assignments: list[CreateTopicsRequest.CreatableReplicaAssignment] = MISSING,
+            configs: list[CreateTopicsRequest.CreatableTopicConfig] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.num_partitions = num_partitions
+            self.replication_factor = replication_factor
+            self.assignments = [] if assignments is MISSING else assignments
+            self.configs = [] if configs is MISSING else configs
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreateTopicsRequest.CreatableTopic):
+                return NotImplemented
+            return (
+                self.name,
+                self.num_partitions,
+                self.replication_factor,
+                self.assignments,
+                self.configs,
+                self.unknown_tagged_fields,
+            ) == (
+                other.name,
+                other.num_partitions,
+                other.replication_factor,
+                other.assignments,
+                other.configs,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreateTopicsRequest.CreatableTopic(name={self.name!r}, num_partitions={self.num_partitions!r}, replication_factor={self.replication_factor!r}, assignments={self.assignments!r}, configs={self.configs!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 5
@@ -217,21 +308,48 @@ class CreateTopicsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("timeout_ms", "topics", "unknown_tagged_fields", "validate_only")
+
     # Versions 0+. The topics to create.
-    topics: list[CreateTopicsRequest.CreatableTopic] = field(default_factory=list)
+    topics: list[CreateTopicsRequest.CreatableTopic]
     # Versions 0+. How long to wait in milliseconds before timing out the request.
-    timeout_ms: int = 60000
+    timeout_ms: int
     # Versions 1+. If true, check that the topics can be created as specified, but don't create
     # anything.
-    validate_only: bool = False
+    validate_only: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]CreatableTopic", (0, 7), (1, 0), None, False),
         FieldSpec("timeout_ms", "int32", (0, 7), (1, 0), None, False),
         FieldSpec("validate_only", "bool", (1, 7), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[CreateTopicsRequest.CreatableTopic] = MISSING,
+        timeout_ms: int = 60000,
+        validate_only: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CreateTopicsRequest):
+            return NotImplemented
+        return (self.topics, self.timeout_ms, self.validate_only, self.unknown_tagged_fields) == (
+            other.topics,
+            other.timeout_ms,
+            other.validate_only,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"CreateTopicsRequest(topics={self.topics!r}, timeout_ms={self.timeout_ms!r}, validate_only={self.validate_only!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 7:
@@ -295,7 +413,6 @@ class CreateTopicsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class CreateTopicsResponse:
     """CreateTopicsResponse (API key 19, versions 0-7, flexible from version 5)."""
 
@@ -305,22 +422,23 @@ class CreateTopicsResponse:
     MAX_VERSION: ClassVar[int] = 7
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
 
-    @dataclass(slots=True)
     class CreatableTopicConfigs:
         """Configuration of the topic."""
 
+        __slots__ = ("config_source", "is_sensitive", "name", "read_only", "unknown_tagged_fields", "value")
+
         # Versions 5+. The configuration name.
-        name: str = ""
+        name: str
         # Versions 5+; nullable 5+. The configuration value.
-        value: str | None = ""
+        value: str | None
         # Versions 5+. True if the configuration is read-only.
-        read_only: bool = False
+        read_only: bool
         # Versions 5+; ignorable. The configuration source.
-        config_source: int = -1
+        config_source: int
         # Versions 5+. True if this configuration is sensitive.
-        is_sensitive: bool = False
+        is_sensitive: bool
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (5, 7), (1, 0), None, False),
@@ -329,6 +447,44 @@ class CreateTopicsResponse:
             FieldSpec("config_source", "int8", (5, 7), (1, 0), None, True),
             FieldSpec("is_sensitive", "bool", (5, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            value: str | None = "",
+            read_only: bool = False,
+            config_source: int = -1,
+            is_sensitive: bool = False,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.value = value
+            self.read_only = read_only
+            self.config_source = config_source
+            self.is_sensitive = is_sensitive
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreateTopicsResponse.CreatableTopicConfigs):
+                return NotImplemented
+            return (
+                self.name,
+                self.value,
+                self.read_only,
+                self.config_source,
+                self.is_sensitive,
+                self.unknown_tagged_fields,
+            ) == (
+                other.name,
+                other.value,
+                other.read_only,
+                other.config_source,
+                other.is_sensitive,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreateTopicsResponse.CreatableTopicConfigs(name={self.name!r}, value={self.value!r}, read_only={self.read_only!r}, config_source={self.config_source!r}, is_sensitive={self.is_sensitive!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 5
@@ -375,29 +531,40 @@ class CreateTopicsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class CreatableTopicResult:
         """Results for each topic we tried to create."""
 
+        __slots__ = (
+            "configs",
+            "error_code",
+            "error_message",
+            "name",
+            "num_partitions",
+            "replication_factor",
+            "topic_config_error_code",
+            "topic_id",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 7+; ignorable. The unique topic ID
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 1+; nullable 0+; ignorable. The error message, or null if there was no error.
-        error_message: str | None = ""
+        error_message: str | None
         # Versions 5+; tag 0 (tagged 5+); ignorable. Optional topic config error returned if configs are
         # not returned in the response.
-        topic_config_error_code: int = 0
+        topic_config_error_code: int
         # Versions 5+; ignorable. Number of partitions of the topic.
-        num_partitions: int = -1
+        num_partitions: int
         # Versions 5+; ignorable. Replication factor of the topic.
-        replication_factor: int = -1
+        replication_factor: int
         # Versions 5+; nullable 5+; ignorable. Configuration of the topic.
-        configs: list[CreateTopicsResponse.CreatableTopicConfigs] | None = field(default_factory=list)
+        configs: list[CreateTopicsResponse.CreatableTopicConfigs] | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 7), (1, 0), None, False),
@@ -409,6 +576,56 @@ class CreateTopicsResponse:
             FieldSpec("replication_factor", "int16", (5, 7), (1, 0), None, True),
             FieldSpec("configs", "[]CreatableTopicConfigs", (5, 7), (5, 7), None, True),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            error_code: int = 0,
+            error_message: str | None = "",
+            topic_config_error_code: int = 0,
+            num_partitions: int = -1,
+            replication_factor: int = -1,
+            configs: list[CreateTopicsResponse.CreatableTopicConfigs] | None = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.topic_id = topic_id
+            self.error_code = error_code
+            self.error_message = error_message
+            self.topic_config_error_code = topic_config_error_code
+            self.num_partitions = num_partitions
+            self.replication_factor = replication_factor
+            self.configs = [] if configs is MISSING else configs
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, CreateTopicsResponse.CreatableTopicResult):
+                return NotImplemented
+            return (
+                self.name,
+                self.topic_id,
+                self.error_code,
+                self.error_message,
+                self.topic_config_error_code,
+                self.num_partitions,
+                self.replication_factor,
+                self.configs,
+                self.unknown_tagged_fields,
+            ) == (
+                other.name,
+                other.topic_id,
+                other.error_code,
+                other.error_message,
+                other.topic_config_error_code,
+                other.num_partitions,
+                other.replication_factor,
+                other.configs,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"CreateTopicsResponse.CreatableTopicResult(name={self.name!r}, topic_id={self.topic_id!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, topic_config_error_code={self.topic_config_error_code!r}, num_partitions={self.num_partitions!r}, replication_factor={self.replication_factor!r}, configs={self.configs!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 5
@@ -485,18 +702,42 @@ class CreateTopicsResponse:
                         obj.unknown_tagged_fields[tag] = bytes(reader.raw(size))
             return obj
 
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 2+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. Results for each topic we tried to create.
-    topics: list[CreateTopicsResponse.CreatableTopicResult] = field(default_factory=list)
+    topics: list[CreateTopicsResponse.CreatableTopicResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (2, 7), (1, 0), None, True),
         FieldSpec("topics", "[]CreatableTopicResult", (0, 7), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[CreateTopicsResponse.CreatableTopicResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CreateTopicsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"CreateTopicsResponse(throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 7:

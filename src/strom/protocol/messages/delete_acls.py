@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class DeleteAclsRequest:
     """DeleteAclsRequest (API key 31, versions 0-3, flexible from version 2)."""
 
@@ -27,26 +26,36 @@ class DeleteAclsRequest:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class DeleteAclsFilter:
         """The filters to use when deleting ACLs."""
 
+        __slots__ = (
+            "host_filter",
+            "operation",
+            "pattern_type_filter",
+            "permission_type",
+            "principal_filter",
+            "resource_name_filter",
+            "resource_type_filter",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The resource type.
-        resource_type_filter: int = 0
+        resource_type_filter: int
         # Versions 0+; nullable 0+. The resource name.
-        resource_name_filter: str | None = ""
+        resource_name_filter: str | None
         # Versions 1+. The pattern type.
-        pattern_type_filter: int = 3
+        pattern_type_filter: int
         # Versions 0+; nullable 0+. The principal filter, or null to accept all principals.
-        principal_filter: str | None = ""
+        principal_filter: str | None
         # Versions 0+; nullable 0+. The host filter, or null to accept all hosts.
-        host_filter: str | None = ""
+        host_filter: str | None
         # Versions 0+. The ACL operation.
-        operation: int = 0
+        operation: int
         # Versions 0+. The permission type.
-        permission_type: int = 0
+        permission_type: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("resource_type_filter", "int8", (0, 3), (1, 0), None, False),
@@ -57,6 +66,52 @@ class DeleteAclsRequest:
             FieldSpec("operation", "int8", (0, 3), (1, 0), None, False),
             FieldSpec("permission_type", "int8", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            resource_type_filter: int = 0,
+            resource_name_filter: str | None = "",
+            pattern_type_filter: int = 3,
+            principal_filter: str | None = "",
+            host_filter: str | None = "",
+            operation: int = 0,
+            permission_type: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.resource_type_filter = resource_type_filter
+            self.resource_name_filter = resource_name_filter
+            self.pattern_type_filter = pattern_type_filter
+            self.principal_filter = principal_filter
+            self.host_filter = host_filter
+            self.operation = operation
+            self.permission_type = permission_type
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteAclsRequest.DeleteAclsFilter):
+                return NotImplemented
+            return (
+                self.resource_type_filter,
+                self.resource_name_filter,
+                self.pattern_type_filter,
+                self.principal_filter,
+                self.host_filter,
+                self.operation,
+                self.permission_type,
+                self.unknown_tagged_fields,
+            ) == (
+                other.resource_type_filter,
+                other.resource_name_filter,
+                other.pattern_type_filter,
+                other.principal_filter,
+                other.host_filter,
+                other.operation,
+                other.permission_type,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteAclsRequest.DeleteAclsFilter(resource_type_filter={self.resource_type_filter!r}, resource_name_filter={self.resource_name_filter!r}, pattern_type_filter={self.pattern_type_filter!r}, principal_filter={self.principal_filter!r}, host_filter={self.host_filter!r}, operation={self.operation!r}, permission_type={self.permission_type!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -107,14 +162,32 @@ class DeleteAclsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("filters", "unknown_tagged_fields")
+
     # Versions 0+. The filters to use when deleting ACLs.
-    filters: list[DeleteAclsRequest.DeleteAclsFilter] = field(default_factory=list)
+    filters: list[DeleteAclsRequest.DeleteAclsFilter]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("filters", "[]DeleteAclsFilter", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        filters: list[DeleteAclsRequest.DeleteAclsFilter] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.filters = [] if filters is MISSING else filters
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteAclsRequest):
+            return NotImplemented
+        return (self.filters, self.unknown_tagged_fields) == (other.filters, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"DeleteAclsRequest(filters={self.filters!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:
@@ -170,7 +243,6 @@ class DeleteAclsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DeleteAclsResponse:
     """DeleteAclsResponse (API key 31, versions 0-3, flexible from version 2)."""
 
@@ -180,30 +252,42 @@ class DeleteAclsResponse:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class DeleteAclsMatchingAcl:
         """The ACLs which matched this filter."""
 
+        __slots__ = (
+            "error_code",
+            "error_message",
+            "host",
+            "operation",
+            "pattern_type",
+            "permission_type",
+            "principal",
+            "resource_name",
+            "resource_type",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The deletion error code, or 0 if the deletion succeeded.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The deletion error message, or null if the deletion succeeded.
-        error_message: str | None = ""
+        error_message: str | None
         # Versions 0+. The ACL resource type.
-        resource_type: int = 0
+        resource_type: int
         # Versions 0+. The ACL resource name.
-        resource_name: str = ""
+        resource_name: str
         # Versions 1+. The ACL resource pattern type.
-        pattern_type: int = 3
+        pattern_type: int
         # Versions 0+. The ACL principal.
-        principal: str = ""
+        principal: str
         # Versions 0+. The ACL host.
-        host: str = ""
+        host: str
         # Versions 0+. The ACL operation.
-        operation: int = 0
+        operation: int
         # Versions 0+. The ACL permission type.
-        permission_type: int = 0
+        permission_type: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 3), (1, 0), None, False),
@@ -216,6 +300,60 @@ class DeleteAclsResponse:
             FieldSpec("operation", "int8", (0, 3), (1, 0), None, False),
             FieldSpec("permission_type", "int8", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            error_message: str | None = "",
+            resource_type: int = 0,
+            resource_name: str = "",
+            pattern_type: int = 3,
+            principal: str = "",
+            host: str = "",
+            operation: int = 0,
+            permission_type: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.pattern_type = pattern_type
+            self.principal = principal
+            self.host = host
+            self.operation = operation
+            self.permission_type = permission_type
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteAclsResponse.DeleteAclsMatchingAcl):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.error_message,
+                self.resource_type,
+                self.resource_name,
+                self.pattern_type,
+                self.principal,
+                self.host,
+                self.operation,
+                self.permission_type,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.error_message,
+                other.resource_type,
+                other.resource_name,
+                other.pattern_type,
+                other.principal,
+                other.host,
+                other.operation,
+                other.permission_type,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteAclsResponse.DeleteAclsMatchingAcl(error_code={self.error_code!r}, error_message={self.error_message!r}, resource_type={self.resource_type!r}, resource_name={self.resource_name!r}, pattern_type={self.pattern_type!r}, principal={self.principal!r}, host={self.host!r}, operation={self.operation!r}, permission_type={self.permission_type!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -282,24 +420,50 @@ class DeleteAclsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DeleteAclsFilterResult:
         """The results for each filter."""
 
+        __slots__ = ("error_code", "error_message", "matching_acls", "unknown_tagged_fields")
+
         # Versions 0+. The error code, or 0 if the filter succeeded.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The error message, or null if the filter succeeded.
-        error_message: str | None = ""
+        error_message: str | None
         # Versions 0+. The ACLs which matched this filter.
-        matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = field(default_factory=list)
+        matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 3), (1, 0), None, False),
             FieldSpec("error_message", "string", (0, 3), (0, 3), None, False),
             FieldSpec("matching_acls", "[]DeleteAclsMatchingAcl", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            error_message: str | None = "",
+            matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.matching_acls = [] if matching_acls is MISSING else matching_acls
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteAclsResponse.DeleteAclsFilterResult):
+                return NotImplemented
+            return (self.error_code, self.error_message, self.matching_acls, self.unknown_tagged_fields) == (
+                other.error_code,
+                other.error_message,
+                other.matching_acls,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteAclsResponse.DeleteAclsFilterResult(error_code={self.error_code!r}, error_message={self.error_message!r}, matching_acls={self.matching_acls!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -342,18 +506,42 @@ class DeleteAclsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("filter_results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The results for each filter.
-    filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult] = field(default_factory=list)
+    filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 3), (1, 0), None, False),
         FieldSpec("filter_results", "[]DeleteAclsFilterResult", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.filter_results = [] if filter_results is MISSING else filter_results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteAclsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.filter_results, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.filter_results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DeleteAclsResponse(throttle_time_ms={self.throttle_time_ms!r}, filter_results={self.filter_results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:

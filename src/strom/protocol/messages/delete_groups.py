@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class DeleteGroupsRequest:
     """DeleteGroupsRequest (API key 42, versions 0-2, flexible from version 2)."""
 
@@ -20,14 +25,35 @@ class DeleteGroupsRequest:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = ("groups_names", "unknown_tagged_fields")
+
     # Versions 0+. The group names to delete.
-    groups_names: list[str] = field(default_factory=list)
+    groups_names: list[str]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("groups_names", "[]string", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        groups_names: list[str] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.groups_names = [] if groups_names is MISSING else groups_names
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteGroupsRequest):
+            return NotImplemented
+        return (self.groups_names, self.unknown_tagged_fields) == (
+            other.groups_names,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DeleteGroupsRequest(groups_names={self.groups_names!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:
@@ -81,7 +107,6 @@ class DeleteGroupsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DeleteGroupsResponse:
     """DeleteGroupsResponse (API key 42, versions 0-2, flexible from version 2)."""
 
@@ -91,21 +116,44 @@ class DeleteGroupsResponse:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class DeletableGroupResult:
         """The deletion results"""
 
+        __slots__ = ("error_code", "group_id", "unknown_tagged_fields")
+
         # Versions 0+. The group id
-        group_id: str = ""
+        group_id: str
         # Versions 0+. The deletion error, or 0 if the deletion succeeded.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("group_id", "string", (0, 2), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            group_id: str = "",
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.group_id = group_id
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteGroupsResponse.DeletableGroupResult):
+                return NotImplemented
+            return (self.group_id, self.error_code, self.unknown_tagged_fields) == (
+                other.group_id,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteGroupsResponse.DeletableGroupResult(group_id={self.group_id!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -132,18 +180,42 @@ class DeleteGroupsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The deletion results
-    results: list[DeleteGroupsResponse.DeletableGroupResult] = field(default_factory=list)
+    results: list[DeleteGroupsResponse.DeletableGroupResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 2), (1, 0), None, False),
         FieldSpec("results", "[]DeletableGroupResult", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[DeleteGroupsResponse.DeletableGroupResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteGroupsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.results, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DeleteGroupsResponse(throttle_time_ms={self.throttle_time_ms!r}, results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

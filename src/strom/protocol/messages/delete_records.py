@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class DeleteRecordsRequest:
     """DeleteRecordsRequest (API key 21, versions 0-2, flexible from version 2)."""
 
@@ -20,21 +25,44 @@ class DeleteRecordsRequest:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class DeleteRecordsPartition:
         """Each partition that we want to delete records from."""
 
+        __slots__ = ("offset", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The deletion offset.
-        offset: int = 0
+        offset: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 2), (1, 0), None, False),
             FieldSpec("offset", "int64", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            offset: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.offset = offset
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteRecordsRequest.DeleteRecordsPartition):
+                return NotImplemented
+            return (self.partition_index, self.offset, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.offset,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteRecordsRequest.DeleteRecordsPartition(partition_index={self.partition_index!r}, offset={self.offset!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -53,21 +81,44 @@ class DeleteRecordsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DeleteRecordsTopic:
         """Each topic that we want to delete records from."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. Each partition that we want to delete records from.
-        partitions: list[DeleteRecordsRequest.DeleteRecordsPartition] = field(default_factory=list)
+        partitions: list[DeleteRecordsRequest.DeleteRecordsPartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 2), (1, 0), None, False),
             FieldSpec("partitions", "[]DeleteRecordsPartition", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[DeleteRecordsRequest.DeleteRecordsPartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteRecordsRequest.DeleteRecordsTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteRecordsRequest.DeleteRecordsTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -110,17 +161,41 @@ class DeleteRecordsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("timeout_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. Each topic that we want to delete records from.
-    topics: list[DeleteRecordsRequest.DeleteRecordsTopic] = field(default_factory=list)
+    topics: list[DeleteRecordsRequest.DeleteRecordsTopic]
     # Versions 0+. How long to wait for the deletion to complete, in milliseconds.
-    timeout_ms: int = 0
+    timeout_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]DeleteRecordsTopic", (0, 2), (1, 0), None, False),
         FieldSpec("timeout_ms", "int32", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[DeleteRecordsRequest.DeleteRecordsTopic] = MISSING,
+        timeout_ms: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.timeout_ms = timeout_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteRecordsRequest):
+            return NotImplemented
+        return (self.topics, self.timeout_ms, self.unknown_tagged_fields) == (
+            other.topics,
+            other.timeout_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DeleteRecordsRequest(topics={self.topics!r}, timeout_ms={self.timeout_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:
@@ -178,7 +253,6 @@ class DeleteRecordsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DeleteRecordsResponse:
     """DeleteRecordsResponse (API key 21, versions 0-2, flexible from version 2)."""
 
@@ -188,24 +262,50 @@ class DeleteRecordsResponse:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class DeleteRecordsPartitionResult:
         """Each partition that we wanted to delete records from."""
 
+        __slots__ = ("error_code", "low_watermark", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The partition low water mark.
-        low_watermark: int = 0
+        low_watermark: int
         # Versions 0+. The deletion error code, or 0 if the deletion succeeded.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 2), (1, 0), None, False),
             FieldSpec("low_watermark", "int64", (0, 2), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            low_watermark: int = 0,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.low_watermark = low_watermark
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteRecordsResponse.DeleteRecordsPartitionResult):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.low_watermark,
+                self.error_code,
+                self.unknown_tagged_fields,
+            ) == (other.partition_index, other.low_watermark, other.error_code, other.unknown_tagged_fields)
+
+        def __repr__(self) -> str:
+            return f"DeleteRecordsResponse.DeleteRecordsPartitionResult(partition_index={self.partition_index!r}, low_watermark={self.low_watermark!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -226,21 +326,44 @@ class DeleteRecordsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DeleteRecordsTopicResult:
         """Each topic that we wanted to delete records from."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. Each partition that we wanted to delete records from.
-        partitions: list[DeleteRecordsResponse.DeleteRecordsPartitionResult] = field(default_factory=list)
+        partitions: list[DeleteRecordsResponse.DeleteRecordsPartitionResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 2), (1, 0), None, False),
             FieldSpec("partitions", "[]DeleteRecordsPartitionResult", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[DeleteRecordsResponse.DeleteRecordsPartitionResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteRecordsResponse.DeleteRecordsTopicResult):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteRecordsResponse.DeleteRecordsTopicResult(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -285,18 +408,42 @@ class DeleteRecordsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. Each topic that we wanted to delete records from.
-    topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = field(default_factory=list)
+    topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 2), (1, 0), None, False),
         FieldSpec("topics", "[]DeleteRecordsTopicResult", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteRecordsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DeleteRecordsResponse(throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

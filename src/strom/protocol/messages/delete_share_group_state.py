@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class DeleteShareGroupStateRequest:
     """DeleteShareGroupStateRequest (API key 86, versions 0, flexible from version 0)."""
 
@@ -23,18 +28,38 @@ class DeleteShareGroupStateRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The data for the partitions."""
 
+        __slots__ = ("partition", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteShareGroupStateRequest.PartitionData):
+                return NotImplemented
+            return (self.partition, self.unknown_tagged_fields) == (
+                other.partition,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteShareGroupStateRequest.PartitionData(partition={self.partition!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -47,21 +72,44 @@ class DeleteShareGroupStateRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DeleteStateData:
         """The data for the topics."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The data for the partitions.
-        partitions: list[DeleteShareGroupStateRequest.PartitionData] = field(default_factory=list)
+        partitions: list[DeleteShareGroupStateRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[DeleteShareGroupStateRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteShareGroupStateRequest.DeleteStateData):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteShareGroupStateRequest.DeleteStateData(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -84,17 +132,41 @@ class DeleteShareGroupStateRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("group_id", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The group identifier.
-    group_id: str = ""
+    group_id: str
     # Versions 0+. The data for the topics.
-    topics: list[DeleteShareGroupStateRequest.DeleteStateData] = field(default_factory=list)
+    topics: list[DeleteShareGroupStateRequest.DeleteStateData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 0), (1, 0), None, False),
         FieldSpec("topics", "[]DeleteStateData", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[DeleteShareGroupStateRequest.DeleteStateData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteShareGroupStateRequest):
+            return NotImplemented
+        return (self.group_id, self.topics, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DeleteShareGroupStateRequest(group_id={self.group_id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -144,7 +216,6 @@ class DeleteShareGroupStateRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DeleteShareGroupStateResponse:
     """DeleteShareGroupStateResponse (API key 86, versions 0, flexible from version 0)."""
 
@@ -154,24 +225,50 @@ class DeleteShareGroupStateResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionResult:
         """The results for the partitions."""
 
+        __slots__ = ("error_code", "error_message", "partition", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The error message, or null if there was no error.
-        error_message: str | None = None
+        error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
             FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteShareGroupStateResponse.PartitionResult):
+                return NotImplemented
+            return (self.partition, self.error_code, self.error_message, self.unknown_tagged_fields) == (
+                other.partition,
+                other.error_code,
+                other.error_message,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteShareGroupStateResponse.PartitionResult(partition={self.partition!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -188,21 +285,44 @@ class DeleteShareGroupStateResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DeleteStateResult:
         """The delete results"""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The results for the partitions.
-        partitions: list[DeleteShareGroupStateResponse.PartitionResult] = field(default_factory=list)
+        partitions: list[DeleteShareGroupStateResponse.PartitionResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionResult", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[DeleteShareGroupStateResponse.PartitionResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteShareGroupStateResponse.DeleteStateResult):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteShareGroupStateResponse.DeleteStateResult(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -227,14 +347,32 @@ class DeleteShareGroupStateResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("results", "unknown_tagged_fields")
+
     # Versions 0+. The delete results
-    results: list[DeleteShareGroupStateResponse.DeleteStateResult] = field(default_factory=list)
+    results: list[DeleteShareGroupStateResponse.DeleteStateResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("results", "[]DeleteStateResult", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        results: list[DeleteShareGroupStateResponse.DeleteStateResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteShareGroupStateResponse):
+            return NotImplemented
+        return (self.results, self.unknown_tagged_fields) == (other.results, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"DeleteShareGroupStateResponse(results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

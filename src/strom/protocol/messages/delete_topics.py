@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class DeleteTopicsRequest:
     """DeleteTopicsRequest (API key 20, versions 0-6, flexible from version 4)."""
 
@@ -30,21 +29,44 @@ class DeleteTopicsRequest:
     MAX_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class DeleteTopicState:
         """The name or topic ID of the topic"""
 
+        __slots__ = ("name", "topic_id", "unknown_tagged_fields")
+
         # Versions 6+; nullable 6+. The topic name
-        name: str | None = None
+        name: str | None
         # Versions 6+. The unique topic ID
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (6, 6), (6, 6), None, False),
             FieldSpec("topic_id", "uuid", (6, 6), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str | None = None,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.topic_id = topic_id
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteTopicsRequest.DeleteTopicState):
+                return NotImplemented
+            return (self.name, self.topic_id, self.unknown_tagged_fields) == (
+                other.name,
+                other.topic_id,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteTopicsRequest.DeleteTopicState(name={self.name!r}, topic_id={self.topic_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -73,20 +95,47 @@ class DeleteTopicsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("timeout_ms", "topic_names", "topics", "unknown_tagged_fields")
+
     # Versions 6+. The name or topic ID of the topic
-    topics: list[DeleteTopicsRequest.DeleteTopicState] = field(default_factory=list)
+    topics: list[DeleteTopicsRequest.DeleteTopicState]
     # Versions 0-5; ignorable. The names of the topics to delete
-    topic_names: list[str] = field(default_factory=list)
+    topic_names: list[str]
     # Versions 0+. The length of time in milliseconds to wait for the deletions to complete.
-    timeout_ms: int = 0
+    timeout_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]DeleteTopicState", (6, 6), (1, 0), None, False),
         FieldSpec("topic_names", "[]string", (0, 5), (1, 0), None, True),
         FieldSpec("timeout_ms", "int32", (0, 6), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[DeleteTopicsRequest.DeleteTopicState] = MISSING,
+        topic_names: list[str] = MISSING,
+        timeout_ms: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.topic_names = [] if topic_names is MISSING else topic_names
+        self.timeout_ms = timeout_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteTopicsRequest):
+            return NotImplemented
+        return (self.topics, self.topic_names, self.timeout_ms, self.unknown_tagged_fields) == (
+            other.topics,
+            other.topic_names,
+            other.timeout_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DeleteTopicsRequest(topics={self.topics!r}, topic_names={self.topic_names!r}, timeout_ms={self.timeout_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 6:
@@ -156,7 +205,6 @@ class DeleteTopicsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DeleteTopicsResponse:
     """DeleteTopicsResponse (API key 20, versions 0-6, flexible from version 4)."""
 
@@ -166,20 +214,21 @@ class DeleteTopicsResponse:
     MAX_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class DeletableTopicResult:
         """The results for each topic we tried to delete."""
 
+        __slots__ = ("error_code", "error_message", "name", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+; nullable 6+. The topic name
-        name: str | None = ""
+        name: str | None
         # Versions 6+; ignorable. the unique topic ID
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The deletion error, or 0 if the deletion succeeded.
-        error_code: int = 0
+        error_code: int
         # Versions 5+; nullable 5+; ignorable. The error message, or null if there was no error.
-        error_message: str | None = None
+        error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 6), (6, 6), None, False),
@@ -187,6 +236,40 @@ class DeleteTopicsResponse:
             FieldSpec("error_code", "int16", (0, 6), (1, 0), None, False),
             FieldSpec("error_message", "string", (5, 6), (5, 6), None, True),
         )
+
+        def __init__(
+            self,
+            name: str | None = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            error_code: int = 0,
+            error_message: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.topic_id = topic_id
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DeleteTopicsResponse.DeletableTopicResult):
+                return NotImplemented
+            return (
+                self.name,
+                self.topic_id,
+                self.error_code,
+                self.error_message,
+                self.unknown_tagged_fields,
+            ) == (
+                other.name,
+                other.topic_id,
+                other.error_code,
+                other.error_message,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DeleteTopicsResponse.DeletableTopicResult(name={self.name!r}, topic_id={self.topic_id!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -231,18 +314,42 @@ class DeleteTopicsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("responses", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The results for each topic we tried to delete.
-    responses: list[DeleteTopicsResponse.DeletableTopicResult] = field(default_factory=list)
+    responses: list[DeleteTopicsResponse.DeletableTopicResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (1, 6), (1, 0), None, True),
         FieldSpec("responses", "[]DeletableTopicResult", (0, 6), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        responses: list[DeleteTopicsResponse.DeletableTopicResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is MISSING else responses
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeleteTopicsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.responses, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.responses,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DeleteTopicsResponse(throttle_time_ms={self.throttle_time_ms!r}, responses={self.responses!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 6:

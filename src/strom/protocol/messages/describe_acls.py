@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class DescribeAclsRequest:
     """DescribeAclsRequest (API key 29, versions 0-3, flexible from version 2)."""
 
@@ -27,22 +26,33 @@ class DescribeAclsRequest:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = (
+        "host_filter",
+        "operation",
+        "pattern_type_filter",
+        "permission_type",
+        "principal_filter",
+        "resource_name_filter",
+        "resource_type_filter",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The resource type.
-    resource_type_filter: int = 0
+    resource_type_filter: int
     # Versions 0+; nullable 0+. The resource name, or null to match any resource name.
-    resource_name_filter: str | None = ""
+    resource_name_filter: str | None
     # Versions 1+. The resource pattern to match.
-    pattern_type_filter: int = 3
+    pattern_type_filter: int
     # Versions 0+; nullable 0+. The principal to match, or null to match any principal.
-    principal_filter: str | None = ""
+    principal_filter: str | None
     # Versions 0+; nullable 0+. The host to match, or null to match any host.
-    host_filter: str | None = ""
+    host_filter: str | None
     # Versions 0+. The operation to match.
-    operation: int = 0
+    operation: int
     # Versions 0+. The permission type to match.
-    permission_type: int = 0
+    permission_type: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("resource_type_filter", "int8", (0, 3), (1, 0), None, False),
@@ -53,6 +63,52 @@ class DescribeAclsRequest:
         FieldSpec("operation", "int8", (0, 3), (1, 0), None, False),
         FieldSpec("permission_type", "int8", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        resource_type_filter: int = 0,
+        resource_name_filter: str | None = "",
+        pattern_type_filter: int = 3,
+        principal_filter: str | None = "",
+        host_filter: str | None = "",
+        operation: int = 0,
+        permission_type: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeAclsRequest):
+            return NotImplemented
+        return (
+            self.resource_type_filter,
+            self.resource_name_filter,
+            self.pattern_type_filter,
+            self.principal_filter,
+            self.host_filter,
+            self.operation,
+            self.permission_type,
+            self.unknown_tagged_fields,
+        ) == (
+            other.resource_type_filter,
+            other.resource_name_filter,
+            other.pattern_type_filter,
+            other.principal_filter,
+            other.host_filter,
+            other.operation,
+            other.permission_type,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeAclsRequest(resource_type_filter={self.resource_type_filter!r}, resource_name_filter={self.resource_name_filter!r}, pattern_type_filter={self.pattern_type_filter!r}, principal_filter={self.principal_filter!r}, host_filter={self.host_filter!r}, operation={self.operation!r}, permission_type={self.permission_type!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:
@@ -126,7 +182,6 @@ class DescribeAclsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeAclsResponse:
     """DescribeAclsResponse (API key 29, versions 0-3, flexible from version 2)."""
 
@@ -136,20 +191,21 @@ class DescribeAclsResponse:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class AclDescription:
         """The ACLs."""
 
+        __slots__ = ("host", "operation", "permission_type", "principal", "unknown_tagged_fields")
+
         # Versions 0+. The ACL principal.
-        principal: str = ""
+        principal: str
         # Versions 0+. The ACL host.
-        host: str = ""
+        host: str
         # Versions 0+. The ACL operation.
-        operation: int = 0
+        operation: int
         # Versions 0+. The ACL permission type.
-        permission_type: int = 0
+        permission_type: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("principal", "string", (0, 3), (1, 0), None, False),
@@ -157,6 +213,40 @@ class DescribeAclsResponse:
             FieldSpec("operation", "int8", (0, 3), (1, 0), None, False),
             FieldSpec("permission_type", "int8", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            principal: str = "",
+            host: str = "",
+            operation: int = 0,
+            permission_type: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.principal = principal
+            self.host = host
+            self.operation = operation
+            self.permission_type = permission_type
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeAclsResponse.AclDescription):
+                return NotImplemented
+            return (
+                self.principal,
+                self.host,
+                self.operation,
+                self.permission_type,
+                self.unknown_tagged_fields,
+            ) == (
+                other.principal,
+                other.host,
+                other.operation,
+                other.permission_type,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeAclsResponse.AclDescription(principal={self.principal!r}, host={self.host!r}, operation={self.operation!r}, permission_type={self.permission_type!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -195,20 +285,21 @@ class DescribeAclsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribeAclsResource:
         """Each Resource that is referenced in an ACL."""
 
+        __slots__ = ("acls", "pattern_type", "resource_name", "resource_type", "unknown_tagged_fields")
+
         # Versions 0+. The resource type.
-        resource_type: int = 0
+        resource_type: int
         # Versions 0+. The resource name.
-        resource_name: str = ""
+        resource_name: str
         # Versions 1+. The resource pattern type.
-        pattern_type: int = 3
+        pattern_type: int
         # Versions 0+. The ACLs.
-        acls: list[DescribeAclsResponse.AclDescription] = field(default_factory=list)
+        acls: list[DescribeAclsResponse.AclDescription]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("resource_type", "int8", (0, 3), (1, 0), None, False),
@@ -216,6 +307,40 @@ class DescribeAclsResponse:
             FieldSpec("pattern_type", "int8", (1, 3), (1, 0), None, False),
             FieldSpec("acls", "[]AclDescription", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            resource_type: int = 0,
+            resource_name: str = "",
+            pattern_type: int = 3,
+            acls: list[DescribeAclsResponse.AclDescription] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.pattern_type = pattern_type
+            self.acls = [] if acls is MISSING else acls
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeAclsResponse.DescribeAclsResource):
+                return NotImplemented
+            return (
+                self.resource_type,
+                self.resource_name,
+                self.pattern_type,
+                self.acls,
+                self.unknown_tagged_fields,
+            ) == (
+                other.resource_type,
+                other.resource_name,
+                other.pattern_type,
+                other.acls,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeAclsResponse.DescribeAclsResource(resource_type={self.resource_type!r}, resource_name={self.resource_name!r}, pattern_type={self.pattern_type!r}, acls={self.acls!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -266,17 +391,19 @@ class DescribeAclsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "error_message", "resources", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The error message, or null if there was no error.
-    error_message: str | None = ""
+    error_message: str | None
     # Versions 0+. Each Resource that is referenced in an ACL.
-    resources: list[DescribeAclsResponse.DescribeAclsResource] = field(default_factory=list)
+    resources: list[DescribeAclsResponse.DescribeAclsResource]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 3), (1, 0), None, False),
@@ -284,6 +411,40 @@ class DescribeAclsResponse:
         FieldSpec("error_message", "string", (0, 3), (0, 3), None, False),
         FieldSpec("resources", "[]DescribeAclsResource", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        resources: list[DescribeAclsResponse.DescribeAclsResource] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resources = [] if resources is MISSING else resources
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeAclsResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.resources,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.resources,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeAclsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, resources={self.resources!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:

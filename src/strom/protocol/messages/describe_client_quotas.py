@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class DescribeClientQuotasRequest:
     """DescribeClientQuotasRequest (API key 48, versions 0-1, flexible from version 1)."""
 
@@ -20,24 +25,50 @@ class DescribeClientQuotasRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class ComponentData:
         """Filter components to apply to quota entities."""
 
+        __slots__ = ("entity_type", "match", "match_type", "unknown_tagged_fields")
+
         # Versions 0+. The entity type that the filter component applies to.
-        entity_type: str = ""
+        entity_type: str
         # Versions 0+. How to match the entity {0 = exact name, 1 = default name, 2 = any specified name}.
-        match_type: int = 0
+        match_type: int
         # Versions 0+; nullable 0+. The string to match against, or null if unused for the match type.
-        match: str | None = ""
+        match: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("entity_type", "string", (0, 1), (1, 0), None, False),
             FieldSpec("match_type", "int8", (0, 1), (1, 0), None, False),
             FieldSpec("match", "string", (0, 1), (0, 1), None, False),
         )
+
+        def __init__(
+            self,
+            entity_type: str = "",
+            match_type: int = 0,
+            match: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.entity_type = entity_type
+            self.match_type = match_type
+            self.match = match
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeClientQuotasRequest.ComponentData):
+                return NotImplemented
+            return (self.entity_type, self.match_type, self.match, self.unknown_tagged_fields) == (
+                other.entity_type,
+                other.match_type,
+                other.match,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeClientQuotasRequest.ComponentData(entity_type={self.entity_type!r}, match_type={self.match_type!r}, match={self.match!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -72,18 +103,42 @@ class DescribeClientQuotasRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("components", "strict", "unknown_tagged_fields")
+
     # Versions 0+. Filter components to apply to quota entities.
-    components: list[DescribeClientQuotasRequest.ComponentData] = field(default_factory=list)
+    components: list[DescribeClientQuotasRequest.ComponentData]
     # Versions 0+. Whether the match is strict, i.e. should exclude entities with unspecified entity
     # types.
-    strict: bool = False
+    strict: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("components", "[]ComponentData", (0, 1), (1, 0), None, False),
         FieldSpec("strict", "bool", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        components: list[DescribeClientQuotasRequest.ComponentData] = MISSING,
+        strict: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.components = [] if components is MISSING else components
+        self.strict = strict
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeClientQuotasRequest):
+            return NotImplemented
+        return (self.components, self.strict, self.unknown_tagged_fields) == (
+            other.components,
+            other.strict,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeClientQuotasRequest(components={self.components!r}, strict={self.strict!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -145,7 +200,6 @@ class DescribeClientQuotasRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeClientQuotasResponse:
     """DescribeClientQuotasResponse (API key 48, versions 0-1, flexible from version 1)."""
 
@@ -155,21 +209,44 @@ class DescribeClientQuotasResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class EntityData:
         """The quota entity description."""
 
+        __slots__ = ("entity_name", "entity_type", "unknown_tagged_fields")
+
         # Versions 0+. The entity type.
-        entity_type: str = ""
+        entity_type: str
         # Versions 0+; nullable 0+. The entity name, or null if the default.
-        entity_name: str | None = ""
+        entity_name: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("entity_type", "string", (0, 1), (1, 0), None, False),
             FieldSpec("entity_name", "string", (0, 1), (0, 1), None, False),
         )
+
+        def __init__(
+            self,
+            entity_type: str = "",
+            entity_name: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.entity_type = entity_type
+            self.entity_name = entity_name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeClientQuotasResponse.EntityData):
+                return NotImplemented
+            return (self.entity_type, self.entity_name, self.unknown_tagged_fields) == (
+                other.entity_type,
+                other.entity_name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeClientQuotasResponse.EntityData(entity_type={self.entity_type!r}, entity_name={self.entity_name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -202,21 +279,44 @@ class DescribeClientQuotasResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ValueData:
         """The quota values for the entity."""
 
+        __slots__ = ("key", "unknown_tagged_fields", "value")
+
         # Versions 0+. The quota configuration key.
-        key: str = ""
+        key: str
         # Versions 0+. The quota configuration value.
-        value: float = 0.0
+        value: float
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("key", "string", (0, 1), (1, 0), None, False),
             FieldSpec("value", "float64", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            key: str = "",
+            value: float = 0.0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.key = key
+            self.value = value
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeClientQuotasResponse.ValueData):
+                return NotImplemented
+            return (self.key, self.value, self.unknown_tagged_fields) == (
+                other.key,
+                other.value,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeClientQuotasResponse.ValueData(key={self.key!r}, value={self.value!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -243,21 +343,44 @@ class DescribeClientQuotasResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class EntryData:
         """A result entry."""
 
+        __slots__ = ("entity", "unknown_tagged_fields", "values")
+
         # Versions 0+. The quota entity description.
-        entity: list[DescribeClientQuotasResponse.EntityData] = field(default_factory=list)
+        entity: list[DescribeClientQuotasResponse.EntityData]
         # Versions 0+. The quota values for the entity.
-        values: list[DescribeClientQuotasResponse.ValueData] = field(default_factory=list)
+        values: list[DescribeClientQuotasResponse.ValueData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("entity", "[]EntityData", (0, 1), (1, 0), None, False),
             FieldSpec("values", "[]ValueData", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            entity: list[DescribeClientQuotasResponse.EntityData] = MISSING,
+            values: list[DescribeClientQuotasResponse.ValueData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.entity = [] if entity is MISSING else entity
+            self.values = [] if values is MISSING else values
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeClientQuotasResponse.EntryData):
+                return NotImplemented
+            return (self.entity, self.values, self.unknown_tagged_fields) == (
+                other.entity,
+                other.values,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeClientQuotasResponse.EntryData(entity={self.entity!r}, values={self.values!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -308,17 +431,19 @@ class DescribeClientQuotasResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("entries", "error_code", "error_message", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or `0` if the quota description succeeded.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The error message, or `null` if the quota description succeeded.
-    error_message: str | None = ""
+    error_message: str | None
     # Versions 0+; nullable 0+. A result entry.
-    entries: list[DescribeClientQuotasResponse.EntryData] | None = field(default_factory=list)
+    entries: list[DescribeClientQuotasResponse.EntryData] | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 1), (1, 0), None, False),
@@ -326,6 +451,40 @@ class DescribeClientQuotasResponse:
         FieldSpec("error_message", "string", (0, 1), (0, 1), None, False),
         FieldSpec("entries", "[]EntryData", (0, 1), (0, 1), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        entries: list[DescribeClientQuotasResponse.EntryData] | None = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entries = [] if entries is MISSING else entries
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeClientQuotasResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.entries,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.entries,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeClientQuotasResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, entries={self.entries!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

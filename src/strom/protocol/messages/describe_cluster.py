@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class DescribeClusterRequest:
     """DescribeClusterRequest (API key 60, versions 0-1, flexible from version 0)."""
 
@@ -27,17 +26,41 @@ class DescribeClusterRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("endpoint_type", "include_cluster_authorized_operations", "unknown_tagged_fields")
+
     # Versions 0+. Whether to include cluster authorized operations.
-    include_cluster_authorized_operations: bool = False
+    include_cluster_authorized_operations: bool
     # Versions 1+. The endpoint type to describe. 1=brokers, 2=controllers.
-    endpoint_type: int = 1
+    endpoint_type: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("include_cluster_authorized_operations", "bool", (0, 1), (1, 0), None, False),
         FieldSpec("endpoint_type", "int8", (1, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        include_cluster_authorized_operations: bool = False,
+        endpoint_type: int = 1,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.endpoint_type = endpoint_type
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeClusterRequest):
+            return NotImplemented
+        return (
+            self.include_cluster_authorized_operations,
+            self.endpoint_type,
+            self.unknown_tagged_fields,
+        ) == (other.include_cluster_authorized_operations, other.endpoint_type, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"DescribeClusterRequest(include_cluster_authorized_operations={self.include_cluster_authorized_operations!r}, endpoint_type={self.endpoint_type!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -79,7 +102,6 @@ class DescribeClusterRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeClusterResponse:
     """DescribeClusterResponse (API key 60, versions 0-1, flexible from version 0)."""
 
@@ -89,20 +111,21 @@ class DescribeClusterResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class DescribeClusterBroker:
         """Each broker in the response."""
 
+        __slots__ = ("broker_id", "host", "port", "rack", "unknown_tagged_fields")
+
         # Versions 0+. The broker ID.
-        broker_id: int = 0
+        broker_id: int
         # Versions 0+. The broker hostname.
-        host: str = ""
+        host: str
         # Versions 0+. The broker port.
-        port: int = 0
+        port: int
         # Versions 0+; nullable 0+. The rack of the broker, or null if it has not been assigned to a rack.
-        rack: str | None = None
+        rack: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("broker_id", "int32", (0, 1), (1, 0), None, False),
@@ -110,6 +133,34 @@ class DescribeClusterResponse:
             FieldSpec("port", "int32", (0, 1), (1, 0), None, False),
             FieldSpec("rack", "string", (0, 1), (0, 1), None, False),
         )
+
+        def __init__(
+            self,
+            broker_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            rack: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.broker_id = broker_id
+            self.host = host
+            self.port = port
+            self.rack = rack
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeClusterResponse.DescribeClusterBroker):
+                return NotImplemented
+            return (self.broker_id, self.host, self.port, self.rack, self.unknown_tagged_fields) == (
+                other.broker_id,
+                other.host,
+                other.port,
+                other.rack,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeClusterResponse.DescribeClusterBroker(broker_id={self.broker_id!r}, host={self.host!r}, port={self.port!r}, rack={self.rack!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.broker_id)
@@ -130,25 +181,37 @@ class DescribeClusterResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "brokers",
+        "cluster_authorized_operations",
+        "cluster_id",
+        "controller_id",
+        "endpoint_type",
+        "error_code",
+        "error_message",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The top-level error code, or 0 if there was no error
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The top-level error message, or null if there was no error.
-    error_message: str | None = None
+    error_message: str | None
     # Versions 1+. The endpoint type that was described. 1=brokers, 2=controllers.
-    endpoint_type: int = 1
+    endpoint_type: int
     # Versions 0+. The cluster ID that responding broker belongs to.
-    cluster_id: str = ""
+    cluster_id: str
     # Versions 0+. The ID of the controller broker.
-    controller_id: int = -1
+    controller_id: int
     # Versions 0+. Each broker in the response.
-    brokers: list[DescribeClusterResponse.DescribeClusterBroker] = field(default_factory=list)
+    brokers: list[DescribeClusterResponse.DescribeClusterBroker]
     # Versions 0+. 32-bit bitfield to represent authorized operations for this cluster.
-    cluster_authorized_operations: int = -2147483648
+    cluster_authorized_operations: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 1), (1, 0), None, False),
@@ -160,6 +223,56 @@ class DescribeClusterResponse:
         FieldSpec("brokers", "[]DescribeClusterBroker", (0, 1), (1, 0), None, False),
         FieldSpec("cluster_authorized_operations", "int32", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        endpoint_type: int = 1,
+        cluster_id: str = "",
+        controller_id: int = -1,
+        brokers: list[DescribeClusterResponse.DescribeClusterBroker] = MISSING,
+        cluster_authorized_operations: int = -2147483648,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.endpoint_type = endpoint_type
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.brokers = [] if brokers is MISSING else brokers
+        self.cluster_authorized_operations = cluster_authorized_operations
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeClusterResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.endpoint_type,
+            self.cluster_id,
+            self.controller_id,
+            self.brokers,
+            self.cluster_authorized_operations,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.endpoint_type,
+            other.cluster_id,
+            other.controller_id,
+            other.brokers,
+            other.cluster_authorized_operations,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeClusterResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, endpoint_type={self.endpoint_type!r}, cluster_id={self.cluster_id!r}, controller_id={self.controller_id!r}, brokers={self.brokers!r}, cluster_authorized_operations={self.cluster_authorized_operations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

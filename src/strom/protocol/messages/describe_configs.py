@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class DescribeConfigsRequest:
     """DescribeConfigsRequest (API key 32, versions 0-4, flexible from version 4)."""
 
@@ -27,25 +26,56 @@ class DescribeConfigsRequest:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class DescribeConfigsResource:
         """The resources whose configurations we want to describe."""
 
+        __slots__ = ("configuration_keys", "resource_name", "resource_type", "unknown_tagged_fields")
+
         # Versions 0+. The resource type.
-        resource_type: int = 0
+        resource_type: int
         # Versions 0+. The resource name.
-        resource_name: str = ""
+        resource_name: str
         # Versions 0+; nullable 0+. The configuration keys to list, or null to list all configuration
         # keys.
-        configuration_keys: list[str] | None = field(default_factory=list)
+        configuration_keys: list[str] | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("resource_type", "int8", (0, 4), (1, 0), None, False),
             FieldSpec("resource_name", "string", (0, 4), (1, 0), None, False),
             FieldSpec("configuration_keys", "[]string", (0, 4), (0, 4), None, False),
         )
+
+        def __init__(
+            self,
+            resource_type: int = 0,
+            resource_name: str = "",
+            configuration_keys: list[str] | None = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.configuration_keys = [] if configuration_keys is MISSING else configuration_keys
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeConfigsRequest.DescribeConfigsResource):
+                return NotImplemented
+            return (
+                self.resource_type,
+                self.resource_name,
+                self.configuration_keys,
+                self.unknown_tagged_fields,
+            ) == (
+                other.resource_type,
+                other.resource_name,
+                other.configuration_keys,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeConfigsRequest.DescribeConfigsResource(resource_type={self.resource_type!r}, resource_name={self.resource_name!r}, configuration_keys={self.configuration_keys!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -96,20 +126,52 @@ class DescribeConfigsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("include_documentation", "include_synonyms", "resources", "unknown_tagged_fields")
+
     # Versions 0+. The resources whose configurations we want to describe.
-    resources: list[DescribeConfigsRequest.DescribeConfigsResource] = field(default_factory=list)
+    resources: list[DescribeConfigsRequest.DescribeConfigsResource]
     # Versions 1+. True if we should include all synonyms.
-    include_synonyms: bool = False
+    include_synonyms: bool
     # Versions 3+. True if we should include configuration documentation.
-    include_documentation: bool = False
+    include_documentation: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("resources", "[]DescribeConfigsResource", (0, 4), (1, 0), None, False),
         FieldSpec("include_synonyms", "bool", (1, 4), (1, 0), None, False),
         FieldSpec("include_documentation", "bool", (3, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        resources: list[DescribeConfigsRequest.DescribeConfigsResource] = MISSING,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.resources = [] if resources is MISSING else resources
+        self.include_synonyms = include_synonyms
+        self.include_documentation = include_documentation
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeConfigsRequest):
+            return NotImplemented
+        return (
+            self.resources,
+            self.include_synonyms,
+            self.include_documentation,
+            self.unknown_tagged_fields,
+        ) == (
+            other.resources,
+            other.include_synonyms,
+            other.include_documentation,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeConfigsRequest(resources={self.resources!r}, include_synonyms={self.include_synonyms!r}, include_documentation={self.include_documentation!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:
@@ -177,7 +239,6 @@ class DescribeConfigsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeConfigsResponse:
     """DescribeConfigsResponse (API key 32, versions 0-4, flexible from version 4)."""
 
@@ -187,24 +248,50 @@ class DescribeConfigsResponse:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class DescribeConfigsSynonym:
         """The synonyms for this configuration key."""
 
+        __slots__ = ("name", "source", "unknown_tagged_fields", "value")
+
         # Versions 1+. The synonym name.
-        name: str = ""
+        name: str
         # Versions 1+; nullable 0+. The synonym value.
-        value: str | None = ""
+        value: str | None
         # Versions 1+. The synonym source.
-        source: int = 0
+        source: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (1, 4), (1, 0), None, False),
             FieldSpec("value", "string", (1, 4), (0, 4), None, False),
             FieldSpec("source", "int8", (1, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            value: str | None = "",
+            source: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.value = value
+            self.source = source
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeConfigsResponse.DescribeConfigsSynonym):
+                return NotImplemented
+            return (self.name, self.value, self.source, self.unknown_tagged_fields) == (
+                other.name,
+                other.value,
+                other.source,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeConfigsResponse.DescribeConfigsSynonym(name={self.name!r}, value={self.value!r}, source={self.source!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -251,31 +338,43 @@ class DescribeConfigsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribeConfigsResourceResult:
         """Each listed configuration."""
 
+        __slots__ = (
+            "config_source",
+            "config_type",
+            "documentation",
+            "is_default",
+            "is_sensitive",
+            "name",
+            "read_only",
+            "synonyms",
+            "unknown_tagged_fields",
+            "value",
+        )
+
         # Versions 0+. The configuration name.
-        name: str = ""
+        name: str
         # Versions 0+; nullable 0+. The configuration value.
-        value: str | None = ""
+        value: str | None
         # Versions 0+. True if the configuration is read-only.
-        read_only: bool = False
+        read_only: bool
         # Versions 0. True if the configuration is not set.
-        is_default: bool = False
+        is_default: bool
         # Versions 1+; ignorable. The configuration source.
-        config_source: int = -1
+        config_source: int
         # Versions 0+. True if this configuration is sensitive.
-        is_sensitive: bool = False
+        is_sensitive: bool
         # Versions 1+; ignorable. The synonyms for this configuration key.
-        synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym] = field(default_factory=list)
+        synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym]
         # Versions 3+; ignorable. The configuration data type. Type can be one of the following values -
         # BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD
-        config_type: int = 0
+        config_type: int
         # Versions 3+; nullable 0+; ignorable. The configuration documentation.
-        documentation: str | None = ""
+        documentation: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 4), (1, 0), None, False),
@@ -288,6 +387,60 @@ class DescribeConfigsResponse:
             FieldSpec("config_type", "int8", (3, 4), (1, 0), None, True),
             FieldSpec("documentation", "string", (3, 4), (0, 4), None, True),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            value: str | None = "",
+            read_only: bool = False,
+            is_default: bool = False,
+            config_source: int = -1,
+            is_sensitive: bool = False,
+            synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym] = MISSING,
+            config_type: int = 0,
+            documentation: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.value = value
+            self.read_only = read_only
+            self.is_default = is_default
+            self.config_source = config_source
+            self.is_sensitive = is_sensitive
+            self.synonyms = [] if synonyms is MISSING else synonyms
+            self.config_type = config_type
+            self.documentation = documentation
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeConfigsResponse.DescribeConfigsResourceResult):
+                return NotImplemented
+            return (
+                self.name,
+                self.value,
+                self.read_only,
+                self.is_default,
+                self.config_source,
+                self.is_sensitive,
+                self.synonyms,
+                self.config_type,
+                self.documentation,
+                self.unknown_tagged_fields,
+            ) == (
+                other.name,
+                other.value,
+                other.read_only,
+                other.is_default,
+                other.config_source,
+                other.is_sensitive,
+                other.synonyms,
+                other.config_type,
+                other.documentation,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeConfigsResponse.DescribeConfigsResourceResult(name={self.name!r}, value={self.value!r}, read_only={self.read_only!r}, is_default={self.is_default!r}, config_source={self.config_source!r}, is_sensitive={self.is_sensitive!r}, synonyms={self.synonyms!r}, config_type={self.config_type!r}, documentation={self.documentation!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -374,23 +527,31 @@ class DescribeConfigsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribeConfigsResult:
         """The results for each resource."""
 
+        __slots__ = (
+            "configs",
+            "error_code",
+            "error_message",
+            "resource_name",
+            "resource_type",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The error code, or 0 if we were able to successfully describe the configurations.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The error message, or null if we were able to successfully describe
         # the configurations.
-        error_message: str | None = ""
+        error_message: str | None
         # Versions 0+. The resource type.
-        resource_type: int = 0
+        resource_type: int
         # Versions 0+. The resource name.
-        resource_name: str = ""
+        resource_name: str
         # Versions 0+. Each listed configuration.
-        configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = field(default_factory=list)
+        configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
@@ -399,6 +560,44 @@ class DescribeConfigsResponse:
             FieldSpec("resource_name", "string", (0, 4), (1, 0), None, False),
             FieldSpec("configs", "[]DescribeConfigsResourceResult", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            error_message: str | None = "",
+            resource_type: int = 0,
+            resource_name: str = "",
+            configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.configs = [] if configs is MISSING else configs
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeConfigsResponse.DescribeConfigsResult):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.error_message,
+                self.resource_type,
+                self.resource_name,
+                self.configs,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.error_message,
+                other.resource_type,
+                other.resource_name,
+                other.configs,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeConfigsResponse.DescribeConfigsResult(error_code={self.error_code!r}, error_message={self.error_message!r}, resource_type={self.resource_type!r}, resource_name={self.resource_name!r}, configs={self.configs!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -455,18 +654,42 @@ class DescribeConfigsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The results for each resource.
-    results: list[DescribeConfigsResponse.DescribeConfigsResult] = field(default_factory=list)
+    results: list[DescribeConfigsResponse.DescribeConfigsResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 4), (1, 0), None, False),
         FieldSpec("results", "[]DescribeConfigsResult", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        results: list[DescribeConfigsResponse.DescribeConfigsResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeConfigsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.results, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeConfigsResponse(throttle_time_ms={self.throttle_time_ms!r}, results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class DescribeDelegationTokenRequest:
     """DescribeDelegationTokenRequest (API key 41, versions 0-3, flexible from version 2)."""
 
@@ -27,21 +26,44 @@ class DescribeDelegationTokenRequest:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class DescribeDelegationTokenOwner:
         """Each owner that we want to describe delegation tokens for, or null to describe all tokens."""
 
+        __slots__ = ("principal_name", "principal_type", "unknown_tagged_fields")
+
         # Versions 0+. The owner principal type.
-        principal_type: str = ""
+        principal_type: str
         # Versions 0+. The owner principal name.
-        principal_name: str = ""
+        principal_name: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("principal_type", "string", (0, 3), (1, 0), None, False),
             FieldSpec("principal_name", "string", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            principal_type: str = "",
+            principal_name: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.principal_type = principal_type
+            self.principal_name = principal_name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeDelegationTokenRequest.DescribeDelegationTokenOwner):
+                return NotImplemented
+            return (self.principal_type, self.principal_name, self.unknown_tagged_fields) == (
+                other.principal_type,
+                other.principal_name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeDelegationTokenRequest.DescribeDelegationTokenOwner(principal_type={self.principal_type!r}, principal_name={self.principal_name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -80,17 +102,33 @@ class DescribeDelegationTokenRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("owners", "unknown_tagged_fields")
+
     # Versions 0+; nullable 0+. Each owner that we want to describe delegation tokens for, or null to
     # describe all tokens.
-    owners: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] | None = field(
-        default_factory=list
-    )
+    owners: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("owners", "[]DescribeDelegationTokenOwner", (0, 3), (0, 3), None, False),
     )
+
+    def __init__(
+        self,
+        owners: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] | None = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.owners = [] if owners is MISSING else owners
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeDelegationTokenRequest):
+            return NotImplemented
+        return (self.owners, self.unknown_tagged_fields) == (other.owners, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"DescribeDelegationTokenRequest(owners={self.owners!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:
@@ -154,7 +192,6 @@ class DescribeDelegationTokenRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeDelegationTokenResponse:
     """DescribeDelegationTokenResponse (API key 41, versions 0-3, flexible from version 2)."""
 
@@ -164,21 +201,44 @@ class DescribeDelegationTokenResponse:
     MAX_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class DescribedDelegationTokenRenewer:
         """Those who are able to renew this token before it expires."""
 
+        __slots__ = ("principal_name", "principal_type", "unknown_tagged_fields")
+
         # Versions 0+. The renewer principal type
-        principal_type: str = ""
+        principal_type: str
         # Versions 0+. The renewer principal name
-        principal_name: str = ""
+        principal_name: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("principal_type", "string", (0, 3), (1, 0), None, False),
             FieldSpec("principal_name", "string", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            principal_type: str = "",
+            principal_name: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.principal_type = principal_type
+            self.principal_name = principal_name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer):
+                return NotImplemented
+            return (self.principal_type, self.principal_name, self.unknown_tagged_fields) == (
+                other.principal_type,
+                other.principal_name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer(principal_type={self.principal_type!r}, principal_name={self.principal_name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -221,34 +281,45 @@ class DescribeDelegationTokenResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribedDelegationToken:
         """The tokens."""
 
-        # Versions 0+. The token principal type.
-        principal_type: str = ""
-        # Versions 0+. The token principal name.
-        principal_name: str = ""
-        # Versions 3+. The principal type of the requester of the token.
-        token_requester_principal_type: str = ""
-        # Versions 3+. The principal type of the requester of the token.
-        token_requester_principal_name: str = ""
-        # Versions 0+. The token issue timestamp in milliseconds.
-        issue_timestamp: int = 0
-        # Versions 0+. The token expiry timestamp in milliseconds.
-        expiry_timestamp: int = 0
-        # Versions 0+. The token maximum timestamp length in milliseconds.
-        max_timestamp: int = 0
-        # Versions 0+. The token ID.
-        token_id: str = ""
-        # Versions 0+. The token HMAC.
-        hmac: bytes = b""
-        # Versions 0+. Those who are able to renew this token before it expires.
-        renewers: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer] = field(
-            default_factory=list
+        __slots__ = (
+            "expiry_timestamp",
+            "hmac",
+            "issue_timestamp",
+            "max_timestamp",
+            "principal_name",
+            "principal_type",
+            "renewers",
+            "token_id",
+            "token_requester_principal_name",
+            "token_requester_principal_type",
+            "unknown_tagged_fields",
         )
+
+        # Versions 0+. The token principal type.
+        principal_type: str
+        # Versions 0+. The token principal name.
+        principal_name: str
+        # Versions 3+. The principal type of the requester of the token.
+        token_requester_principal_type: str
+        # Versions 3+. The principal type of the requester of the token.
+        token_requester_principal_name: str
+        # Versions 0+. The token issue timestamp in milliseconds.
+        issue_timestamp: int
+        # Versions 0+. The token expiry timestamp in milliseconds.
+        expiry_timestamp: int
+        # Versions 0+. The token maximum timestamp length in milliseconds.
+        max_timestamp: int
+        # Versions 0+. The token ID.
+        token_id: str
+        # Versions 0+. The token HMAC.
+        hmac: bytes
+        # Versions 0+. Those who are able to renew this token before it expires.
+        renewers: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("principal_type", "string", (0, 3), (1, 0), None, False),
@@ -262,6 +333,64 @@ class DescribeDelegationTokenResponse:
             FieldSpec("hmac", "bytes", (0, 3), (1, 0), None, False),
             FieldSpec("renewers", "[]DescribedDelegationTokenRenewer", (0, 3), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            principal_type: str = "",
+            principal_name: str = "",
+            token_requester_principal_type: str = "",
+            token_requester_principal_name: str = "",
+            issue_timestamp: int = 0,
+            expiry_timestamp: int = 0,
+            max_timestamp: int = 0,
+            token_id: str = "",
+            hmac: bytes = b"",
+            renewers: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.principal_type = principal_type
+            self.principal_name = principal_name
+            self.token_requester_principal_type = token_requester_principal_type
+            self.token_requester_principal_name = token_requester_principal_name
+            self.issue_timestamp = issue_timestamp
+            self.expiry_timestamp = expiry_timestamp
+            self.max_timestamp = max_timestamp
+            self.token_id = token_id
+            self.hmac = hmac
+            self.renewers = [] if renewers is MISSING else renewers
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeDelegationTokenResponse.DescribedDelegationToken):
+                return NotImplemented
+            return (
+                self.principal_type,
+                self.principal_name,
+                self.token_requester_principal_type,
+                self.token_requester_principal_name,
+                self.issue_timestamp,
+                self.expiry_timestamp,
+                self.max_timestamp,
+                self.token_id,
+                self.hmac,
+                self.renewers,
+                self.unknown_tagged_fields,
+            ) == (
+                other.principal_type,
+                other.principal_name,
+                other.token_requester_principal_type,
+                other.token_requester_principal_name,
+                other.issue_timestamp,
+                other.expiry_timestamp,
+                other.max_timestamp,
+                other.token_id,
+                other.hmac,
+                other.renewers,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeDelegationTokenResponse.DescribedDelegationToken(principal_type={self.principal_type!r}, principal_name={self.principal_name!r}, token_requester_principal_type={self.token_requester_principal_type!r}, token_requester_principal_name={self.token_requester_principal_name!r}, issue_timestamp={self.issue_timestamp!r}, expiry_timestamp={self.expiry_timestamp!r}, max_timestamp={self.max_timestamp!r}, token_id={self.token_id!r}, hmac={self.hmac!r}, renewers={self.renewers!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -382,21 +511,48 @@ class DescribeDelegationTokenResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "throttle_time_ms", "tokens", "unknown_tagged_fields")
+
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The tokens.
-    tokens: list[DescribeDelegationTokenResponse.DescribedDelegationToken] = field(default_factory=list)
+    tokens: list[DescribeDelegationTokenResponse.DescribedDelegationToken]
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 3), (1, 0), None, False),
         FieldSpec("tokens", "[]DescribedDelegationToken", (0, 3), (1, 0), None, False),
         FieldSpec("throttle_time_ms", "int32", (0, 3), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        tokens: list[DescribeDelegationTokenResponse.DescribedDelegationToken] = MISSING,
+        throttle_time_ms: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.tokens = [] if tokens is MISSING else tokens
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeDelegationTokenResponse):
+            return NotImplemented
+        return (self.error_code, self.tokens, self.throttle_time_ms, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.tokens,
+            other.throttle_time_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeDelegationTokenResponse(error_code={self.error_code!r}, tokens={self.tokens!r}, throttle_time_ms={self.throttle_time_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 3:

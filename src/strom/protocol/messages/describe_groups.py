@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class DescribeGroupsRequest:
     """DescribeGroupsRequest (API key 15, versions 0-5, flexible from version 5)."""
 
@@ -27,17 +26,41 @@ class DescribeGroupsRequest:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
 
+    __slots__ = ("groups", "include_authorized_operations", "unknown_tagged_fields")
+
     # Versions 0+. The names of the groups to describe
-    groups: list[str] = field(default_factory=list)
+    groups: list[str]
     # Versions 3+. Whether to include authorized operations.
-    include_authorized_operations: bool = False
+    include_authorized_operations: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("groups", "[]string", (0, 5), (1, 0), None, False),
         FieldSpec("include_authorized_operations", "bool", (3, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        groups: list[str] = MISSING,
+        include_authorized_operations: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.groups = [] if groups is MISSING else groups
+        self.include_authorized_operations = include_authorized_operations
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeGroupsRequest):
+            return NotImplemented
+        return (self.groups, self.include_authorized_operations, self.unknown_tagged_fields) == (
+            other.groups,
+            other.include_authorized_operations,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeGroupsRequest(groups={self.groups!r}, include_authorized_operations={self.include_authorized_operations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:
@@ -97,7 +120,6 @@ class DescribeGroupsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeGroupsResponse:
     """DescribeGroupsResponse (API key 15, versions 0-5, flexible from version 5)."""
 
@@ -107,25 +129,34 @@ class DescribeGroupsResponse:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
 
-    @dataclass(slots=True)
     class DescribedGroupMember:
         """The group members."""
 
+        __slots__ = (
+            "client_host",
+            "client_id",
+            "group_instance_id",
+            "member_assignment",
+            "member_id",
+            "member_metadata",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The member ID assigned by the group coordinator.
-        member_id: str = ""
+        member_id: str
         # Versions 4+; nullable 4+; ignorable. The unique identifier of the consumer instance provided by
         # end user.
-        group_instance_id: str | None = None
+        group_instance_id: str | None
         # Versions 0+. The client ID used in the member's latest join group request.
-        client_id: str = ""
+        client_id: str
         # Versions 0+. The client host.
-        client_host: str = ""
+        client_host: str
         # Versions 0+. The metadata corresponding to the current group protocol in use.
-        member_metadata: bytes = b""
+        member_metadata: bytes
         # Versions 0+. The current assignment provided by the group leader.
-        member_assignment: bytes = b""
+        member_assignment: bytes
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("member_id", "string", (0, 5), (1, 0), None, False),
@@ -135,6 +166,48 @@ class DescribeGroupsResponse:
             FieldSpec("member_metadata", "bytes", (0, 5), (1, 0), None, False),
             FieldSpec("member_assignment", "bytes", (0, 5), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            member_id: str = "",
+            group_instance_id: str | None = None,
+            client_id: str = "",
+            client_host: str = "",
+            member_metadata: bytes = b"",
+            member_assignment: bytes = b"",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.member_id = member_id
+            self.group_instance_id = group_instance_id
+            self.client_id = client_id
+            self.client_host = client_host
+            self.member_metadata = member_metadata
+            self.member_assignment = member_assignment
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeGroupsResponse.DescribedGroupMember):
+                return NotImplemented
+            return (
+                self.member_id,
+                self.group_instance_id,
+                self.client_id,
+                self.client_host,
+                self.member_metadata,
+                self.member_assignment,
+                self.unknown_tagged_fields,
+            ) == (
+                other.member_id,
+                other.group_instance_id,
+                other.client_id,
+                other.client_host,
+                other.member_metadata,
+                other.member_assignment,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeGroupsResponse.DescribedGroupMember(member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, client_id={self.client_id!r}, client_host={self.client_host!r}, member_metadata={self.member_metadata!r}, member_assignment={self.member_assignment!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 5
@@ -213,26 +286,36 @@ class DescribeGroupsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribedGroup:
         """Each described group."""
 
+        __slots__ = (
+            "authorized_operations",
+            "error_code",
+            "group_id",
+            "group_state",
+            "members",
+            "protocol_data",
+            "protocol_type",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The describe error, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The group ID string.
-        group_id: str = ""
+        group_id: str
         # Versions 0+. The group state string, or the empty string.
-        group_state: str = ""
+        group_state: str
         # Versions 0+. The group protocol type, or the empty string.
-        protocol_type: str = ""
+        protocol_type: str
         # Versions 0+. The group protocol data, or the empty string.
-        protocol_data: str = ""
+        protocol_data: str
         # Versions 0+. The group members.
-        members: list[DescribeGroupsResponse.DescribedGroupMember] = field(default_factory=list)
+        members: list[DescribeGroupsResponse.DescribedGroupMember]
         # Versions 3+. 32-bit bitfield to represent authorized operations for this group.
-        authorized_operations: int = -2147483648
+        authorized_operations: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 5), (1, 0), None, False),
@@ -243,6 +326,52 @@ class DescribeGroupsResponse:
             FieldSpec("members", "[]DescribedGroupMember", (0, 5), (1, 0), None, False),
             FieldSpec("authorized_operations", "int32", (3, 5), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            group_id: str = "",
+            group_state: str = "",
+            protocol_type: str = "",
+            protocol_data: str = "",
+            members: list[DescribeGroupsResponse.DescribedGroupMember] = MISSING,
+            authorized_operations: int = -2147483648,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.group_id = group_id
+            self.group_state = group_state
+            self.protocol_type = protocol_type
+            self.protocol_data = protocol_data
+            self.members = [] if members is MISSING else members
+            self.authorized_operations = authorized_operations
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeGroupsResponse.DescribedGroup):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.group_id,
+                self.group_state,
+                self.protocol_type,
+                self.protocol_data,
+                self.members,
+                self.authorized_operations,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.group_id,
+                other.group_state,
+                other.protocol_type,
+                other.protocol_data,
+                other.members,
+                other.authorized_operations,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeGroupsResponse.DescribedGroup(error_code={self.error_code!r}, group_id={self.group_id!r}, group_state={self.group_state!r}, protocol_type={self.protocol_type!r}, protocol_data={self.protocol_data!r}, members={self.members!r}, authorized_operations={self.authorized_operations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 5
@@ -325,18 +454,42 @@ class DescribeGroupsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("groups", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. Each described group.
-    groups: list[DescribeGroupsResponse.DescribedGroup] = field(default_factory=list)
+    groups: list[DescribeGroupsResponse.DescribedGroup]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (1, 5), (1, 0), None, True),
         FieldSpec("groups", "[]DescribedGroup", (0, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        groups: list[DescribeGroupsResponse.DescribedGroup] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is MISSING else groups
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeGroupsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.groups, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.groups,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeGroupsResponse(throttle_time_ms={self.throttle_time_ms!r}, groups={self.groups!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class DescribeLogDirsRequest:
     """DescribeLogDirsRequest (API key 35, versions 0-4, flexible from version 2)."""
 
@@ -20,21 +25,44 @@ class DescribeLogDirsRequest:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class DescribableLogDirTopic:
         """Each topic that we want to describe log directories for, or null for all topics."""
 
+        __slots__ = ("partitions", "topic", "unknown_tagged_fields")
+
         # Versions 0+. The topic name
-        topic: str = ""
+        topic: str
         # Versions 0+. The partition indexes.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (0, 4), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeLogDirsRequest.DescribableLogDirTopic):
+                return NotImplemented
+            return (self.topic, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeLogDirsRequest.DescribableLogDirTopic(topic={self.topic!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -75,15 +103,33 @@ class DescribeLogDirsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("topics", "unknown_tagged_fields")
+
     # Versions 0+; nullable 0+. Each topic that we want to describe log directories for, or null for
     # all topics.
-    topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None = field(default_factory=list)
+    topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]DescribableLogDirTopic", (0, 4), (0, 4), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeLogDirsRequest):
+            return NotImplemented
+        return (self.topics, self.unknown_tagged_fields) == (other.topics, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"DescribeLogDirsRequest(topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:
@@ -143,7 +189,6 @@ class DescribeLogDirsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeLogDirsResponse:
     """DescribeLogDirsResponse (API key 35, versions 0-4, flexible from version 2)."""
 
@@ -153,22 +198,29 @@ class DescribeLogDirsResponse:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class DescribeLogDirsPartition:
         """The DescribeLogDirsPartition struct of DescribeLogDirsResponse."""
 
+        __slots__ = (
+            "is_future_key",
+            "offset_lag",
+            "partition_index",
+            "partition_size",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The size of the log segments in this partition in bytes.
-        partition_size: int = 0
+        partition_size: int
         # Versions 0+. The lag of the log's LEO w.r.t. partition's HW (if it is the current log for the
         # partition) or current replica's LEO (if it is the future log for the partition)
-        offset_lag: int = 0
+        offset_lag: int
         # Versions 0+. True if this log is created by AlterReplicaLogDirsRequest and will replace the
         # current log of the replica in the future.
-        is_future_key: bool = False
+        is_future_key: bool
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 4), (1, 0), None, False),
@@ -176,6 +228,40 @@ class DescribeLogDirsResponse:
             FieldSpec("offset_lag", "int64", (0, 4), (1, 0), None, False),
             FieldSpec("is_future_key", "bool", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            partition_size: int = 0,
+            offset_lag: int = 0,
+            is_future_key: bool = False,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.partition_size = partition_size
+            self.offset_lag = offset_lag
+            self.is_future_key = is_future_key
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeLogDirsResponse.DescribeLogDirsPartition):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.partition_size,
+                self.offset_lag,
+                self.is_future_key,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.partition_size,
+                other.offset_lag,
+                other.is_future_key,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeLogDirsResponse.DescribeLogDirsPartition(partition_index={self.partition_index!r}, partition_size={self.partition_size!r}, offset_lag={self.offset_lag!r}, is_future_key={self.is_future_key!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -198,21 +284,44 @@ class DescribeLogDirsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribeLogDirsTopic:
         """Each topic."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+.
-        partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = field(default_factory=list)
+        partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 4), (1, 0), None, False),
             FieldSpec("partitions", "[]DescribeLogDirsPartition", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeLogDirsResponse.DescribeLogDirsTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeLogDirsResponse.DescribeLogDirsTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -255,22 +364,30 @@ class DescribeLogDirsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribeLogDirsResult:
         """The log directories."""
 
+        __slots__ = (
+            "error_code",
+            "log_dir",
+            "topics",
+            "total_bytes",
+            "unknown_tagged_fields",
+            "usable_bytes",
+        )
+
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The absolute log directory path.
-        log_dir: str = ""
+        log_dir: str
         # Versions 0+. Each topic.
-        topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = field(default_factory=list)
+        topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic]
         # Versions 4+; ignorable. The total size in bytes of the volume the log directory is in.
-        total_bytes: int = -1
+        total_bytes: int
         # Versions 4+; ignorable. The usable size in bytes of the volume the log directory is in.
-        usable_bytes: int = -1
+        usable_bytes: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
@@ -279,6 +396,44 @@ class DescribeLogDirsResponse:
             FieldSpec("total_bytes", "int64", (4, 4), (1, 0), None, True),
             FieldSpec("usable_bytes", "int64", (4, 4), (1, 0), None, True),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            log_dir: str = "",
+            topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = MISSING,
+            total_bytes: int = -1,
+            usable_bytes: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.log_dir = log_dir
+            self.topics = [] if topics is MISSING else topics
+            self.total_bytes = total_bytes
+            self.usable_bytes = usable_bytes
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeLogDirsResponse.DescribeLogDirsResult):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.log_dir,
+                self.topics,
+                self.total_bytes,
+                self.usable_bytes,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.log_dir,
+                other.topics,
+                other.total_bytes,
+                other.usable_bytes,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeLogDirsResponse.DescribeLogDirsResult(error_code={self.error_code!r}, log_dir={self.log_dir!r}, topics={self.topics!r}, total_bytes={self.total_bytes!r}, usable_bytes={self.usable_bytes!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -331,21 +486,48 @@ class DescribeLogDirsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 3+; ignorable. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The log directories.
-    results: list[DescribeLogDirsResponse.DescribeLogDirsResult] = field(default_factory=list)
+    results: list[DescribeLogDirsResponse.DescribeLogDirsResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 4), (1, 0), None, False),
         FieldSpec("error_code", "int16", (3, 4), (1, 0), None, True),
         FieldSpec("results", "[]DescribeLogDirsResult", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        results: list[DescribeLogDirsResponse.DescribeLogDirsResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeLogDirsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.results, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeLogDirsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

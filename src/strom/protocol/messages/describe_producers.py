@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class DescribeProducersRequest:
     """DescribeProducersRequest (API key 61, versions 0, flexible from version 0)."""
 
@@ -20,21 +25,44 @@ class DescribeProducersRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class TopicRequest:
         """The TopicRequest struct of DescribeProducersRequest."""
 
+        __slots__ = ("name", "partition_indexes", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The indexes of the partitions to list producers for.
-        partition_indexes: list[int] = field(default_factory=list)
+        partition_indexes: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partition_indexes", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partition_indexes: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partition_indexes = [] if partition_indexes is MISSING else partition_indexes
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeProducersRequest.TopicRequest):
+                return NotImplemented
+            return (self.name, self.partition_indexes, self.unknown_tagged_fields) == (
+                other.name,
+                other.partition_indexes,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeProducersRequest.TopicRequest(name={self.name!r}, partition_indexes={self.partition_indexes!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -56,14 +84,32 @@ class DescribeProducersRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("topics", "unknown_tagged_fields")
+
     # Versions 0+.
-    topics: list[DescribeProducersRequest.TopicRequest] = field(default_factory=list)
+    topics: list[DescribeProducersRequest.TopicRequest]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]TopicRequest", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[DescribeProducersRequest.TopicRequest] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeProducersRequest):
+            return NotImplemented
+        return (self.topics, self.unknown_tagged_fields) == (other.topics, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"DescribeProducersRequest(topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -109,7 +155,6 @@ class DescribeProducersRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeProducersResponse:
     """DescribeProducersResponse (API key 61, versions 0, flexible from version 0)."""
 
@@ -119,24 +164,33 @@ class DescribeProducersResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class ProducerState:
         """The ProducerState struct of DescribeProducersResponse."""
 
+        __slots__ = (
+            "coordinator_epoch",
+            "current_txn_start_offset",
+            "last_sequence",
+            "last_timestamp",
+            "producer_epoch",
+            "producer_id",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+.
-        producer_id: int = 0
+        producer_id: int
         # Versions 0+.
-        producer_epoch: int = 0
+        producer_epoch: int
         # Versions 0+.
-        last_sequence: int = -1
+        last_sequence: int
         # Versions 0+.
-        last_timestamp: int = -1
+        last_timestamp: int
         # Versions 0+.
-        coordinator_epoch: int = 0
+        coordinator_epoch: int
         # Versions 0+.
-        current_txn_start_offset: int = -1
+        current_txn_start_offset: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("producer_id", "int64", (0, 0), (1, 0), None, False),
@@ -146,6 +200,48 @@ class DescribeProducersResponse:
             FieldSpec("coordinator_epoch", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("current_txn_start_offset", "int64", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            producer_id: int = 0,
+            producer_epoch: int = 0,
+            last_sequence: int = -1,
+            last_timestamp: int = -1,
+            coordinator_epoch: int = 0,
+            current_txn_start_offset: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.producer_id = producer_id
+            self.producer_epoch = producer_epoch
+            self.last_sequence = last_sequence
+            self.last_timestamp = last_timestamp
+            self.coordinator_epoch = coordinator_epoch
+            self.current_txn_start_offset = current_txn_start_offset
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeProducersResponse.ProducerState):
+                return NotImplemented
+            return (
+                self.producer_id,
+                self.producer_epoch,
+                self.last_sequence,
+                self.last_timestamp,
+                self.coordinator_epoch,
+                self.current_txn_start_offset,
+                self.unknown_tagged_fields,
+            ) == (
+                other.producer_id,
+                other.producer_epoch,
+                other.last_sequence,
+                other.last_timestamp,
+                other.coordinator_epoch,
+                other.current_txn_start_offset,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeProducersResponse.ProducerState(producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, last_sequence={self.last_sequence!r}, last_timestamp={self.last_timestamp!r}, coordinator_epoch={self.coordinator_epoch!r}, current_txn_start_offset={self.current_txn_start_offset!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int64(self.producer_id)
@@ -168,21 +264,28 @@ class DescribeProducersResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionResponse:
         """Each partition in the response."""
 
+        __slots__ = (
+            "active_producers",
+            "error_code",
+            "error_message",
+            "partition_index",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The partition error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The partition error message, which may be null if no additional
         # details are available
-        error_message: str | None = None
+        error_message: str | None
         # Versions 0+.
-        active_producers: list[DescribeProducersResponse.ProducerState] = field(default_factory=list)
+        active_producers: list[DescribeProducersResponse.ProducerState]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
@@ -190,6 +293,40 @@ class DescribeProducersResponse:
             FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
             FieldSpec("active_producers", "[]ProducerState", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            active_producers: list[DescribeProducersResponse.ProducerState] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.active_producers = [] if active_producers is MISSING else active_producers
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeProducersResponse.PartitionResponse):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.error_message,
+                self.active_producers,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.error_message,
+                other.active_producers,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeProducersResponse.PartitionResponse(partition_index={self.partition_index!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, active_producers={self.active_producers!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -216,21 +353,44 @@ class DescribeProducersResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicResponse:
         """Each topic in the response."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name
-        name: str = ""
+        name: str
         # Versions 0+. Each partition in the response.
-        partitions: list[DescribeProducersResponse.PartitionResponse] = field(default_factory=list)
+        partitions: list[DescribeProducersResponse.PartitionResponse]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionResponse", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[DescribeProducersResponse.PartitionResponse] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeProducersResponse.TopicResponse):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeProducersResponse.TopicResponse(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -253,18 +413,42 @@ class DescribeProducersResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. Each topic in the response.
-    topics: list[DescribeProducersResponse.TopicResponse] = field(default_factory=list)
+    topics: list[DescribeProducersResponse.TopicResponse]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("topics", "[]TopicResponse", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[DescribeProducersResponse.TopicResponse] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeProducersResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeProducersResponse(throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class DescribeQuorumRequest:
     """DescribeQuorumRequest (API key 55, versions 0-2, flexible from version 0)."""
 
@@ -30,18 +29,38 @@ class DescribeQuorumRequest:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of DescribeQuorumRequest."""
 
+        __slots__ = ("partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeQuorumRequest.PartitionData):
+                return NotImplemented
+            return (self.partition_index, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeQuorumRequest.PartitionData(partition_index={self.partition_index!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -54,21 +73,44 @@ class DescribeQuorumRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of DescribeQuorumRequest."""
 
+        __slots__ = ("partitions", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+.
-        partitions: list[DescribeQuorumRequest.PartitionData] = field(default_factory=list)
+        partitions: list[DescribeQuorumRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 2), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partitions: list[DescribeQuorumRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeQuorumRequest.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeQuorumRequest.TopicData(topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_name is None:
@@ -91,14 +133,32 @@ class DescribeQuorumRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("topics", "unknown_tagged_fields")
+
     # Versions 0+.
-    topics: list[DescribeQuorumRequest.TopicData] = field(default_factory=list)
+    topics: list[DescribeQuorumRequest.TopicData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]TopicData", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[DescribeQuorumRequest.TopicData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeQuorumRequest):
+            return NotImplemented
+        return (self.topics, self.unknown_tagged_fields) == (other.topics, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"DescribeQuorumRequest(topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:
@@ -140,7 +200,6 @@ class DescribeQuorumRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeQuorumResponse:
     """DescribeQuorumResponse (API key 55, versions 0-2, flexible from version 0)."""
 
@@ -150,25 +209,33 @@ class DescribeQuorumResponse:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class ReplicaState:
         """The ReplicaState struct of DescribeQuorumResponse."""
 
+        __slots__ = (
+            "last_caught_up_timestamp",
+            "last_fetch_timestamp",
+            "log_end_offset",
+            "replica_directory_id",
+            "replica_id",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+.
-        replica_id: int = 0
+        replica_id: int
         # Versions 2+.
-        replica_directory_id: uuid.UUID = _ZERO_UUID
+        replica_directory_id: uuid.UUID
         # Versions 0+. The last known log end offset of the follower or -1 if it is unknown
-        log_end_offset: int = 0
+        log_end_offset: int
         # Versions 1+; ignorable. The last known leader wall clock time time when a follower fetched from
         # the leader. This is reported as -1 both for the current leader or if it is unknown for a voter
-        last_fetch_timestamp: int = -1
+        last_fetch_timestamp: int
         # Versions 1+; ignorable. The leader wall clock append time of the offset for which the follower
         # made the most recent fetch request. This is reported as the current time for the leader and -1
         # if unknown for a voter
-        last_caught_up_timestamp: int = -1
+        last_caught_up_timestamp: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("replica_id", "int32", (0, 2), (1, 0), None, False),
@@ -177,6 +244,44 @@ class DescribeQuorumResponse:
             FieldSpec("last_fetch_timestamp", "int64", (1, 2), (1, 0), None, True),
             FieldSpec("last_caught_up_timestamp", "int64", (1, 2), (1, 0), None, True),
         )
+
+        def __init__(
+            self,
+            replica_id: int = 0,
+            replica_directory_id: uuid.UUID = _ZERO_UUID,
+            log_end_offset: int = 0,
+            last_fetch_timestamp: int = -1,
+            last_caught_up_timestamp: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.replica_id = replica_id
+            self.replica_directory_id = replica_directory_id
+            self.log_end_offset = log_end_offset
+            self.last_fetch_timestamp = last_fetch_timestamp
+            self.last_caught_up_timestamp = last_caught_up_timestamp
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeQuorumResponse.ReplicaState):
+                return NotImplemented
+            return (
+                self.replica_id,
+                self.replica_directory_id,
+                self.log_end_offset,
+                self.last_fetch_timestamp,
+                self.last_caught_up_timestamp,
+                self.unknown_tagged_fields,
+            ) == (
+                other.replica_id,
+                other.replica_directory_id,
+                other.log_end_offset,
+                other.last_fetch_timestamp,
+                other.last_caught_up_timestamp,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeQuorumResponse.ReplicaState(replica_id={self.replica_id!r}, replica_directory_id={self.replica_directory_id!r}, log_end_offset={self.log_end_offset!r}, last_fetch_timestamp={self.last_fetch_timestamp!r}, last_caught_up_timestamp={self.last_caught_up_timestamp!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.replica_id)
@@ -211,28 +316,39 @@ class DescribeQuorumResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of DescribeQuorumResponse."""
 
+        __slots__ = (
+            "current_voters",
+            "error_code",
+            "error_message",
+            "high_watermark",
+            "leader_epoch",
+            "leader_id",
+            "observers",
+            "partition_index",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+.
-        error_code: int = 0
+        error_code: int
         # Versions 2+; nullable 2+; ignorable. The error message, or null if there was no error.
-        error_message: str | None = ""
+        error_message: str | None
         # Versions 0+. The ID of the current leader or -1 if the leader is unknown.
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The latest known leader epoch
-        leader_epoch: int = 0
+        leader_epoch: int
         # Versions 0+.
-        high_watermark: int = 0
+        high_watermark: int
         # Versions 0+.
-        current_voters: list[DescribeQuorumResponse.ReplicaState] = field(default_factory=list)
+        current_voters: list[DescribeQuorumResponse.ReplicaState]
         # Versions 0+.
-        observers: list[DescribeQuorumResponse.ReplicaState] = field(default_factory=list)
+        observers: list[DescribeQuorumResponse.ReplicaState]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 2), (1, 0), None, False),
@@ -244,6 +360,56 @@ class DescribeQuorumResponse:
             FieldSpec("current_voters", "[]ReplicaState", (0, 2), (1, 0), None, False),
             FieldSpec("observers", "[]ReplicaState", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            error_message: str | None = "",
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            high_watermark: int = 0,
+            current_voters: list[DescribeQuorumResponse.ReplicaState] = MISSING,
+            observers: list[DescribeQuorumResponse.ReplicaState] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.high_watermark = high_watermark
+            self.current_voters = [] if current_voters is MISSING else current_voters
+            self.observers = [] if observers is MISSING else observers
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeQuorumResponse.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.error_message,
+                self.leader_id,
+                self.leader_epoch,
+                self.high_watermark,
+                self.current_voters,
+                self.observers,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.error_message,
+                other.leader_id,
+                other.leader_epoch,
+                other.high_watermark,
+                other.current_voters,
+                other.observers,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeQuorumResponse.PartitionData(partition_index={self.partition_index!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, high_watermark={self.high_watermark!r}, current_voters={self.current_voters!r}, observers={self.observers!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -284,21 +450,44 @@ class DescribeQuorumResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of DescribeQuorumResponse."""
 
+        __slots__ = ("partitions", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+.
-        partitions: list[DescribeQuorumResponse.PartitionData] = field(default_factory=list)
+        partitions: list[DescribeQuorumResponse.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 2), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partitions: list[DescribeQuorumResponse.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeQuorumResponse.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeQuorumResponse.TopicData(topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_name is None:
@@ -321,24 +510,50 @@ class DescribeQuorumResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class Listener:
         """The listeners of this controller"""
 
+        __slots__ = ("host", "name", "port", "unknown_tagged_fields")
+
         # Versions 2+. The name of the endpoint
-        name: str = ""
+        name: str
         # Versions 2+. The hostname
-        host: str = ""
+        host: str
         # Versions 2+. The port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (2, 2), (1, 0), None, False),
             FieldSpec("host", "string", (2, 2), (1, 0), None, False),
             FieldSpec("port", "uint16", (2, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeQuorumResponse.Listener):
+                return NotImplemented
+            return (self.name, self.host, self.port, self.unknown_tagged_fields) == (
+                other.name,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeQuorumResponse.Listener(name={self.name!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if version >= 2:
@@ -371,21 +586,44 @@ class DescribeQuorumResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class Node:
         """The Node struct of DescribeQuorumResponse."""
 
+        __slots__ = ("listeners", "node_id", "unknown_tagged_fields")
+
         # Versions 2+. The ID of the associated node
-        node_id: int = 0
+        node_id: int
         # Versions 2+. The listeners of this controller
-        listeners: list[DescribeQuorumResponse.Listener] = field(default_factory=list)
+        listeners: list[DescribeQuorumResponse.Listener]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (2, 2), (1, 0), None, False),
             FieldSpec("listeners", "[]Listener", (2, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            listeners: list[DescribeQuorumResponse.Listener] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.listeners = [] if listeners is MISSING else listeners
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeQuorumResponse.Node):
+                return NotImplemented
+            return (self.node_id, self.listeners, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.listeners,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeQuorumResponse.Node(node_id={self.node_id!r}, listeners={self.listeners!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if version >= 2:
@@ -414,16 +652,18 @@ class DescribeQuorumResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "error_message", "nodes", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The top level error code.
-    error_code: int = 0
+    error_code: int
     # Versions 2+; nullable 2+; ignorable. The error message, or null if there was no error.
-    error_message: str | None = ""
+    error_message: str | None
     # Versions 0+.
-    topics: list[DescribeQuorumResponse.TopicData] = field(default_factory=list)
+    topics: list[DescribeQuorumResponse.TopicData]
     # Versions 2+.
-    nodes: list[DescribeQuorumResponse.Node] = field(default_factory=list)
+    nodes: list[DescribeQuorumResponse.Node]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 2), (1, 0), None, False),
@@ -431,6 +671,34 @@ class DescribeQuorumResponse:
         FieldSpec("topics", "[]TopicData", (0, 2), (1, 0), None, False),
         FieldSpec("nodes", "[]Node", (2, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        topics: list[DescribeQuorumResponse.TopicData] = MISSING,
+        nodes: list[DescribeQuorumResponse.Node] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is MISSING else topics
+        self.nodes = [] if nodes is MISSING else nodes
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeQuorumResponse):
+            return NotImplemented
+        return (self.error_code, self.error_message, self.topics, self.nodes, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.error_message,
+            other.topics,
+            other.nodes,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeQuorumResponse(error_code={self.error_code!r}, error_message={self.error_message!r}, topics={self.topics!r}, nodes={self.nodes!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class DescribeTopicPartitionsRequest:
     """DescribeTopicPartitionsRequest (API key 75, versions 0, flexible from version 0)."""
 
@@ -23,16 +28,33 @@ class DescribeTopicPartitionsRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class TopicRequest:
         """The topics to fetch details for."""
 
+        __slots__ = ("name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name
-        name: str = ""
+        name: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("name", "string", (0, 0), (1, 0), None, False),)
+
+        def __init__(
+            self,
+            name: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeTopicPartitionsRequest.TopicRequest):
+                return NotImplemented
+            return (self.name, self.unknown_tagged_fields) == (other.name, other.unknown_tagged_fields)
+
+        def __repr__(self) -> str:
+            return f"DescribeTopicPartitionsRequest.TopicRequest(name={self.name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -47,21 +69,44 @@ class DescribeTopicPartitionsRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class Cursor:
         """The first topic and partition index to fetch details for."""
 
+        __slots__ = ("partition_index", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The name for the first topic to process
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The partition index to start with
-        partition_index: int = 0
+        partition_index: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partition_index: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partition_index = partition_index
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeTopicPartitionsRequest.Cursor):
+                return NotImplemented
+            return (self.topic_name, self.partition_index, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partition_index,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeTopicPartitionsRequest.Cursor(topic_name={self.topic_name!r}, partition_index={self.partition_index!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_name is None:
@@ -78,20 +123,47 @@ class DescribeTopicPartitionsRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("cursor", "response_partition_limit", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The topics to fetch details for.
-    topics: list[DescribeTopicPartitionsRequest.TopicRequest] = field(default_factory=list)
+    topics: list[DescribeTopicPartitionsRequest.TopicRequest]
     # Versions 0+. The maximum number of partitions included in the response.
-    response_partition_limit: int = 2000
+    response_partition_limit: int
     # Versions 0+; nullable 0+. The first topic and partition index to fetch details for.
-    cursor: DescribeTopicPartitionsRequest.Cursor | None = None
+    cursor: DescribeTopicPartitionsRequest.Cursor | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]TopicRequest", (0, 0), (1, 0), None, False),
         FieldSpec("response_partition_limit", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("cursor", "Cursor", (0, 0), (0, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[DescribeTopicPartitionsRequest.TopicRequest] = MISSING,
+        response_partition_limit: int = 2000,
+        cursor: DescribeTopicPartitionsRequest.Cursor | None = None,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.response_partition_limit = response_partition_limit
+        self.cursor = cursor
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeTopicPartitionsRequest):
+            return NotImplemented
+        return (self.topics, self.response_partition_limit, self.cursor, self.unknown_tagged_fields) == (
+            other.topics,
+            other.response_partition_limit,
+            other.cursor,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeTopicPartitionsRequest(topics={self.topics!r}, response_partition_limit={self.response_partition_limit!r}, cursor={self.cursor!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -147,7 +219,6 @@ class DescribeTopicPartitionsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeTopicPartitionsResponse:
     """DescribeTopicPartitionsResponse (API key 75, versions 0, flexible from version 0)."""
 
@@ -157,30 +228,42 @@ class DescribeTopicPartitionsResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class DescribeTopicPartitionsResponsePartition:
         """Each partition in the topic."""
 
+        __slots__ = (
+            "eligible_leader_replicas",
+            "error_code",
+            "isr_nodes",
+            "last_known_elr",
+            "leader_epoch",
+            "leader_id",
+            "offline_replicas",
+            "partition_index",
+            "replica_nodes",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition error, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The ID of the leader broker.
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+; ignorable. The leader epoch of this partition.
-        leader_epoch: int = -1
+        leader_epoch: int
         # Versions 0+. The set of all nodes that host this partition.
-        replica_nodes: list[int] = field(default_factory=list)
+        replica_nodes: list[int]
         # Versions 0+. The set of nodes that are in sync with the leader for this partition.
-        isr_nodes: list[int] = field(default_factory=list)
+        isr_nodes: list[int]
         # Versions 0+; nullable 0+. The new eligible leader replicas otherwise.
-        eligible_leader_replicas: list[int] | None = None
+        eligible_leader_replicas: list[int] | None
         # Versions 0+; nullable 0+. The last known ELR.
-        last_known_elr: list[int] | None = None
+        last_known_elr: list[int] | None
         # Versions 0+; ignorable. The set of offline replicas of this partition.
-        offline_replicas: list[int] = field(default_factory=list)
+        offline_replicas: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
@@ -193,6 +276,62 @@ class DescribeTopicPartitionsResponse:
             FieldSpec("last_known_elr", "[]int32", (0, 0), (0, 0), None, False),
             FieldSpec("offline_replicas", "[]int32", (0, 0), (1, 0), None, True),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            partition_index: int = 0,
+            leader_id: int = 0,
+            leader_epoch: int = -1,
+            replica_nodes: list[int] = MISSING,
+            isr_nodes: list[int] = MISSING,
+            eligible_leader_replicas: list[int] | None = None,
+            last_known_elr: list[int] | None = None,
+            offline_replicas: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.partition_index = partition_index
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.replica_nodes = [] if replica_nodes is MISSING else replica_nodes
+            self.isr_nodes = [] if isr_nodes is MISSING else isr_nodes
+            self.eligible_leader_replicas = eligible_leader_replicas
+            self.last_known_elr = last_known_elr
+            self.offline_replicas = [] if offline_replicas is MISSING else offline_replicas
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(
+                other, DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition
+            ):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.partition_index,
+                self.leader_id,
+                self.leader_epoch,
+                self.replica_nodes,
+                self.isr_nodes,
+                self.eligible_leader_replicas,
+                self.last_known_elr,
+                self.offline_replicas,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.partition_index,
+                other.leader_id,
+                other.leader_epoch,
+                other.replica_nodes,
+                other.isr_nodes,
+                other.eligible_leader_replicas,
+                other.last_known_elr,
+                other.offline_replicas,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition(error_code={self.error_code!r}, partition_index={self.partition_index!r}, leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, replica_nodes={self.replica_nodes!r}, isr_nodes={self.isr_nodes!r}, eligible_leader_replicas={self.eligible_leader_replicas!r}, last_known_elr={self.last_known_elr!r}, offline_replicas={self.offline_replicas!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int16(self.error_code)
@@ -260,26 +399,33 @@ class DescribeTopicPartitionsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribeTopicPartitionsResponseTopic:
         """Each topic in the response."""
 
-        # Versions 0+. The topic error, or 0 if there was no error.
-        error_code: int = 0
-        # Versions 0+; nullable 0+. The topic name.
-        name: str | None = ""
-        # Versions 0+; ignorable. The topic id.
-        topic_id: uuid.UUID = _ZERO_UUID
-        # Versions 0+; ignorable. True if the topic is internal.
-        is_internal: bool = False
-        # Versions 0+. Each partition in the topic.
-        partitions: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition] = field(
-            default_factory=list
+        __slots__ = (
+            "error_code",
+            "is_internal",
+            "name",
+            "partitions",
+            "topic_authorized_operations",
+            "topic_id",
+            "unknown_tagged_fields",
         )
+
+        # Versions 0+. The topic error, or 0 if there was no error.
+        error_code: int
+        # Versions 0+; nullable 0+. The topic name.
+        name: str | None
+        # Versions 0+; ignorable. The topic id.
+        topic_id: uuid.UUID
+        # Versions 0+; ignorable. True if the topic is internal.
+        is_internal: bool
+        # Versions 0+. Each partition in the topic.
+        partitions: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition]
         # Versions 0+. 32-bit bitfield to represent authorized operations for this topic.
-        topic_authorized_operations: int = -2147483648
+        topic_authorized_operations: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
@@ -291,6 +437,50 @@ class DescribeTopicPartitionsResponse:
             ),
             FieldSpec("topic_authorized_operations", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            name: str | None = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            is_internal: bool = False,
+            partitions: list[
+                DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition
+            ] = MISSING,
+            topic_authorized_operations: int = -2147483648,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.name = name
+            self.topic_id = topic_id
+            self.is_internal = is_internal
+            self.partitions = [] if partitions is MISSING else partitions
+            self.topic_authorized_operations = topic_authorized_operations
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.name,
+                self.topic_id,
+                self.is_internal,
+                self.partitions,
+                self.topic_authorized_operations,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.name,
+                other.topic_id,
+                other.is_internal,
+                other.partitions,
+                other.topic_authorized_operations,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic(error_code={self.error_code!r}, name={self.name!r}, topic_id={self.topic_id!r}, is_internal={self.is_internal!r}, partitions={self.partitions!r}, topic_authorized_operations={self.topic_authorized_operations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int16(self.error_code)
@@ -329,21 +519,44 @@ class DescribeTopicPartitionsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class Cursor:
         """The next topic and partition index to fetch details for."""
 
+        __slots__ = ("partition_index", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The name for the first topic to process
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The partition index to start with
-        partition_index: int = 0
+        partition_index: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partition_index: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partition_index = partition_index
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeTopicPartitionsResponse.Cursor):
+                return NotImplemented
+            return (self.topic_name, self.partition_index, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partition_index,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeTopicPartitionsResponse.Cursor(topic_name={self.topic_name!r}, partition_index={self.partition_index!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_name is None:
@@ -360,23 +573,48 @@ class DescribeTopicPartitionsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("next_cursor", "throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. Each topic in the response.
-    topics: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic] = field(
-        default_factory=list
-    )
+    topics: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic]
     # Versions 0+; nullable 0+. The next topic and partition index to fetch details for.
-    next_cursor: DescribeTopicPartitionsResponse.Cursor | None = None
+    next_cursor: DescribeTopicPartitionsResponse.Cursor | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, True),
         FieldSpec("topics", "[]DescribeTopicPartitionsResponseTopic", (0, 0), (1, 0), None, False),
         FieldSpec("next_cursor", "Cursor", (0, 0), (0, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic] = MISSING,
+        next_cursor: DescribeTopicPartitionsResponse.Cursor | None = None,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.next_cursor = next_cursor
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeTopicPartitionsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.next_cursor, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.topics,
+            other.next_cursor,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeTopicPartitionsResponse(throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, next_cursor={self.next_cursor!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

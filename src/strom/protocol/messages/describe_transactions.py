@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class DescribeTransactionsRequest:
     """DescribeTransactionsRequest (API key 65, versions 0, flexible from version 0)."""
 
@@ -20,15 +25,36 @@ class DescribeTransactionsRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("transactional_ids", "unknown_tagged_fields")
+
     # Versions 0+. Array of transactionalIds to include in describe results. If empty, then no results
     # will be returned.
-    transactional_ids: list[str] = field(default_factory=list)
+    transactional_ids: list[str]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("transactional_ids", "[]string", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        transactional_ids: list[str] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.transactional_ids = [] if transactional_ids is MISSING else transactional_ids
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeTransactionsRequest):
+            return NotImplemented
+        return (self.transactional_ids, self.unknown_tagged_fields) == (
+            other.transactional_ids,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeTransactionsRequest(transactional_ids={self.transactional_ids!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -73,7 +99,6 @@ class DescribeTransactionsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeTransactionsResponse:
     """DescribeTransactionsResponse (API key 65, versions 0, flexible from version 0)."""
 
@@ -83,21 +108,44 @@ class DescribeTransactionsResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class TopicData:
         """The set of partitions included in the current transaction (if active). When a transaction is preparing to commit or abort, this will include only partitions which do not have markers."""
 
+        __slots__ = ("partitions", "topic", "unknown_tagged_fields")
+
         # Versions 0+.
-        topic: str = ""
+        topic: str
         # Versions 0+.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeTransactionsResponse.TopicData):
+                return NotImplemented
+            return (self.topic, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeTransactionsResponse.TopicData(topic={self.topic!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic is None:
@@ -119,30 +167,41 @@ class DescribeTransactionsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TransactionState:
         """The TransactionState struct of DescribeTransactionsResponse."""
 
+        __slots__ = (
+            "error_code",
+            "producer_epoch",
+            "producer_id",
+            "topics",
+            "transaction_start_time_ms",
+            "transaction_state",
+            "transaction_timeout_ms",
+            "transactional_id",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+.
-        error_code: int = 0
+        error_code: int
         # Versions 0+.
-        transactional_id: str = ""
+        transactional_id: str
         # Versions 0+.
-        transaction_state: str = ""
+        transaction_state: str
         # Versions 0+.
-        transaction_timeout_ms: int = 0
+        transaction_timeout_ms: int
         # Versions 0+.
-        transaction_start_time_ms: int = 0
+        transaction_start_time_ms: int
         # Versions 0+.
-        producer_id: int = 0
+        producer_id: int
         # Versions 0+.
-        producer_epoch: int = 0
+        producer_epoch: int
         # Versions 0+. The set of partitions included in the current transaction (if active). When a
         # transaction is preparing to commit or abort, this will include only partitions which do not have
         # markers.
-        topics: list[DescribeTransactionsResponse.TopicData] = field(default_factory=list)
+        topics: list[DescribeTransactionsResponse.TopicData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
@@ -154,6 +213,56 @@ class DescribeTransactionsResponse:
             FieldSpec("producer_epoch", "int16", (0, 0), (1, 0), None, False),
             FieldSpec("topics", "[]TopicData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            transactional_id: str = "",
+            transaction_state: str = "",
+            transaction_timeout_ms: int = 0,
+            transaction_start_time_ms: int = 0,
+            producer_id: int = 0,
+            producer_epoch: int = 0,
+            topics: list[DescribeTransactionsResponse.TopicData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.transactional_id = transactional_id
+            self.transaction_state = transaction_state
+            self.transaction_timeout_ms = transaction_timeout_ms
+            self.transaction_start_time_ms = transaction_start_time_ms
+            self.producer_id = producer_id
+            self.producer_epoch = producer_epoch
+            self.topics = [] if topics is MISSING else topics
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeTransactionsResponse.TransactionState):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.transactional_id,
+                self.transaction_state,
+                self.transaction_timeout_ms,
+                self.transaction_start_time_ms,
+                self.producer_id,
+                self.producer_epoch,
+                self.topics,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.transactional_id,
+                other.transaction_state,
+                other.transaction_timeout_ms,
+                other.transaction_start_time_ms,
+                other.producer_id,
+                other.producer_epoch,
+                other.topics,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeTransactionsResponse.TransactionState(error_code={self.error_code!r}, transactional_id={self.transactional_id!r}, transaction_state={self.transaction_state!r}, transaction_timeout_ms={self.transaction_timeout_ms!r}, transaction_start_time_ms={self.transaction_start_time_ms!r}, producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int16(self.error_code)
@@ -194,18 +303,42 @@ class DescribeTransactionsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("throttle_time_ms", "transaction_states", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+.
-    transaction_states: list[DescribeTransactionsResponse.TransactionState] = field(default_factory=list)
+    transaction_states: list[DescribeTransactionsResponse.TransactionState]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("transaction_states", "[]TransactionState", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        transaction_states: list[DescribeTransactionsResponse.TransactionState] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.transaction_states = [] if transaction_states is MISSING else transaction_states
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeTransactionsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.transaction_states, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.transaction_states,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeTransactionsResponse(throttle_time_ms={self.throttle_time_ms!r}, transaction_states={self.transaction_states!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

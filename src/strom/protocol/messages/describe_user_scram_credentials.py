@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class DescribeUserScramCredentialsRequest:
     """DescribeUserScramCredentialsRequest (API key 50, versions 0, flexible from version 0)."""
 
@@ -20,16 +25,33 @@ class DescribeUserScramCredentialsRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class UserName:
         """The users to describe, or null/empty to describe all users."""
 
+        __slots__ = ("name", "unknown_tagged_fields")
+
         # Versions 0+. The user name.
-        name: str = ""
+        name: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("name", "string", (0, 0), (1, 0), None, False),)
+
+        def __init__(
+            self,
+            name: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeUserScramCredentialsRequest.UserName):
+                return NotImplemented
+            return (self.name, self.unknown_tagged_fields) == (other.name, other.unknown_tagged_fields)
+
+        def __repr__(self) -> str:
+            return f"DescribeUserScramCredentialsRequest.UserName(name={self.name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -44,12 +66,30 @@ class DescribeUserScramCredentialsRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("unknown_tagged_fields", "users")
+
     # Versions 0+; nullable 0+. The users to describe, or null/empty to describe all users.
-    users: list[DescribeUserScramCredentialsRequest.UserName] | None = field(default_factory=list)
+    users: list[DescribeUserScramCredentialsRequest.UserName] | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("users", "[]UserName", (0, 0), (0, 0), None, False),)
+
+    def __init__(
+        self,
+        users: list[DescribeUserScramCredentialsRequest.UserName] | None = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.users = [] if users is MISSING else users
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeUserScramCredentialsRequest):
+            return NotImplemented
+        return (self.users, self.unknown_tagged_fields) == (other.users, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"DescribeUserScramCredentialsRequest(users={self.users!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -96,7 +136,6 @@ class DescribeUserScramCredentialsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class DescribeUserScramCredentialsResponse:
     """DescribeUserScramCredentialsResponse (API key 50, versions 0, flexible from version 0)."""
 
@@ -106,21 +145,44 @@ class DescribeUserScramCredentialsResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class CredentialInfo:
         """The mechanism and related information associated with the user's SCRAM credentials."""
 
+        __slots__ = ("iterations", "mechanism", "unknown_tagged_fields")
+
         # Versions 0+. The SCRAM mechanism.
-        mechanism: int = 0
+        mechanism: int
         # Versions 0+. The number of iterations used in the SCRAM credential.
-        iterations: int = 0
+        iterations: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("mechanism", "int8", (0, 0), (1, 0), None, False),
             FieldSpec("iterations", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            mechanism: int = 0,
+            iterations: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.mechanism = mechanism
+            self.iterations = iterations
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeUserScramCredentialsResponse.CredentialInfo):
+                return NotImplemented
+            return (self.mechanism, self.iterations, self.unknown_tagged_fields) == (
+                other.mechanism,
+                other.iterations,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeUserScramCredentialsResponse.CredentialInfo(mechanism={self.mechanism!r}, iterations={self.iterations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int8(self.mechanism)
@@ -135,22 +197,21 @@ class DescribeUserScramCredentialsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribeUserScramCredentialsResult:
         """The results for descriptions, one per user."""
 
+        __slots__ = ("credential_infos", "error_code", "error_message", "unknown_tagged_fields", "user")
+
         # Versions 0+. The user name.
-        user: str = ""
+        user: str
         # Versions 0+. The user-level error code.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The user-level error message, if any.
-        error_message: str | None = ""
+        error_message: str | None
         # Versions 0+. The mechanism and related information associated with the user's SCRAM credentials.
-        credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo] = field(
-            default_factory=list
-        )
+        credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("user", "string", (0, 0), (1, 0), None, False),
@@ -158,6 +219,40 @@ class DescribeUserScramCredentialsResponse:
             FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
             FieldSpec("credential_infos", "[]CredentialInfo", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            user: str = "",
+            error_code: int = 0,
+            error_message: str | None = "",
+            credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.user = user
+            self.error_code = error_code
+            self.error_message = error_message
+            self.credential_infos = [] if credential_infos is MISSING else credential_infos
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult):
+                return NotImplemented
+            return (
+                self.user,
+                self.error_code,
+                self.error_message,
+                self.credential_infos,
+                self.unknown_tagged_fields,
+            ) == (
+                other.user,
+                other.error_code,
+                other.error_message,
+                other.credential_infos,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult(user={self.user!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, credential_infos={self.credential_infos!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.user is None:
@@ -190,20 +285,20 @@ class DescribeUserScramCredentialsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "error_message", "results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The message-level error code, 0 except for user authorization or infrastructure
     # issues.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The message-level error message, if any.
-    error_message: str | None = ""
+    error_message: str | None
     # Versions 0+. The results for descriptions, one per user.
-    results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = field(
-        default_factory=list
-    )
+    results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
@@ -211,6 +306,40 @@ class DescribeUserScramCredentialsResponse:
         FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
         FieldSpec("results", "[]DescribeUserScramCredentialsResult", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DescribeUserScramCredentialsResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.results,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"DescribeUserScramCredentialsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

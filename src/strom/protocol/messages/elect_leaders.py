@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ElectLeadersRequest:
     """ElectLeadersRequest (API key 43, versions 0-2, flexible from version 2)."""
 
@@ -27,21 +26,44 @@ class ElectLeadersRequest:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class TopicPartitions:
         """The topic partitions to elect leaders."""
 
+        __slots__ = ("partitions", "topic", "unknown_tagged_fields")
+
         # Versions 0+. The name of a topic.
-        topic: str = ""
+        topic: str
         # Versions 0+. The partitions of this topic whose leader should be elected.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (0, 2), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ElectLeadersRequest.TopicPartitions):
+                return NotImplemented
+            return (self.topic, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ElectLeadersRequest.TopicPartitions(topic={self.topic!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -82,21 +104,48 @@ class ElectLeadersRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("election_type", "timeout_ms", "topic_partitions", "unknown_tagged_fields")
+
     # Versions 1+. Type of elections to conduct for the partition. A value of '0' elects the preferred
     # replica. A value of '1' elects the first live replica if there are no in-sync replica.
-    election_type: int = 0
+    election_type: int
     # Versions 0+; nullable 0+. The topic partitions to elect leaders.
-    topic_partitions: list[ElectLeadersRequest.TopicPartitions] | None = field(default_factory=list)
+    topic_partitions: list[ElectLeadersRequest.TopicPartitions] | None
     # Versions 0+. The time in ms to wait for the election to complete.
-    timeout_ms: int = 60000
+    timeout_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("election_type", "int8", (1, 2), (1, 0), None, False),
         FieldSpec("topic_partitions", "[]TopicPartitions", (0, 2), (0, 2), None, False),
         FieldSpec("timeout_ms", "int32", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        election_type: int = 0,
+        topic_partitions: list[ElectLeadersRequest.TopicPartitions] | None = MISSING,
+        timeout_ms: int = 60000,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.election_type = election_type
+        self.topic_partitions = [] if topic_partitions is MISSING else topic_partitions
+        self.timeout_ms = timeout_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ElectLeadersRequest):
+            return NotImplemented
+        return (self.election_type, self.topic_partitions, self.timeout_ms, self.unknown_tagged_fields) == (
+            other.election_type,
+            other.topic_partitions,
+            other.timeout_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ElectLeadersRequest(election_type={self.election_type!r}, topic_partitions={self.topic_partitions!r}, timeout_ms={self.timeout_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:
@@ -168,7 +217,6 @@ class ElectLeadersRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ElectLeadersResponse:
     """ElectLeadersResponse (API key 43, versions 0-2, flexible from version 2)."""
 
@@ -178,24 +226,50 @@ class ElectLeadersResponse:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class PartitionResult:
         """The results for each partition"""
 
+        __slots__ = ("error_code", "error_message", "partition_id", "unknown_tagged_fields")
+
         # Versions 0+. The partition id
-        partition_id: int = 0
+        partition_id: int
         # Versions 0+. The result error, or zero if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The result message, or null if there was no error.
-        error_message: str | None = ""
+        error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_id", "int32", (0, 2), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 2), (1, 0), None, False),
             FieldSpec("error_message", "string", (0, 2), (0, 2), None, False),
         )
+
+        def __init__(
+            self,
+            partition_id: int = 0,
+            error_code: int = 0,
+            error_message: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_id = partition_id
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ElectLeadersResponse.PartitionResult):
+                return NotImplemented
+            return (self.partition_id, self.error_code, self.error_message, self.unknown_tagged_fields) == (
+                other.partition_id,
+                other.error_code,
+                other.error_message,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ElectLeadersResponse.PartitionResult(partition_id={self.partition_id!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -222,21 +296,44 @@ class ElectLeadersResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ReplicaElectionResult:
         """The election results, or an empty array if the requester did not have permission and the request asks for all partitions."""
 
+        __slots__ = ("partition_result", "topic", "unknown_tagged_fields")
+
         # Versions 0+. The topic name
-        topic: str = ""
+        topic: str
         # Versions 0+. The results for each partition
-        partition_result: list[ElectLeadersResponse.PartitionResult] = field(default_factory=list)
+        partition_result: list[ElectLeadersResponse.PartitionResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (0, 2), (1, 0), None, False),
             FieldSpec("partition_result", "[]PartitionResult", (0, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            partition_result: list[ElectLeadersResponse.PartitionResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.partition_result = [] if partition_result is MISSING else partition_result
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ElectLeadersResponse.ReplicaElectionResult):
+                return NotImplemented
+            return (self.topic, self.partition_result, self.unknown_tagged_fields) == (
+                other.topic,
+                other.partition_result,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ElectLeadersResponse.ReplicaElectionResult(topic={self.topic!r}, partition_result={self.partition_result!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -281,22 +378,56 @@ class ElectLeadersResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "replica_election_results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 1+. The top level response error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The election results, or an empty array if the requester did not have permission
     # and the request asks for all partitions.
-    replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult] = field(default_factory=list)
+    replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 2), (1, 0), None, False),
         FieldSpec("error_code", "int16", (1, 2), (1, 0), None, False),
         FieldSpec("replica_election_results", "[]ReplicaElectionResult", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.replica_election_results = (
+            [] if replica_election_results is MISSING else replica_election_results
+        )
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ElectLeadersResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.replica_election_results,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.replica_election_results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ElectLeadersResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, replica_election_results={self.replica_election_results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

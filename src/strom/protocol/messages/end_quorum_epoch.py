@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class EndQuorumEpochRequest:
     """EndQuorumEpochRequest (API key 54, versions 0-1, flexible from version 1)."""
 
@@ -30,21 +29,44 @@ class EndQuorumEpochRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class ReplicaInfo:
         """A sorted list of preferred candidates to start the election"""
 
+        __slots__ = ("candidate_directory_id", "candidate_id", "unknown_tagged_fields")
+
         # Versions 1+.
-        candidate_id: int = 0
+        candidate_id: int
         # Versions 1+.
-        candidate_directory_id: uuid.UUID = _ZERO_UUID
+        candidate_directory_id: uuid.UUID
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("candidate_id", "int32", (1, 1), (1, 0), None, False),
             FieldSpec("candidate_directory_id", "uuid", (1, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            candidate_id: int = 0,
+            candidate_directory_id: uuid.UUID = _ZERO_UUID,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.candidate_id = candidate_id
+            self.candidate_directory_id = candidate_directory_id
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, EndQuorumEpochRequest.ReplicaInfo):
+                return NotImplemented
+            return (self.candidate_id, self.candidate_directory_id, self.unknown_tagged_fields) == (
+                other.candidate_id,
+                other.candidate_directory_id,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"EndQuorumEpochRequest.ReplicaInfo(candidate_id={self.candidate_id!r}, candidate_directory_id={self.candidate_directory_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -77,22 +99,30 @@ class EndQuorumEpochRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of EndQuorumEpochRequest."""
 
+        __slots__ = (
+            "leader_epoch",
+            "leader_id",
+            "partition_index",
+            "preferred_candidates",
+            "preferred_successors",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The current leader ID that is resigning
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The current epoch
-        leader_epoch: int = 0
+        leader_epoch: int
         # Versions 0; ignorable. A sorted list of preferred successors to start the election
-        preferred_successors: list[int] = field(default_factory=list)
+        preferred_successors: list[int]
         # Versions 1+; ignorable. A sorted list of preferred candidates to start the election
-        preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo] = field(default_factory=list)
+        preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 1), (1, 0), None, False),
@@ -101,6 +131,44 @@ class EndQuorumEpochRequest:
             FieldSpec("preferred_successors", "[]int32", (0, 0), (1, 0), None, True),
             FieldSpec("preferred_candidates", "[]ReplicaInfo", (1, 1), (1, 0), None, True),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            preferred_successors: list[int] = MISSING,
+            preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.preferred_successors = [] if preferred_successors is MISSING else preferred_successors
+            self.preferred_candidates = [] if preferred_candidates is MISSING else preferred_candidates
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, EndQuorumEpochRequest.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.leader_id,
+                self.leader_epoch,
+                self.preferred_successors,
+                self.preferred_candidates,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.leader_id,
+                other.leader_epoch,
+                other.preferred_successors,
+                other.preferred_candidates,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"EndQuorumEpochRequest.PartitionData(partition_index={self.partition_index!r}, leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, preferred_successors={self.preferred_successors!r}, preferred_candidates={self.preferred_candidates!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -144,21 +212,44 @@ class EndQuorumEpochRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of EndQuorumEpochRequest."""
 
+        __slots__ = ("partitions", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+.
-        partitions: list[EndQuorumEpochRequest.PartitionData] = field(default_factory=list)
+        partitions: list[EndQuorumEpochRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partitions: list[EndQuorumEpochRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, EndQuorumEpochRequest.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"EndQuorumEpochRequest.TopicData(topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -201,24 +292,50 @@ class EndQuorumEpochRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class LeaderEndpoint:
         """Endpoints for the leader"""
 
+        __slots__ = ("host", "name", "port", "unknown_tagged_fields")
+
         # Versions 1+. The name of the endpoint
-        name: str = ""
+        name: str
         # Versions 1+. The node's hostname
-        host: str = ""
+        host: str
         # Versions 1+. The node's port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (1, 1), (1, 0), None, False),
             FieldSpec("host", "string", (1, 1), (1, 0), None, False),
             FieldSpec("port", "uint16", (1, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, EndQuorumEpochRequest.LeaderEndpoint):
+                return NotImplemented
+            return (self.name, self.host, self.port, self.unknown_tagged_fields) == (
+                other.name,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"EndQuorumEpochRequest.LeaderEndpoint(name={self.name!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -255,20 +372,47 @@ class EndQuorumEpochRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("cluster_id", "leader_endpoints", "topics", "unknown_tagged_fields")
+
     # Versions 0+; nullable 0+.
-    cluster_id: str | None = None
+    cluster_id: str | None
     # Versions 0+.
-    topics: list[EndQuorumEpochRequest.TopicData] = field(default_factory=list)
+    topics: list[EndQuorumEpochRequest.TopicData]
     # Versions 1+; ignorable. Endpoints for the leader
-    leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint] = field(default_factory=list)
+    leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("cluster_id", "string", (0, 1), (0, 1), None, False),
         FieldSpec("topics", "[]TopicData", (0, 1), (1, 0), None, False),
         FieldSpec("leader_endpoints", "[]LeaderEndpoint", (1, 1), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        topics: list[EndQuorumEpochRequest.TopicData] = MISSING,
+        leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.topics = [] if topics is MISSING else topics
+        self.leader_endpoints = [] if leader_endpoints is MISSING else leader_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EndQuorumEpochRequest):
+            return NotImplemented
+        return (self.cluster_id, self.topics, self.leader_endpoints, self.unknown_tagged_fields) == (
+            other.cluster_id,
+            other.topics,
+            other.leader_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"EndQuorumEpochRequest(cluster_id={self.cluster_id!r}, topics={self.topics!r}, leader_endpoints={self.leader_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -342,7 +486,6 @@ class EndQuorumEpochRequest:
         return obj
 
 
-@dataclass(slots=True)
 class EndQuorumEpochResponse:
     """EndQuorumEpochResponse (API key 54, versions 0-1, flexible from version 1)."""
 
@@ -352,20 +495,21 @@ class EndQuorumEpochResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of EndQuorumEpochResponse."""
 
+        __slots__ = ("error_code", "leader_epoch", "leader_id", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The ID of the current leader or -1 if the leader is unknown.
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The latest known leader epoch
-        leader_epoch: int = 0
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 1), (1, 0), None, False),
@@ -373,6 +517,40 @@ class EndQuorumEpochResponse:
             FieldSpec("leader_id", "int32", (0, 1), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, EndQuorumEpochResponse.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.leader_id,
+                self.leader_epoch,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.leader_id,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"EndQuorumEpochResponse.PartitionData(partition_index={self.partition_index!r}, error_code={self.error_code!r}, leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -395,21 +573,44 @@ class EndQuorumEpochResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of EndQuorumEpochResponse."""
 
+        __slots__ = ("partitions", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+.
-        partitions: list[EndQuorumEpochResponse.PartitionData] = field(default_factory=list)
+        partitions: list[EndQuorumEpochResponse.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partitions: list[EndQuorumEpochResponse.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, EndQuorumEpochResponse.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"EndQuorumEpochResponse.TopicData(topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -452,24 +653,50 @@ class EndQuorumEpochResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class NodeEndpoint:
         """Endpoints for all leaders enumerated in PartitionData"""
 
+        __slots__ = ("host", "node_id", "port", "unknown_tagged_fields")
+
         # Versions 1+. The ID of the associated node
-        node_id: int = 0
+        node_id: int
         # Versions 1+. The node's hostname
-        host: str = ""
+        host: str
         # Versions 1+. The node's port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (1, 1), (1, 0), None, False),
             FieldSpec("host", "string", (1, 1), (1, 0), None, False),
             FieldSpec("port", "uint16", (1, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, EndQuorumEpochResponse.NodeEndpoint):
+                return NotImplemented
+            return (self.node_id, self.host, self.port, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"EndQuorumEpochResponse.NodeEndpoint(node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -504,20 +731,47 @@ class EndQuorumEpochResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "node_endpoints", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The top level error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+.
-    topics: list[EndQuorumEpochResponse.TopicData] = field(default_factory=list)
+    topics: list[EndQuorumEpochResponse.TopicData]
     # Versions 1+; tag 0 (tagged 1+). Endpoints for all leaders enumerated in PartitionData
-    node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 1), (1, 0), None, False),
         FieldSpec("topics", "[]TopicData", (0, 1), (1, 0), None, False),
         FieldSpec("node_endpoints", "[]NodeEndpoint", (1, 1), (1, 0), 0, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        topics: list[EndQuorumEpochResponse.TopicData] = MISSING,
+        node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.topics = [] if topics is MISSING else topics
+        self.node_endpoints = [] if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EndQuorumEpochResponse):
+            return NotImplemented
+        return (self.error_code, self.topics, self.node_endpoints, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.topics,
+            other.node_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"EndQuorumEpochResponse(error_code={self.error_code!r}, topics={self.topics!r}, node_endpoints={self.node_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

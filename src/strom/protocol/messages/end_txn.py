@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class EndTxnRequest:
     """EndTxnRequest (API key 26, versions 0-5, flexible from version 3)."""
 
@@ -20,16 +25,18 @@ class EndTxnRequest:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
+    __slots__ = ("committed", "producer_epoch", "producer_id", "transactional_id", "unknown_tagged_fields")
+
     # Versions 0+. The ID of the transaction to end.
-    transactional_id: str = ""
+    transactional_id: str
     # Versions 0+. The producer ID.
-    producer_id: int = 0
+    producer_id: int
     # Versions 0+. The current epoch associated with the producer.
-    producer_epoch: int = 0
+    producer_epoch: int
     # Versions 0+. True if the transaction was committed, false if it was aborted.
-    committed: bool = False
+    committed: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("transactional_id", "string", (0, 5), (1, 0), None, False),
@@ -37,6 +44,40 @@ class EndTxnRequest:
         FieldSpec("producer_epoch", "int16", (0, 5), (1, 0), None, False),
         FieldSpec("committed", "bool", (0, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        transactional_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        committed: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.committed = committed
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EndTxnRequest):
+            return NotImplemented
+        return (
+            self.transactional_id,
+            self.producer_id,
+            self.producer_epoch,
+            self.committed,
+            self.unknown_tagged_fields,
+        ) == (
+            other.transactional_id,
+            other.producer_id,
+            other.producer_epoch,
+            other.committed,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"EndTxnRequest(transactional_id={self.transactional_id!r}, producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, committed={self.committed!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:
@@ -90,7 +131,6 @@ class EndTxnRequest:
         return obj
 
 
-@dataclass(slots=True)
 class EndTxnResponse:
     """EndTxnResponse (API key 26, versions 0-5, flexible from version 3)."""
 
@@ -100,17 +140,19 @@ class EndTxnResponse:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
+    __slots__ = ("error_code", "producer_epoch", "producer_id", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 5+; ignorable. The producer ID.
-    producer_id: int = -1
+    producer_id: int
     # Versions 5+; ignorable. The current epoch associated with the producer.
-    producer_epoch: int = -1
+    producer_epoch: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 5), (1, 0), None, False),
@@ -118,6 +160,40 @@ class EndTxnResponse:
         FieldSpec("producer_id", "int64", (5, 5), (1, 0), None, True),
         FieldSpec("producer_epoch", "int16", (5, 5), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EndTxnResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.producer_id,
+            self.producer_epoch,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.producer_id,
+            other.producer_epoch,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"EndTxnResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class EnvelopeRequest:
     """EnvelopeRequest (API key 58, versions 0, flexible from version 0)."""
 
@@ -20,21 +25,53 @@ class EnvelopeRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("client_host_address", "request_data", "request_principal", "unknown_tagged_fields")
+
     # Versions 0+. The embedded request header and data.
-    request_data: bytes = b""
+    request_data: bytes
     # Versions 0+; nullable 0+. Value of the initial client principal when the request is redirected
     # by a broker.
-    request_principal: bytes | None = b""
+    request_principal: bytes | None
     # Versions 0+. The original client's address in bytes.
-    client_host_address: bytes = b""
+    client_host_address: bytes
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("request_data", "bytes", (0, 0), (1, 0), None, False),
         FieldSpec("request_principal", "bytes", (0, 0), (0, 0), None, False),
         FieldSpec("client_host_address", "bytes", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        request_data: bytes = b"",
+        request_principal: bytes | None = b"",
+        client_host_address: bytes = b"",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.request_data = request_data
+        self.request_principal = request_principal
+        self.client_host_address = client_host_address
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EnvelopeRequest):
+            return NotImplemented
+        return (
+            self.request_data,
+            self.request_principal,
+            self.client_host_address,
+            self.unknown_tagged_fields,
+        ) == (
+            other.request_data,
+            other.request_principal,
+            other.client_host_address,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"EnvelopeRequest(request_data={self.request_data!r}, request_principal={self.request_principal!r}, client_host_address={self.client_host_address!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -78,7 +115,6 @@ class EnvelopeRequest:
         return obj
 
 
-@dataclass(slots=True)
 class EnvelopeResponse:
     """EnvelopeResponse (API key 58, versions 0, flexible from version 0)."""
 
@@ -88,17 +124,41 @@ class EnvelopeResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("error_code", "response_data", "unknown_tagged_fields")
+
     # Versions 0+; nullable 0+. The embedded response header and data.
-    response_data: bytes | None = None
+    response_data: bytes | None
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("response_data", "bytes", (0, 0), (0, 0), None, False),
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        response_data: bytes | None = None,
+        error_code: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.response_data = response_data
+        self.error_code = error_code
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EnvelopeResponse):
+            return NotImplemented
+        return (self.response_data, self.error_code, self.unknown_tagged_fields) == (
+            other.response_data,
+            other.error_code,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"EnvelopeResponse(response_data={self.response_data!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class FetchRequest:
     """FetchRequest (API key 1, versions 0-17, flexible from version 12)."""
 
@@ -30,21 +29,44 @@ class FetchRequest:
     MAX_VERSION: ClassVar[int] = 17
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
 
-    @dataclass(slots=True)
     class ReplicaState:
         """The ReplicaState struct of FetchRequest."""
 
+        __slots__ = ("replica_epoch", "replica_id", "unknown_tagged_fields")
+
         # Versions 15+. The replica ID of the follower, or -1 if this request is from a consumer.
-        replica_id: int = -1
+        replica_id: int
         # Versions 15+. The epoch of this follower, or -1 if not available.
-        replica_epoch: int = -1
+        replica_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("replica_id", "int32", (15, 17), (1, 0), None, False),
             FieldSpec("replica_epoch", "int64", (15, 17), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            replica_id: int = -1,
+            replica_epoch: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.replica_id = replica_id
+            self.replica_epoch = replica_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchRequest.ReplicaState):
+                return NotImplemented
+            return (self.replica_id, self.replica_epoch, self.unknown_tagged_fields) == (
+                other.replica_id,
+                other.replica_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchRequest.ReplicaState(replica_id={self.replica_id!r}, replica_epoch={self.replica_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -71,28 +93,38 @@ class FetchRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class FetchPartition:
         """The partitions to fetch."""
 
+        __slots__ = (
+            "current_leader_epoch",
+            "fetch_offset",
+            "last_fetched_epoch",
+            "log_start_offset",
+            "partition",
+            "partition_max_bytes",
+            "replica_directory_id",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 9+; ignorable. The current leader epoch of the partition.
-        current_leader_epoch: int = -1
+        current_leader_epoch: int
         # Versions 0+. The message offset.
-        fetch_offset: int = 0
+        fetch_offset: int
         # Versions 12+. The epoch of the last fetched record or -1 if there is none
-        last_fetched_epoch: int = -1
+        last_fetched_epoch: int
         # Versions 5+; ignorable. The earliest available offset of the follower replica. The field is only
         # used when the request is sent by the follower.
-        log_start_offset: int = -1
+        log_start_offset: int
         # Versions 0+. The maximum bytes to fetch from this partition. See KIP-74 for cases where this
         # limit may not be honored.
-        partition_max_bytes: int = 0
+        partition_max_bytes: int
         # Versions 17+; tag 0 (tagged 17+); ignorable. The directory id of the follower fetching
-        replica_directory_id: uuid.UUID = _ZERO_UUID
+        replica_directory_id: uuid.UUID
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 17), (1, 0), None, False),
@@ -103,6 +135,52 @@ class FetchRequest:
             FieldSpec("partition_max_bytes", "int32", (0, 17), (1, 0), None, False),
             FieldSpec("replica_directory_id", "uuid", (17, 17), (1, 0), 0, True),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            current_leader_epoch: int = -1,
+            fetch_offset: int = 0,
+            last_fetched_epoch: int = -1,
+            log_start_offset: int = -1,
+            partition_max_bytes: int = 0,
+            replica_directory_id: uuid.UUID = _ZERO_UUID,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.current_leader_epoch = current_leader_epoch
+            self.fetch_offset = fetch_offset
+            self.last_fetched_epoch = last_fetched_epoch
+            self.log_start_offset = log_start_offset
+            self.partition_max_bytes = partition_max_bytes
+            self.replica_directory_id = replica_directory_id
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchRequest.FetchPartition):
+                return NotImplemented
+            return (
+                self.partition,
+                self.current_leader_epoch,
+                self.fetch_offset,
+                self.last_fetched_epoch,
+                self.log_start_offset,
+                self.partition_max_bytes,
+                self.replica_directory_id,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition,
+                other.current_leader_epoch,
+                other.fetch_offset,
+                other.last_fetched_epoch,
+                other.log_start_offset,
+                other.partition_max_bytes,
+                other.replica_directory_id,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchRequest.FetchPartition(partition={self.partition!r}, current_leader_epoch={self.current_leader_epoch!r}, fetch_offset={self.fetch_offset!r}, last_fetched_epoch={self.last_fetched_epoch!r}, log_start_offset={self.log_start_offset!r}, partition_max_bytes={self.partition_max_bytes!r}, replica_directory_id={self.replica_directory_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -152,24 +230,50 @@ class FetchRequest:
                         obj.unknown_tagged_fields[tag] = bytes(reader.raw(size))
             return obj
 
-    @dataclass(slots=True)
     class FetchTopic:
         """The topics to fetch."""
 
+        __slots__ = ("partitions", "topic", "topic_id", "unknown_tagged_fields")
+
         # Versions 0-12; ignorable. The name of the topic to fetch.
-        topic: str = ""
+        topic: str
         # Versions 13+; ignorable. The unique topic ID
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The partitions to fetch.
-        partitions: list[FetchRequest.FetchPartition] = field(default_factory=list)
+        partitions: list[FetchRequest.FetchPartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (0, 12), (1, 0), None, True),
             FieldSpec("topic_id", "uuid", (13, 17), (1, 0), None, True),
             FieldSpec("partitions", "[]FetchPartition", (0, 17), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[FetchRequest.FetchPartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchRequest.FetchTopic):
+                return NotImplemented
+            return (self.topic, self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchRequest.FetchTopic(topic={self.topic!r}, topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -220,24 +324,50 @@ class FetchRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ForgottenTopic:
         """In an incremental fetch request, the partitions to remove."""
 
+        __slots__ = ("partitions", "topic", "topic_id", "unknown_tagged_fields")
+
         # Versions 7-12; ignorable. The topic name.
-        topic: str = ""
+        topic: str
         # Versions 13+; ignorable. The unique topic ID
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 7+. The partitions indexes to forget.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (7, 12), (1, 0), None, True),
             FieldSpec("topic_id", "uuid", (13, 17), (1, 0), None, True),
             FieldSpec("partitions", "[]int32", (7, 17), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchRequest.ForgottenTopic):
+                return NotImplemented
+            return (self.topic, self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchRequest.ForgottenTopic(topic={self.topic!r}, topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -290,40 +420,56 @@ class FetchRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "cluster_id",
+        "forgotten_topics_data",
+        "isolation_level",
+        "max_bytes",
+        "max_wait_ms",
+        "min_bytes",
+        "rack_id",
+        "replica_id",
+        "replica_state",
+        "session_epoch",
+        "session_id",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
     # Versions 12+; nullable 12+; tag 0 (tagged 12+); ignorable. The clusterId if known. This is used
     # to validate metadata fetches prior to broker registration.
-    cluster_id: str | None = None
+    cluster_id: str | None
     # Versions 0-14. The broker ID of the follower, of -1 if this request is from a consumer.
-    replica_id: int = -1
+    replica_id: int
     # Versions 15+; tag 1 (tagged 15+).
-    replica_state: FetchRequest.ReplicaState = field(default_factory=lambda: FetchRequest.ReplicaState())
+    replica_state: FetchRequest.ReplicaState
     # Versions 0+. The maximum time in milliseconds to wait for the response.
-    max_wait_ms: int = 0
+    max_wait_ms: int
     # Versions 0+. The minimum bytes to accumulate in the response.
-    min_bytes: int = 0
+    min_bytes: int
     # Versions 3+; ignorable. The maximum bytes to fetch. See KIP-74 for cases where this limit may
     # not be honored.
-    max_bytes: int = 2147483647
+    max_bytes: int
     # Versions 4+; ignorable. This setting controls the visibility of transactional records. Using
     # READ_UNCOMMITTED (isolation_level = 0) makes all records visible. With READ_COMMITTED
     # (isolation_level = 1), non-transactional and COMMITTED transactional records are visible. To be
     # more concrete, READ_COMMITTED returns all data from offsets smaller than the current LSO (last
     # stable offset), and enables the inclusion of the list of aborted transactions in the result,
     # which allows consumers to discard ABORTED transactional records
-    isolation_level: int = 0
+    isolation_level: int
     # Versions 7+; ignorable. The fetch session ID.
-    session_id: int = 0
+    session_id: int
     # Versions 7+; ignorable. The fetch session epoch, which is used for ordering requests in a
     # session.
-    session_epoch: int = -1
+    session_epoch: int
     # Versions 0+. The topics to fetch.
-    topics: list[FetchRequest.FetchTopic] = field(default_factory=list)
+    topics: list[FetchRequest.FetchTopic]
     # Versions 7+. In an incremental fetch request, the partitions to remove.
-    forgotten_topics_data: list[FetchRequest.ForgottenTopic] = field(default_factory=list)
+    forgotten_topics_data: list[FetchRequest.ForgottenTopic]
     # Versions 11+; ignorable. Rack ID of the consumer making this request
-    rack_id: str = ""
+    rack_id: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("cluster_id", "string", (12, 17), (12, 17), 0, True),
@@ -339,6 +485,72 @@ class FetchRequest:
         FieldSpec("forgotten_topics_data", "[]ForgottenTopic", (7, 17), (1, 0), None, False),
         FieldSpec("rack_id", "string", (11, 17), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        replica_id: int = -1,
+        replica_state: FetchRequest.ReplicaState = MISSING,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        max_bytes: int = 2147483647,
+        isolation_level: int = 0,
+        session_id: int = 0,
+        session_epoch: int = -1,
+        topics: list[FetchRequest.FetchTopic] = MISSING,
+        forgotten_topics_data: list[FetchRequest.ForgottenTopic] = MISSING,
+        rack_id: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self.replica_state = FetchRequest.ReplicaState() if replica_state is MISSING else replica_state
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.isolation_level = isolation_level
+        self.session_id = session_id
+        self.session_epoch = session_epoch
+        self.topics = [] if topics is MISSING else topics
+        self.forgotten_topics_data = [] if forgotten_topics_data is MISSING else forgotten_topics_data
+        self.rack_id = rack_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FetchRequest):
+            return NotImplemented
+        return (
+            self.cluster_id,
+            self.replica_id,
+            self.replica_state,
+            self.max_wait_ms,
+            self.min_bytes,
+            self.max_bytes,
+            self.isolation_level,
+            self.session_id,
+            self.session_epoch,
+            self.topics,
+            self.forgotten_topics_data,
+            self.rack_id,
+            self.unknown_tagged_fields,
+        ) == (
+            other.cluster_id,
+            other.replica_id,
+            other.replica_state,
+            other.max_wait_ms,
+            other.min_bytes,
+            other.max_bytes,
+            other.isolation_level,
+            other.session_id,
+            other.session_epoch,
+            other.topics,
+            other.forgotten_topics_data,
+            other.rack_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"FetchRequest(cluster_id={self.cluster_id!r}, replica_id={self.replica_id!r}, replica_state={self.replica_state!r}, max_wait_ms={self.max_wait_ms!r}, min_bytes={self.min_bytes!r}, max_bytes={self.max_bytes!r}, isolation_level={self.isolation_level!r}, session_id={self.session_id!r}, session_epoch={self.session_epoch!r}, topics={self.topics!r}, forgotten_topics_data={self.forgotten_topics_data!r}, rack_id={self.rack_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 17:
@@ -483,7 +695,6 @@ class FetchRequest:
         return obj
 
 
-@dataclass(slots=True)
 class FetchResponse:
     """FetchResponse (API key 1, versions 0-17, flexible from version 12)."""
 
@@ -493,21 +704,44 @@ class FetchResponse:
     MAX_VERSION: ClassVar[int] = 17
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
 
-    @dataclass(slots=True)
     class EpochEndOffset:
         """In case divergence is detected based on the `LastFetchedEpoch` and `FetchOffset` in the request, this field indicates the largest epoch and its end offset such that subsequent records are known to diverge"""
 
+        __slots__ = ("end_offset", "epoch", "unknown_tagged_fields")
+
         # Versions 12+.
-        epoch: int = -1
+        epoch: int
         # Versions 12+.
-        end_offset: int = -1
+        end_offset: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("epoch", "int32", (12, 17), (1, 0), None, False),
             FieldSpec("end_offset", "int64", (12, 17), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            epoch: int = -1,
+            end_offset: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.epoch = epoch
+            self.end_offset = end_offset
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchResponse.EpochEndOffset):
+                return NotImplemented
+            return (self.epoch, self.end_offset, self.unknown_tagged_fields) == (
+                other.epoch,
+                other.end_offset,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchResponse.EpochEndOffset(epoch={self.epoch!r}, end_offset={self.end_offset!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -534,21 +768,44 @@ class FetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class LeaderIdAndEpoch:
         """The LeaderIdAndEpoch struct of FetchResponse."""
 
+        __slots__ = ("leader_epoch", "leader_id", "unknown_tagged_fields")
+
         # Versions 12+. The ID of the current leader or -1 if the leader is unknown.
-        leader_id: int = -1
+        leader_id: int
         # Versions 12+. The latest known leader epoch
-        leader_epoch: int = -1
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("leader_id", "int32", (12, 17), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (12, 17), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            leader_id: int = -1,
+            leader_epoch: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchResponse.LeaderIdAndEpoch):
+                return NotImplemented
+            return (self.leader_id, self.leader_epoch, self.unknown_tagged_fields) == (
+                other.leader_id,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchResponse.LeaderIdAndEpoch(leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -575,21 +832,44 @@ class FetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class SnapshotId:
         """In the case of fetching an offset less than the LogStartOffset, this is the end offset and epoch that should be used in the FetchSnapshot request."""
 
+        __slots__ = ("end_offset", "epoch", "unknown_tagged_fields")
+
         # Versions 0+.
-        end_offset: int = -1
+        end_offset: int
         # Versions 0+.
-        epoch: int = -1
+        epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("end_offset", "int64", (0, 17), (1, 0), None, False),
             FieldSpec("epoch", "int32", (0, 17), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            end_offset: int = -1,
+            epoch: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.end_offset = end_offset
+            self.epoch = epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchResponse.SnapshotId):
+                return NotImplemented
+            return (self.end_offset, self.epoch, self.unknown_tagged_fields) == (
+                other.end_offset,
+                other.epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchResponse.SnapshotId(end_offset={self.end_offset!r}, epoch={self.epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -608,21 +888,44 @@ class FetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AbortedTransaction:
         """The aborted transactions."""
 
+        __slots__ = ("first_offset", "producer_id", "unknown_tagged_fields")
+
         # Versions 4+. The producer id associated with the aborted transaction.
-        producer_id: int = 0
+        producer_id: int
         # Versions 4+. The first offset in the aborted transaction.
-        first_offset: int = 0
+        first_offset: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("producer_id", "int64", (4, 17), (1, 0), None, False),
             FieldSpec("first_offset", "int64", (4, 17), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            producer_id: int = 0,
+            first_offset: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.producer_id = producer_id
+            self.first_offset = first_offset
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchResponse.AbortedTransaction):
+                return NotImplemented
+            return (self.producer_id, self.first_offset, self.unknown_tagged_fields) == (
+                other.producer_id,
+                other.first_offset,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchResponse.AbortedTransaction(producer_id={self.producer_id!r}, first_offset={self.first_offset!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -649,44 +952,54 @@ class FetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionData:
         """The topic partitions."""
 
+        __slots__ = (
+            "aborted_transactions",
+            "current_leader",
+            "diverging_epoch",
+            "error_code",
+            "high_watermark",
+            "last_stable_offset",
+            "log_start_offset",
+            "partition_index",
+            "preferred_read_replica",
+            "records",
+            "snapshot_id",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The error code, or 0 if there was no fetch error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The current high water mark.
-        high_watermark: int = 0
+        high_watermark: int
         # Versions 4+; ignorable. The last stable offset (or LSO) of the partition. This is the last
         # offset such that the state of all transactional records prior to this offset have been decided
         # (ABORTED or COMMITTED)
-        last_stable_offset: int = -1
+        last_stable_offset: int
         # Versions 5+; ignorable. The current log start offset.
-        log_start_offset: int = -1
+        log_start_offset: int
         # Versions 12+; tag 0 (tagged 12+). In case divergence is detected based on the `LastFetchedEpoch`
         # and `FetchOffset` in the request, this field indicates the largest epoch and its end offset such
         # that subsequent records are known to diverge
-        diverging_epoch: FetchResponse.EpochEndOffset = field(
-            default_factory=lambda: FetchResponse.EpochEndOffset()
-        )
+        diverging_epoch: FetchResponse.EpochEndOffset
         # Versions 12+; tag 1 (tagged 12+).
-        current_leader: FetchResponse.LeaderIdAndEpoch = field(
-            default_factory=lambda: FetchResponse.LeaderIdAndEpoch()
-        )
+        current_leader: FetchResponse.LeaderIdAndEpoch
         # Versions 12+; tag 2 (tagged 12+). In the case of fetching an offset less than the
         # LogStartOffset, this is the end offset and epoch that should be used in the FetchSnapshot
         # request.
-        snapshot_id: FetchResponse.SnapshotId = field(default_factory=lambda: FetchResponse.SnapshotId())
+        snapshot_id: FetchResponse.SnapshotId
         # Versions 4+; nullable 4+; ignorable. The aborted transactions.
-        aborted_transactions: list[FetchResponse.AbortedTransaction] | None = field(default_factory=list)
+        aborted_transactions: list[FetchResponse.AbortedTransaction] | None
         # Versions 11+. The preferred read replica for the consumer to use on its next fetch request
-        preferred_read_replica: int = -1
+        preferred_read_replica: int
         # Versions 0+; nullable 0+. The record data.
-        records: bytes | bytearray | memoryview | None = None
+        records: bytes | bytearray | memoryview | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 17), (1, 0), None, False),
@@ -701,6 +1014,72 @@ class FetchResponse:
             FieldSpec("preferred_read_replica", "int32", (11, 17), (1, 0), None, False),
             FieldSpec("records", "records", (0, 17), (0, 17), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            high_watermark: int = 0,
+            last_stable_offset: int = -1,
+            log_start_offset: int = -1,
+            diverging_epoch: FetchResponse.EpochEndOffset = MISSING,
+            current_leader: FetchResponse.LeaderIdAndEpoch = MISSING,
+            snapshot_id: FetchResponse.SnapshotId = MISSING,
+            aborted_transactions: list[FetchResponse.AbortedTransaction] | None = MISSING,
+            preferred_read_replica: int = -1,
+            records: bytes | bytearray | memoryview | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.high_watermark = high_watermark
+            self.last_stable_offset = last_stable_offset
+            self.log_start_offset = log_start_offset
+            self.diverging_epoch = (
+                FetchResponse.EpochEndOffset() if diverging_epoch is MISSING else diverging_epoch
+            )
+            self.current_leader = (
+                FetchResponse.LeaderIdAndEpoch() if current_leader is MISSING else current_leader
+            )
+            self.snapshot_id = FetchResponse.SnapshotId() if snapshot_id is MISSING else snapshot_id
+            self.aborted_transactions = [] if aborted_transactions is MISSING else aborted_transactions
+            self.preferred_read_replica = preferred_read_replica
+            self.records = records
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchResponse.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.high_watermark,
+                self.last_stable_offset,
+                self.log_start_offset,
+                self.diverging_epoch,
+                self.current_leader,
+                self.snapshot_id,
+                self.aborted_transactions,
+                self.preferred_read_replica,
+                self.records,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.high_watermark,
+                other.last_stable_offset,
+                other.log_start_offset,
+                other.diverging_epoch,
+                other.current_leader,
+                other.snapshot_id,
+                other.aborted_transactions,
+                other.preferred_read_replica,
+                other.records,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchResponse.PartitionData(partition_index={self.partition_index!r}, error_code={self.error_code!r}, high_watermark={self.high_watermark!r}, last_stable_offset={self.last_stable_offset!r}, log_start_offset={self.log_start_offset!r}, diverging_epoch={self.diverging_epoch!r}, current_leader={self.current_leader!r}, snapshot_id={self.snapshot_id!r}, aborted_transactions={self.aborted_transactions!r}, preferred_read_replica={self.preferred_read_replica!r}, records={self.records!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -816,24 +1195,50 @@ class FetchResponse:
                         obj.unknown_tagged_fields[tag] = bytes(reader.raw(size))
             return obj
 
-    @dataclass(slots=True)
     class FetchableTopicResponse:
         """The response topics."""
 
+        __slots__ = ("partitions", "topic", "topic_id", "unknown_tagged_fields")
+
         # Versions 0-12; ignorable. The topic name.
-        topic: str = ""
+        topic: str
         # Versions 13+; ignorable. The unique topic ID
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The topic partitions.
-        partitions: list[FetchResponse.PartitionData] = field(default_factory=list)
+        partitions: list[FetchResponse.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (0, 12), (1, 0), None, True),
             FieldSpec("topic_id", "uuid", (13, 17), (1, 0), None, True),
             FieldSpec("partitions", "[]PartitionData", (0, 17), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[FetchResponse.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchResponse.FetchableTopicResponse):
+                return NotImplemented
+            return (self.topic, self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchResponse.FetchableTopicResponse(topic={self.topic!r}, topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -884,20 +1289,21 @@ class FetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class NodeEndpoint:
         """Endpoints for all current-leaders enumerated in PartitionData, with errors NOT_LEADER_OR_FOLLOWER & FENCED_LEADER_EPOCH."""
 
+        __slots__ = ("host", "node_id", "port", "rack", "unknown_tagged_fields")
+
         # Versions 16+. The ID of the associated node.
-        node_id: int = 0
+        node_id: int
         # Versions 16+. The node's hostname.
-        host: str = ""
+        host: str
         # Versions 16+. The node's port.
-        port: int = 0
+        port: int
         # Versions 16+; nullable 16+. The rack of the node, or null if it has not been assigned to a rack.
-        rack: str | None = None
+        rack: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (16, 17), (1, 0), None, False),
@@ -905,6 +1311,34 @@ class FetchResponse:
             FieldSpec("port", "int32", (16, 17), (1, 0), None, False),
             FieldSpec("rack", "string", (16, 17), (16, 17), None, False),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            rack: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.rack = rack
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchResponse.NodeEndpoint):
+                return NotImplemented
+            return (self.node_id, self.host, self.port, self.rack, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.host,
+                other.port,
+                other.rack,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchResponse.NodeEndpoint(node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, rack={self.rack!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 12
@@ -945,20 +1379,29 @@ class FetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "error_code",
+        "node_endpoints",
+        "responses",
+        "session_id",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 7+; ignorable. The top level response error code.
-    error_code: int = 0
+    error_code: int
     # Versions 7+. The fetch session ID, or 0 if this is not part of a fetch session.
-    session_id: int = 0
+    session_id: int
     # Versions 0+. The response topics.
-    responses: list[FetchResponse.FetchableTopicResponse] = field(default_factory=list)
+    responses: list[FetchResponse.FetchableTopicResponse]
     # Versions 16+; tag 0 (tagged 16+). Endpoints for all current-leaders enumerated in PartitionData,
     # with errors NOT_LEADER_OR_FOLLOWER & FENCED_LEADER_EPOCH.
-    node_endpoints: list[FetchResponse.NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[FetchResponse.NodeEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (1, 17), (1, 0), None, True),
@@ -967,6 +1410,44 @@ class FetchResponse:
         FieldSpec("responses", "[]FetchableTopicResponse", (0, 17), (1, 0), None, False),
         FieldSpec("node_endpoints", "[]NodeEndpoint", (16, 17), (1, 0), 0, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        session_id: int = 0,
+        responses: list[FetchResponse.FetchableTopicResponse] = MISSING,
+        node_endpoints: list[FetchResponse.NodeEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.session_id = session_id
+        self.responses = [] if responses is MISSING else responses
+        self.node_endpoints = [] if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FetchResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.session_id,
+            self.responses,
+            self.node_endpoints,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.session_id,
+            other.responses,
+            other.node_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"FetchResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, session_id={self.session_id!r}, responses={self.responses!r}, node_endpoints={self.node_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 17:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class FetchSnapshotRequest:
     """FetchSnapshotRequest (API key 59, versions 0-1, flexible from version 0)."""
 
@@ -30,21 +29,44 @@ class FetchSnapshotRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class SnapshotId:
         """The snapshot endOffset and epoch to fetch"""
 
+        __slots__ = ("end_offset", "epoch", "unknown_tagged_fields")
+
         # Versions 0+.
-        end_offset: int = 0
+        end_offset: int
         # Versions 0+.
-        epoch: int = 0
+        epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("end_offset", "int64", (0, 1), (1, 0), None, False),
             FieldSpec("epoch", "int32", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            end_offset: int = 0,
+            epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.end_offset = end_offset
+            self.epoch = epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchSnapshotRequest.SnapshotId):
+                return NotImplemented
+            return (self.end_offset, self.epoch, self.unknown_tagged_fields) == (
+                other.end_offset,
+                other.epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchSnapshotRequest.SnapshotId(end_offset={self.end_offset!r}, epoch={self.epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int64(self.end_offset)
@@ -59,24 +81,30 @@ class FetchSnapshotRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionSnapshot:
         """The partitions to fetch"""
 
-        # Versions 0+. The partition index
-        partition: int = 0
-        # Versions 0+. The current leader epoch of the partition, -1 for unknown leader epoch
-        current_leader_epoch: int = 0
-        # Versions 0+. The snapshot endOffset and epoch to fetch
-        snapshot_id: FetchSnapshotRequest.SnapshotId = field(
-            default_factory=lambda: FetchSnapshotRequest.SnapshotId()
+        __slots__ = (
+            "current_leader_epoch",
+            "partition",
+            "position",
+            "replica_directory_id",
+            "snapshot_id",
+            "unknown_tagged_fields",
         )
+
+        # Versions 0+. The partition index
+        partition: int
+        # Versions 0+. The current leader epoch of the partition, -1 for unknown leader epoch
+        current_leader_epoch: int
+        # Versions 0+. The snapshot endOffset and epoch to fetch
+        snapshot_id: FetchSnapshotRequest.SnapshotId
         # Versions 0+. The byte position within the snapshot to start fetching from
-        position: int = 0
+        position: int
         # Versions 1+; tag 0 (tagged 1+); ignorable. The directory id of the follower fetching
-        replica_directory_id: uuid.UUID = _ZERO_UUID
+        replica_directory_id: uuid.UUID
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 1), (1, 0), None, False),
@@ -85,6 +113,44 @@ class FetchSnapshotRequest:
             FieldSpec("position", "int64", (0, 1), (1, 0), None, False),
             FieldSpec("replica_directory_id", "uuid", (1, 1), (1, 0), 0, True),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            current_leader_epoch: int = 0,
+            snapshot_id: FetchSnapshotRequest.SnapshotId = MISSING,
+            position: int = 0,
+            replica_directory_id: uuid.UUID = _ZERO_UUID,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.current_leader_epoch = current_leader_epoch
+            self.snapshot_id = FetchSnapshotRequest.SnapshotId() if snapshot_id is MISSING else snapshot_id
+            self.position = position
+            self.replica_directory_id = replica_directory_id
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchSnapshotRequest.PartitionSnapshot):
+                return NotImplemented
+            return (
+                self.partition,
+                self.current_leader_epoch,
+                self.snapshot_id,
+                self.position,
+                self.replica_directory_id,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition,
+                other.current_leader_epoch,
+                other.snapshot_id,
+                other.position,
+                other.replica_directory_id,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchSnapshotRequest.PartitionSnapshot(partition={self.partition!r}, current_leader_epoch={self.current_leader_epoch!r}, snapshot_id={self.snapshot_id!r}, position={self.position!r}, replica_directory_id={self.replica_directory_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -122,21 +188,44 @@ class FetchSnapshotRequest:
                     obj.unknown_tagged_fields[tag] = bytes(reader.raw(size))
             return obj
 
-    @dataclass(slots=True)
     class TopicSnapshot:
         """The topics to fetch"""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The name of the topic to fetch
-        name: str = ""
+        name: str
         # Versions 0+. The partitions to fetch
-        partitions: list[FetchSnapshotRequest.PartitionSnapshot] = field(default_factory=list)
+        partitions: list[FetchSnapshotRequest.PartitionSnapshot]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionSnapshot", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[FetchSnapshotRequest.PartitionSnapshot] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchSnapshotRequest.TopicSnapshot):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchSnapshotRequest.TopicSnapshot(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -159,17 +248,19 @@ class FetchSnapshotRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("cluster_id", "max_bytes", "replica_id", "topics", "unknown_tagged_fields")
+
     # Versions 0+; nullable 0+; tag 0 (tagged 0+). The clusterId if known, this is used to validate
     # metadata fetches prior to broker registration
-    cluster_id: str | None = None
+    cluster_id: str | None
     # Versions 0+. The broker ID of the follower
-    replica_id: int = -1
+    replica_id: int
     # Versions 0+. The maximum bytes to fetch from all of the snapshots
-    max_bytes: int = 2147483647
+    max_bytes: int
     # Versions 0+. The topics to fetch
-    topics: list[FetchSnapshotRequest.TopicSnapshot] = field(default_factory=list)
+    topics: list[FetchSnapshotRequest.TopicSnapshot]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("cluster_id", "string", (0, 1), (0, 1), 0, False),
@@ -177,6 +268,34 @@ class FetchSnapshotRequest:
         FieldSpec("max_bytes", "int32", (0, 1), (1, 0), None, False),
         FieldSpec("topics", "[]TopicSnapshot", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        replica_id: int = -1,
+        max_bytes: int = 2147483647,
+        topics: list[FetchSnapshotRequest.TopicSnapshot] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self.max_bytes = max_bytes
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FetchSnapshotRequest):
+            return NotImplemented
+        return (
+            self.cluster_id,
+            self.replica_id,
+            self.max_bytes,
+            self.topics,
+            self.unknown_tagged_fields,
+        ) == (other.cluster_id, other.replica_id, other.max_bytes, other.topics, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"FetchSnapshotRequest(cluster_id={self.cluster_id!r}, replica_id={self.replica_id!r}, max_bytes={self.max_bytes!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -235,7 +354,6 @@ class FetchSnapshotRequest:
         return obj
 
 
-@dataclass(slots=True)
 class FetchSnapshotResponse:
     """FetchSnapshotResponse (API key 59, versions 0-1, flexible from version 0)."""
 
@@ -245,21 +363,44 @@ class FetchSnapshotResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class SnapshotId:
         """The snapshot endOffset and epoch fetched"""
 
+        __slots__ = ("end_offset", "epoch", "unknown_tagged_fields")
+
         # Versions 0+.
-        end_offset: int = 0
+        end_offset: int
         # Versions 0+.
-        epoch: int = 0
+        epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("end_offset", "int64", (0, 1), (1, 0), None, False),
             FieldSpec("epoch", "int32", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            end_offset: int = 0,
+            epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.end_offset = end_offset
+            self.epoch = epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchSnapshotResponse.SnapshotId):
+                return NotImplemented
+            return (self.end_offset, self.epoch, self.unknown_tagged_fields) == (
+                other.end_offset,
+                other.epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchSnapshotResponse.SnapshotId(end_offset={self.end_offset!r}, epoch={self.epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int64(self.end_offset)
@@ -274,21 +415,44 @@ class FetchSnapshotResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class LeaderIdAndEpoch:
         """The LeaderIdAndEpoch struct of FetchSnapshotResponse."""
 
+        __slots__ = ("leader_epoch", "leader_id", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the current leader or -1 if the leader is unknown.
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The latest known leader epoch
-        leader_epoch: int = 0
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("leader_id", "int32", (0, 1), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchSnapshotResponse.LeaderIdAndEpoch):
+                return NotImplemented
+            return (self.leader_id, self.leader_epoch, self.unknown_tagged_fields) == (
+                other.leader_id,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchSnapshotResponse.LeaderIdAndEpoch(leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.leader_id)
@@ -303,30 +467,36 @@ class FetchSnapshotResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionSnapshot:
         """The partitions to fetch."""
 
+        __slots__ = (
+            "current_leader",
+            "error_code",
+            "index",
+            "position",
+            "size",
+            "snapshot_id",
+            "unaligned_records",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        index: int = 0
+        index: int
         # Versions 0+. The error code, or 0 if there was no fetch error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The snapshot endOffset and epoch fetched
-        snapshot_id: FetchSnapshotResponse.SnapshotId = field(
-            default_factory=lambda: FetchSnapshotResponse.SnapshotId()
-        )
+        snapshot_id: FetchSnapshotResponse.SnapshotId
         # Versions 0+; tag 0 (tagged 0+).
-        current_leader: FetchSnapshotResponse.LeaderIdAndEpoch = field(
-            default_factory=lambda: FetchSnapshotResponse.LeaderIdAndEpoch()
-        )
+        current_leader: FetchSnapshotResponse.LeaderIdAndEpoch
         # Versions 0+. The total size of the snapshot.
-        size: int = 0
+        size: int
         # Versions 0+. The starting byte position within the snapshot included in the Bytes field.
-        position: int = 0
+        position: int
         # Versions 0+. Snapshot data in records format which may not be aligned on an offset boundary
-        unaligned_records: bytes | bytearray | memoryview | None = None
+        unaligned_records: bytes | bytearray | memoryview | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("index", "int32", (0, 1), (1, 0), None, False),
@@ -337,6 +507,54 @@ class FetchSnapshotResponse:
             FieldSpec("position", "int64", (0, 1), (1, 0), None, False),
             FieldSpec("unaligned_records", "records", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            index: int = 0,
+            error_code: int = 0,
+            snapshot_id: FetchSnapshotResponse.SnapshotId = MISSING,
+            current_leader: FetchSnapshotResponse.LeaderIdAndEpoch = MISSING,
+            size: int = 0,
+            position: int = 0,
+            unaligned_records: bytes | bytearray | memoryview | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.index = index
+            self.error_code = error_code
+            self.snapshot_id = FetchSnapshotResponse.SnapshotId() if snapshot_id is MISSING else snapshot_id
+            self.current_leader = (
+                FetchSnapshotResponse.LeaderIdAndEpoch() if current_leader is MISSING else current_leader
+            )
+            self.size = size
+            self.position = position
+            self.unaligned_records = unaligned_records
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchSnapshotResponse.PartitionSnapshot):
+                return NotImplemented
+            return (
+                self.index,
+                self.error_code,
+                self.snapshot_id,
+                self.current_leader,
+                self.size,
+                self.position,
+                self.unaligned_records,
+                self.unknown_tagged_fields,
+            ) == (
+                other.index,
+                other.error_code,
+                other.snapshot_id,
+                other.current_leader,
+                other.size,
+                other.position,
+                other.unaligned_records,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchSnapshotResponse.PartitionSnapshot(index={self.index!r}, error_code={self.error_code!r}, snapshot_id={self.snapshot_id!r}, current_leader={self.current_leader!r}, size={self.size!r}, position={self.position!r}, unaligned_records={self.unaligned_records!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.index)
@@ -382,21 +600,44 @@ class FetchSnapshotResponse:
                     obj.unknown_tagged_fields[tag] = bytes(reader.raw(size))
             return obj
 
-    @dataclass(slots=True)
     class TopicSnapshot:
         """The topics to fetch."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The name of the topic to fetch.
-        name: str = ""
+        name: str
         # Versions 0+. The partitions to fetch.
-        partitions: list[FetchSnapshotResponse.PartitionSnapshot] = field(default_factory=list)
+        partitions: list[FetchSnapshotResponse.PartitionSnapshot]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionSnapshot", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[FetchSnapshotResponse.PartitionSnapshot] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchSnapshotResponse.TopicSnapshot):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchSnapshotResponse.TopicSnapshot(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -419,24 +660,50 @@ class FetchSnapshotResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class NodeEndpoint:
         """Endpoints for all current-leaders enumerated in PartitionSnapshot"""
 
+        __slots__ = ("host", "node_id", "port", "unknown_tagged_fields")
+
         # Versions 1+. The ID of the associated node
-        node_id: int = 0
+        node_id: int
         # Versions 1+. The node's hostname
-        host: str = ""
+        host: str
         # Versions 1+. The node's port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (1, 1), (1, 0), None, False),
             FieldSpec("host", "string", (1, 1), (1, 0), None, False),
             FieldSpec("port", "uint16", (1, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FetchSnapshotResponse.NodeEndpoint):
+                return NotImplemented
+            return (self.node_id, self.host, self.port, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FetchSnapshotResponse.NodeEndpoint(node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if version >= 1:
@@ -467,18 +734,20 @@ class FetchSnapshotResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "node_endpoints", "throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The top level response error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The topics to fetch.
-    topics: list[FetchSnapshotResponse.TopicSnapshot] = field(default_factory=list)
+    topics: list[FetchSnapshotResponse.TopicSnapshot]
     # Versions 1+; tag 0 (tagged 1+). Endpoints for all current-leaders enumerated in
     # PartitionSnapshot
-    node_endpoints: list[FetchSnapshotResponse.NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[FetchSnapshotResponse.NodeEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 1), (1, 0), None, True),
@@ -486,6 +755,40 @@ class FetchSnapshotResponse:
         FieldSpec("topics", "[]TopicSnapshot", (0, 1), (1, 0), None, False),
         FieldSpec("node_endpoints", "[]NodeEndpoint", (1, 1), (1, 0), 0, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        topics: list[FetchSnapshotResponse.TopicSnapshot] = MISSING,
+        node_endpoints: list[FetchSnapshotResponse.NodeEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.topics = [] if topics is MISSING else topics
+        self.node_endpoints = [] if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FetchSnapshotResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.topics,
+            self.node_endpoints,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.topics,
+            other.node_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"FetchSnapshotResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, topics={self.topics!r}, node_endpoints={self.node_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class FindCoordinatorRequest:
     """FindCoordinatorRequest (API key 10, versions 0-6, flexible from version 3)."""
 
@@ -27,20 +26,47 @@ class FindCoordinatorRequest:
     MAX_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
+    __slots__ = ("coordinator_keys", "key", "key_type", "unknown_tagged_fields")
+
     # Versions 0-3. The coordinator key.
-    key: str = ""
+    key: str
     # Versions 1+. The coordinator key type. (Group, transaction, etc.)
-    key_type: int = 0
+    key_type: int
     # Versions 4+. The coordinator keys.
-    coordinator_keys: list[str] = field(default_factory=list)
+    coordinator_keys: list[str]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("key", "string", (0, 3), (1, 0), None, False),
         FieldSpec("key_type", "int8", (1, 6), (1, 0), None, False),
         FieldSpec("coordinator_keys", "[]string", (4, 6), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        key: str = "",
+        key_type: int = 0,
+        coordinator_keys: list[str] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.key = key
+        self.key_type = key_type
+        self.coordinator_keys = [] if coordinator_keys is MISSING else coordinator_keys
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FindCoordinatorRequest):
+            return NotImplemented
+        return (self.key, self.key_type, self.coordinator_keys, self.unknown_tagged_fields) == (
+            other.key,
+            other.key_type,
+            other.coordinator_keys,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"FindCoordinatorRequest(key={self.key!r}, key_type={self.key_type!r}, coordinator_keys={self.coordinator_keys!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 6:
@@ -109,7 +135,6 @@ class FindCoordinatorRequest:
         return obj
 
 
-@dataclass(slots=True)
 class FindCoordinatorResponse:
     """FindCoordinatorResponse (API key 10, versions 0-6, flexible from version 3)."""
 
@@ -119,24 +144,25 @@ class FindCoordinatorResponse:
     MAX_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
-    @dataclass(slots=True)
     class Coordinator:
         """Each coordinator result in the response"""
 
+        __slots__ = ("error_code", "error_message", "host", "key", "node_id", "port", "unknown_tagged_fields")
+
         # Versions 4+. The coordinator key.
-        key: str = ""
+        key: str
         # Versions 4+. The node id.
-        node_id: int = 0
+        node_id: int
         # Versions 4+. The host name.
-        host: str = ""
+        host: str
         # Versions 4+. The port.
-        port: int = 0
+        port: int
         # Versions 4+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 4+; nullable 4+; ignorable. The error message, or null if there was no error.
-        error_message: str | None = ""
+        error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("key", "string", (4, 6), (1, 0), None, False),
@@ -146,6 +172,48 @@ class FindCoordinatorResponse:
             FieldSpec("error_code", "int16", (4, 6), (1, 0), None, False),
             FieldSpec("error_message", "string", (4, 6), (4, 6), None, True),
         )
+
+        def __init__(
+            self,
+            key: str = "",
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            error_code: int = 0,
+            error_message: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.key = key
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, FindCoordinatorResponse.Coordinator):
+                return NotImplemented
+            return (
+                self.key,
+                self.node_id,
+                self.host,
+                self.port,
+                self.error_code,
+                self.error_message,
+                self.unknown_tagged_fields,
+            ) == (
+                other.key,
+                other.node_id,
+                other.host,
+                other.port,
+                other.error_code,
+                other.error_message,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"FindCoordinatorResponse.Coordinator(key={self.key!r}, node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -198,23 +266,34 @@ class FindCoordinatorResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "coordinators",
+        "error_code",
+        "error_message",
+        "host",
+        "node_id",
+        "port",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0-3. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 1-3; nullable 1-3; ignorable. The error message, or null if there was no error.
-    error_message: str | None = ""
+    error_message: str | None
     # Versions 0-3. The node id.
-    node_id: int = 0
+    node_id: int
     # Versions 0-3. The host name.
-    host: str = ""
+    host: str
     # Versions 0-3. The port.
-    port: int = 0
+    port: int
     # Versions 4+. Each coordinator result in the response
-    coordinators: list[FindCoordinatorResponse.Coordinator] = field(default_factory=list)
+    coordinators: list[FindCoordinatorResponse.Coordinator]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (1, 6), (1, 0), None, True),
@@ -225,6 +304,52 @@ class FindCoordinatorResponse:
         FieldSpec("port", "int32", (0, 3), (1, 0), None, False),
         FieldSpec("coordinators", "[]Coordinator", (4, 6), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        node_id: int = 0,
+        host: str = "",
+        port: int = 0,
+        coordinators: list[FindCoordinatorResponse.Coordinator] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.coordinators = [] if coordinators is MISSING else coordinators
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FindCoordinatorResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.node_id,
+            self.host,
+            self.port,
+            self.coordinators,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.node_id,
+            other.host,
+            other.port,
+            other.coordinators,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"FindCoordinatorResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, coordinators={self.coordinators!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 6:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class GetTelemetrySubscriptionsRequest:
     """GetTelemetrySubscriptionsRequest (API key 71, versions 0, flexible from version 0)."""
 
@@ -23,14 +28,35 @@ class GetTelemetrySubscriptionsRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("client_instance_id", "unknown_tagged_fields")
+
     # Versions 0+. Unique id for this client instance, must be set to 0 on the first request.
-    client_instance_id: uuid.UUID = _ZERO_UUID
+    client_instance_id: uuid.UUID
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("client_instance_id", "uuid", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        client_instance_id: uuid.UUID = _ZERO_UUID,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.client_instance_id = client_instance_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GetTelemetrySubscriptionsRequest):
+            return NotImplemented
+        return (self.client_instance_id, self.unknown_tagged_fields) == (
+            other.client_instance_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"GetTelemetrySubscriptionsRequest(client_instance_id={self.client_instance_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -72,7 +98,6 @@ class GetTelemetrySubscriptionsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class GetTelemetrySubscriptionsResponse:
     """GetTelemetrySubscriptionsResponse (API key 71, versions 0, flexible from version 0)."""
 
@@ -82,30 +107,43 @@ class GetTelemetrySubscriptionsResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = (
+        "accepted_compression_types",
+        "client_instance_id",
+        "delta_temporality",
+        "error_code",
+        "push_interval_ms",
+        "requested_metrics",
+        "subscription_id",
+        "telemetry_max_bytes",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. Assigned client instance id if ClientInstanceId was 0 in the request, else 0.
-    client_instance_id: uuid.UUID = _ZERO_UUID
+    client_instance_id: uuid.UUID
     # Versions 0+. Unique identifier for the current subscription set for this client instance.
-    subscription_id: int = 0
+    subscription_id: int
     # Versions 0+. Compression types that broker accepts for the PushTelemetryRequest.
-    accepted_compression_types: list[int] = field(default_factory=list)
+    accepted_compression_types: list[int]
     # Versions 0+. Configured push interval, which is the lowest configured interval in the current
     # subscription set.
-    push_interval_ms: int = 0
+    push_interval_ms: int
     # Versions 0+. The maximum bytes of binary data the broker accepts in PushTelemetryRequest.
-    telemetry_max_bytes: int = 0
+    telemetry_max_bytes: int
     # Versions 0+. Flag to indicate monotonic/counter metrics are to be emitted as deltas or
     # cumulative values
-    delta_temporality: bool = False
+    delta_temporality: bool
     # Versions 0+. Requested metrics prefix string match. Empty array: No metrics subscribed, Array[0]
     # empty string: All metrics subscribed.
-    requested_metrics: list[str] = field(default_factory=list)
+    requested_metrics: list[str]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
@@ -118,6 +156,62 @@ class GetTelemetrySubscriptionsResponse:
         FieldSpec("delta_temporality", "bool", (0, 0), (1, 0), None, False),
         FieldSpec("requested_metrics", "[]string", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        client_instance_id: uuid.UUID = _ZERO_UUID,
+        subscription_id: int = 0,
+        accepted_compression_types: list[int] = MISSING,
+        push_interval_ms: int = 0,
+        telemetry_max_bytes: int = 0,
+        delta_temporality: bool = False,
+        requested_metrics: list[str] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.accepted_compression_types = (
+            [] if accepted_compression_types is MISSING else accepted_compression_types
+        )
+        self.push_interval_ms = push_interval_ms
+        self.telemetry_max_bytes = telemetry_max_bytes
+        self.delta_temporality = delta_temporality
+        self.requested_metrics = [] if requested_metrics is MISSING else requested_metrics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GetTelemetrySubscriptionsResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.client_instance_id,
+            self.subscription_id,
+            self.accepted_compression_types,
+            self.push_interval_ms,
+            self.telemetry_max_bytes,
+            self.delta_temporality,
+            self.requested_metrics,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.client_instance_id,
+            other.subscription_id,
+            other.accepted_compression_types,
+            other.push_interval_ms,
+            other.telemetry_max_bytes,
+            other.delta_temporality,
+            other.requested_metrics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"GetTelemetrySubscriptionsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, client_instance_id={self.client_instance_id!r}, subscription_id={self.subscription_id!r}, accepted_compression_types={self.accepted_compression_types!r}, push_interval_ms={self.push_interval_ms!r}, telemetry_max_bytes={self.telemetry_max_bytes!r}, delta_temporality={self.delta_temporality!r}, requested_metrics={self.requested_metrics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class HeartbeatRequest:
     """HeartbeatRequest (API key 12, versions 0-4, flexible from version 4)."""
 
@@ -27,16 +26,18 @@ class HeartbeatRequest:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
+    __slots__ = ("generation_id", "group_id", "group_instance_id", "member_id", "unknown_tagged_fields")
+
     # Versions 0+. The group id.
-    group_id: str = ""
+    group_id: str
     # Versions 0+. The generation of the group.
-    generation_id: int = 0
+    generation_id: int
     # Versions 0+. The member ID.
-    member_id: str = ""
+    member_id: str
     # Versions 3+; nullable 3+. The unique identifier of the consumer instance provided by end user.
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 4), (1, 0), None, False),
@@ -44,6 +45,40 @@ class HeartbeatRequest:
         FieldSpec("member_id", "string", (0, 4), (1, 0), None, False),
         FieldSpec("group_instance_id", "string", (3, 4), (3, 4), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        generation_id: int = 0,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HeartbeatRequest):
+            return NotImplemented
+        return (
+            self.group_id,
+            self.generation_id,
+            self.member_id,
+            self.group_instance_id,
+            self.unknown_tagged_fields,
+        ) == (
+            other.group_id,
+            other.generation_id,
+            other.member_id,
+            other.group_instance_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"HeartbeatRequest(group_id={self.group_id!r}, generation_id={self.generation_id!r}, member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:
@@ -115,7 +150,6 @@ class HeartbeatRequest:
         return obj
 
 
-@dataclass(slots=True)
 class HeartbeatResponse:
     """HeartbeatResponse (API key 12, versions 0-4, flexible from version 4)."""
 
@@ -125,18 +159,42 @@ class HeartbeatResponse:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
+    __slots__ = ("error_code", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (1, 4), (1, 0), None, True),
         FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HeartbeatResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"HeartbeatResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

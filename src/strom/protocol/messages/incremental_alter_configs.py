@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class IncrementalAlterConfigsRequest:
     """IncrementalAlterConfigsRequest (API key 44, versions 0-1, flexible from version 1)."""
 
@@ -20,24 +25,50 @@ class IncrementalAlterConfigsRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class AlterableConfig:
         """The configurations."""
 
+        __slots__ = ("config_operation", "name", "unknown_tagged_fields", "value")
+
         # Versions 0+. The configuration key name.
-        name: str = ""
+        name: str
         # Versions 0+. The type (Set, Delete, Append, Subtract) of operation.
-        config_operation: int = 0
+        config_operation: int
         # Versions 0+; nullable 0+. The value to set for the configuration key.
-        value: str | None = ""
+        value: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("config_operation", "int8", (0, 1), (1, 0), None, False),
             FieldSpec("value", "string", (0, 1), (0, 1), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            config_operation: int = 0,
+            value: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.config_operation = config_operation
+            self.value = value
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, IncrementalAlterConfigsRequest.AlterableConfig):
+                return NotImplemented
+            return (self.name, self.config_operation, self.value, self.unknown_tagged_fields) == (
+                other.name,
+                other.config_operation,
+                other.value,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"IncrementalAlterConfigsRequest.AlterableConfig(name={self.name!r}, config_operation={self.config_operation!r}, value={self.value!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -72,24 +103,50 @@ class IncrementalAlterConfigsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AlterConfigsResource:
         """The incremental updates for each resource."""
 
+        __slots__ = ("configs", "resource_name", "resource_type", "unknown_tagged_fields")
+
         # Versions 0+. The resource type.
-        resource_type: int = 0
+        resource_type: int
         # Versions 0+. The resource name.
-        resource_name: str = ""
+        resource_name: str
         # Versions 0+. The configurations.
-        configs: list[IncrementalAlterConfigsRequest.AlterableConfig] = field(default_factory=list)
+        configs: list[IncrementalAlterConfigsRequest.AlterableConfig]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("resource_type", "int8", (0, 1), (1, 0), None, False),
             FieldSpec("resource_name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("configs", "[]AlterableConfig", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            resource_type: int = 0,
+            resource_name: str = "",
+            configs: list[IncrementalAlterConfigsRequest.AlterableConfig] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.configs = [] if configs is MISSING else configs
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, IncrementalAlterConfigsRequest.AlterConfigsResource):
+                return NotImplemented
+            return (self.resource_type, self.resource_name, self.configs, self.unknown_tagged_fields) == (
+                other.resource_type,
+                other.resource_name,
+                other.configs,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"IncrementalAlterConfigsRequest.AlterConfigsResource(resource_type={self.resource_type!r}, resource_name={self.resource_name!r}, configs={self.configs!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -138,17 +195,41 @@ class IncrementalAlterConfigsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("resources", "unknown_tagged_fields", "validate_only")
+
     # Versions 0+. The incremental updates for each resource.
-    resources: list[IncrementalAlterConfigsRequest.AlterConfigsResource] = field(default_factory=list)
+    resources: list[IncrementalAlterConfigsRequest.AlterConfigsResource]
     # Versions 0+. True if we should validate the request, but not change the configurations.
-    validate_only: bool = False
+    validate_only: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("resources", "[]AlterConfigsResource", (0, 1), (1, 0), None, False),
         FieldSpec("validate_only", "bool", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        resources: list[IncrementalAlterConfigsRequest.AlterConfigsResource] = MISSING,
+        validate_only: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.resources = [] if resources is MISSING else resources
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IncrementalAlterConfigsRequest):
+            return NotImplemented
+        return (self.resources, self.validate_only, self.unknown_tagged_fields) == (
+            other.resources,
+            other.validate_only,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"IncrementalAlterConfigsRequest(resources={self.resources!r}, validate_only={self.validate_only!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -210,7 +291,6 @@ class IncrementalAlterConfigsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class IncrementalAlterConfigsResponse:
     """IncrementalAlterConfigsResponse (API key 44, versions 0-1, flexible from version 1)."""
 
@@ -220,20 +300,21 @@ class IncrementalAlterConfigsResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class AlterConfigsResourceResponse:
         """The responses for each resource."""
 
+        __slots__ = ("error_code", "error_message", "resource_name", "resource_type", "unknown_tagged_fields")
+
         # Versions 0+. The resource error code.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The resource error message, or null if there was no error.
-        error_message: str | None = ""
+        error_message: str | None
         # Versions 0+. The resource type.
-        resource_type: int = 0
+        resource_type: int
         # Versions 0+. The resource name.
-        resource_name: str = ""
+        resource_name: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 1), (1, 0), None, False),
@@ -241,6 +322,40 @@ class IncrementalAlterConfigsResponse:
             FieldSpec("resource_type", "int8", (0, 1), (1, 0), None, False),
             FieldSpec("resource_name", "string", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            error_message: str | None = "",
+            resource_type: int = 0,
+            resource_name: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.resource_type = resource_type
+            self.resource_name = resource_name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, IncrementalAlterConfigsResponse.AlterConfigsResourceResponse):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.error_message,
+                self.resource_type,
+                self.resource_name,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.error_message,
+                other.resource_type,
+                other.resource_name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(error_code={self.error_code!r}, error_message={self.error_message!r}, resource_type={self.resource_type!r}, resource_name={self.resource_name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -279,20 +394,42 @@ class IncrementalAlterConfigsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("responses", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. Duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The responses for each resource.
-    responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = field(
-        default_factory=list
-    )
+    responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 1), (1, 0), None, False),
         FieldSpec("responses", "[]AlterConfigsResourceResponse", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is MISSING else responses
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IncrementalAlterConfigsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.responses, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.responses,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"IncrementalAlterConfigsResponse(throttle_time_ms={self.throttle_time_ms!r}, responses={self.responses!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

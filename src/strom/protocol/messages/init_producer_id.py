@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, absent_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    absent_field_error,
+)
 
 
-@dataclass(slots=True)
 class InitProducerIdRequest:
     """InitProducerIdRequest (API key 22, versions 0-5, flexible from version 2)."""
 
@@ -20,19 +25,27 @@ class InitProducerIdRequest:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = (
+        "producer_epoch",
+        "producer_id",
+        "transaction_timeout_ms",
+        "transactional_id",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+; nullable 0+. The transactional id, or null if the producer is not transactional.
-    transactional_id: str | None = ""
+    transactional_id: str | None
     # Versions 0+. The time in ms to wait before aborting idle transactions sent by this producer.
     # This is only relevant if a TransactionalId has been defined.
-    transaction_timeout_ms: int = 0
+    transaction_timeout_ms: int
     # Versions 3+. The producer id. This is used to disambiguate requests if a transactional id is
     # reused following its expiration.
-    producer_id: int = -1
+    producer_id: int
     # Versions 3+. The producer's current epoch. This will be checked against the producer epoch on
     # the broker, and the request will return an error if they do not match.
-    producer_epoch: int = -1
+    producer_epoch: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("transactional_id", "string", (0, 5), (0, 5), None, False),
@@ -40,6 +53,40 @@ class InitProducerIdRequest:
         FieldSpec("producer_id", "int64", (3, 5), (1, 0), None, False),
         FieldSpec("producer_epoch", "int16", (3, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        transactional_id: str | None = "",
+        transaction_timeout_ms: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InitProducerIdRequest):
+            return NotImplemented
+        return (
+            self.transactional_id,
+            self.transaction_timeout_ms,
+            self.producer_id,
+            self.producer_epoch,
+            self.unknown_tagged_fields,
+        ) == (
+            other.transactional_id,
+            other.transaction_timeout_ms,
+            other.producer_id,
+            other.producer_epoch,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"InitProducerIdRequest(transactional_id={self.transactional_id!r}, transaction_timeout_ms={self.transaction_timeout_ms!r}, producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:
@@ -99,7 +146,6 @@ class InitProducerIdRequest:
         return obj
 
 
-@dataclass(slots=True)
 class InitProducerIdResponse:
     """InitProducerIdResponse (API key 22, versions 0-5, flexible from version 2)."""
 
@@ -109,17 +155,19 @@ class InitProducerIdResponse:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = ("error_code", "producer_epoch", "producer_id", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The current producer id.
-    producer_id: int = -1
+    producer_id: int
     # Versions 0+. The current epoch associated with the producer id.
-    producer_epoch: int = 0
+    producer_epoch: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 5), (1, 0), None, True),
@@ -127,6 +175,40 @@ class InitProducerIdResponse:
         FieldSpec("producer_id", "int64", (0, 5), (1, 0), None, False),
         FieldSpec("producer_epoch", "int16", (0, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InitProducerIdResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.producer_id,
+            self.producer_epoch,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.producer_id,
+            other.producer_epoch,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"InitProducerIdResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class InitializeShareGroupStateRequest:
     """InitializeShareGroupStateRequest (API key 83, versions 0, flexible from version 0)."""
 
@@ -23,25 +28,51 @@ class InitializeShareGroupStateRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The data for the partitions."""
 
+        __slots__ = ("partition", "start_offset", "state_epoch", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 0+. The state epoch for this share-partition.
-        state_epoch: int = 0
+        state_epoch: int
         # Versions 0+. The share-partition start offset, or -1 if the start offset is not being
         # initialized.
-        start_offset: int = 0
+        start_offset: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("state_epoch", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("start_offset", "int64", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            state_epoch: int = 0,
+            start_offset: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.state_epoch = state_epoch
+            self.start_offset = start_offset
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, InitializeShareGroupStateRequest.PartitionData):
+                return NotImplemented
+            return (self.partition, self.state_epoch, self.start_offset, self.unknown_tagged_fields) == (
+                other.partition,
+                other.state_epoch,
+                other.start_offset,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"InitializeShareGroupStateRequest.PartitionData(partition={self.partition!r}, state_epoch={self.state_epoch!r}, start_offset={self.start_offset!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -58,21 +89,44 @@ class InitializeShareGroupStateRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class InitializeStateData:
         """The data for the topics."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The data for the partitions.
-        partitions: list[InitializeShareGroupStateRequest.PartitionData] = field(default_factory=list)
+        partitions: list[InitializeShareGroupStateRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[InitializeShareGroupStateRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, InitializeShareGroupStateRequest.InitializeStateData):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"InitializeShareGroupStateRequest.InitializeStateData(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -99,17 +153,41 @@ class InitializeShareGroupStateRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("group_id", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The group identifier.
-    group_id: str = ""
+    group_id: str
     # Versions 0+. The data for the topics.
-    topics: list[InitializeShareGroupStateRequest.InitializeStateData] = field(default_factory=list)
+    topics: list[InitializeShareGroupStateRequest.InitializeStateData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 0), (1, 0), None, False),
         FieldSpec("topics", "[]InitializeStateData", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[InitializeShareGroupStateRequest.InitializeStateData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InitializeShareGroupStateRequest):
+            return NotImplemented
+        return (self.group_id, self.topics, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"InitializeShareGroupStateRequest(group_id={self.group_id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -159,7 +237,6 @@ class InitializeShareGroupStateRequest:
         return obj
 
 
-@dataclass(slots=True)
 class InitializeShareGroupStateResponse:
     """InitializeShareGroupStateResponse (API key 83, versions 0, flexible from version 0)."""
 
@@ -169,24 +246,50 @@ class InitializeShareGroupStateResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionResult:
         """The results for the partitions."""
 
+        __slots__ = ("error_code", "error_message", "partition", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The error message, or null if there was no error.
-        error_message: str | None = None
+        error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
             FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, InitializeShareGroupStateResponse.PartitionResult):
+                return NotImplemented
+            return (self.partition, self.error_code, self.error_message, self.unknown_tagged_fields) == (
+                other.partition,
+                other.error_code,
+                other.error_message,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"InitializeShareGroupStateResponse.PartitionResult(partition={self.partition!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -203,21 +306,44 @@ class InitializeShareGroupStateResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class InitializeStateResult:
         """The initialization results"""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The results for the partitions.
-        partitions: list[InitializeShareGroupStateResponse.PartitionResult] = field(default_factory=list)
+        partitions: list[InitializeShareGroupStateResponse.PartitionResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionResult", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[InitializeShareGroupStateResponse.PartitionResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, InitializeShareGroupStateResponse.InitializeStateResult):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"InitializeShareGroupStateResponse.InitializeStateResult(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -244,14 +370,32 @@ class InitializeShareGroupStateResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("results", "unknown_tagged_fields")
+
     # Versions 0+. The initialization results
-    results: list[InitializeShareGroupStateResponse.InitializeStateResult] = field(default_factory=list)
+    results: list[InitializeShareGroupStateResponse.InitializeStateResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("results", "[]InitializeStateResult", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        results: list[InitializeShareGroupStateResponse.InitializeStateResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InitializeShareGroupStateResponse):
+            return NotImplemented
+        return (self.results, self.unknown_tagged_fields) == (other.results, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"InitializeShareGroupStateResponse(results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class JoinGroupRequest:
     """JoinGroupRequest (API key 11, versions 0-9, flexible from version 6)."""
 
@@ -27,21 +26,44 @@ class JoinGroupRequest:
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
 
-    @dataclass(slots=True)
     class JoinGroupRequestProtocol:
         """The list of protocols that the member supports."""
 
+        __slots__ = ("metadata", "name", "unknown_tagged_fields")
+
         # Versions 0+. The protocol name.
-        name: str = ""
+        name: str
         # Versions 0+. The protocol metadata.
-        metadata: bytes = b""
+        metadata: bytes
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 9), (1, 0), None, False),
             FieldSpec("metadata", "bytes", (0, 9), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            metadata: bytes = b"",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.metadata = metadata
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, JoinGroupRequest.JoinGroupRequestProtocol):
+                return NotImplemented
+            return (self.name, self.metadata, self.unknown_tagged_fields) == (
+                other.name,
+                other.metadata,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"JoinGroupRequest.JoinGroupRequestProtocol(name={self.name!r}, metadata={self.metadata!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -76,27 +98,39 @@ class JoinGroupRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "group_id",
+        "group_instance_id",
+        "member_id",
+        "protocol_type",
+        "protocols",
+        "reason",
+        "rebalance_timeout_ms",
+        "session_timeout_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The group identifier.
-    group_id: str = ""
+    group_id: str
     # Versions 0+. The coordinator considers the consumer dead if it receives no heartbeat after this
     # timeout in milliseconds.
-    session_timeout_ms: int = 0
+    session_timeout_ms: int
     # Versions 1+; ignorable. The maximum time in milliseconds that the coordinator will wait for each
     # member to rejoin when rebalancing the group.
-    rebalance_timeout_ms: int = -1
+    rebalance_timeout_ms: int
     # Versions 0+. The member id assigned by the group coordinator.
-    member_id: str = ""
+    member_id: str
     # Versions 5+; nullable 5+. The unique identifier of the consumer instance provided by end user.
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     # Versions 0+. The unique name the for class of protocols implemented by the group we want to
     # join.
-    protocol_type: str = ""
+    protocol_type: str
     # Versions 0+. The list of protocols that the member supports.
-    protocols: list[JoinGroupRequest.JoinGroupRequestProtocol] = field(default_factory=list)
+    protocols: list[JoinGroupRequest.JoinGroupRequestProtocol]
     # Versions 8+; nullable 8+; ignorable. The reason why the member (re-)joins the group.
-    reason: str | None = None
+    reason: str | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 9), (1, 0), None, False),
@@ -108,6 +142,56 @@ class JoinGroupRequest:
         FieldSpec("protocols", "[]JoinGroupRequestProtocol", (0, 9), (1, 0), None, False),
         FieldSpec("reason", "string", (8, 9), (8, 9), None, True),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        session_timeout_ms: int = 0,
+        rebalance_timeout_ms: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        protocol_type: str = "",
+        protocols: list[JoinGroupRequest.JoinGroupRequestProtocol] = MISSING,
+        reason: str | None = None,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocols = [] if protocols is MISSING else protocols
+        self.reason = reason
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JoinGroupRequest):
+            return NotImplemented
+        return (
+            self.group_id,
+            self.session_timeout_ms,
+            self.rebalance_timeout_ms,
+            self.member_id,
+            self.group_instance_id,
+            self.protocol_type,
+            self.protocols,
+            self.reason,
+            self.unknown_tagged_fields,
+        ) == (
+            other.group_id,
+            other.session_timeout_ms,
+            other.rebalance_timeout_ms,
+            other.member_id,
+            other.group_instance_id,
+            other.protocol_type,
+            other.protocols,
+            other.reason,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"JoinGroupRequest(group_id={self.group_id!r}, session_timeout_ms={self.session_timeout_ms!r}, rebalance_timeout_ms={self.rebalance_timeout_ms!r}, member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, protocol_type={self.protocol_type!r}, protocols={self.protocols!r}, reason={self.reason!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 9:
@@ -215,7 +299,6 @@ class JoinGroupRequest:
         return obj
 
 
-@dataclass(slots=True)
 class JoinGroupResponse:
     """JoinGroupResponse (API key 11, versions 0-9, flexible from version 6)."""
 
@@ -225,25 +308,51 @@ class JoinGroupResponse:
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
 
-    @dataclass(slots=True)
     class JoinGroupResponseMember:
         """The JoinGroupResponseMember struct of JoinGroupResponse."""
 
+        __slots__ = ("group_instance_id", "member_id", "metadata", "unknown_tagged_fields")
+
         # Versions 0+. The group member ID.
-        member_id: str = ""
+        member_id: str
         # Versions 5+; nullable 5+; ignorable. The unique identifier of the consumer instance provided by
         # end user.
-        group_instance_id: str | None = None
+        group_instance_id: str | None
         # Versions 0+. The group member metadata.
-        metadata: bytes = b""
+        metadata: bytes
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("member_id", "string", (0, 9), (1, 0), None, False),
             FieldSpec("group_instance_id", "string", (5, 9), (5, 9), None, True),
             FieldSpec("metadata", "bytes", (0, 9), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            member_id: str = "",
+            group_instance_id: str | None = None,
+            metadata: bytes = b"",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.member_id = member_id
+            self.group_instance_id = group_instance_id
+            self.metadata = metadata
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, JoinGroupResponse.JoinGroupResponseMember):
+                return NotImplemented
+            return (self.member_id, self.group_instance_id, self.metadata, self.unknown_tagged_fields) == (
+                other.member_id,
+                other.group_instance_id,
+                other.metadata,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"JoinGroupResponse.JoinGroupResponseMember(member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, metadata={self.metadata!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -288,27 +397,40 @@ class JoinGroupResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "error_code",
+        "generation_id",
+        "leader",
+        "member_id",
+        "members",
+        "protocol_name",
+        "protocol_type",
+        "skip_assignment",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 2+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The generation ID of the group.
-    generation_id: int = -1
+    generation_id: int
     # Versions 7+; nullable 7+; ignorable. The group protocol name.
-    protocol_type: str | None = None
+    protocol_type: str | None
     # Versions 0+; nullable 7+. The group protocol selected by the coordinator.
-    protocol_name: str | None = ""
+    protocol_name: str | None
     # Versions 0+. The leader of the group.
-    leader: str = ""
+    leader: str
     # Versions 9+. True if the leader must skip running the assignment.
-    skip_assignment: bool = False
+    skip_assignment: bool
     # Versions 0+. The member ID assigned by the group coordinator.
-    member_id: str = ""
+    member_id: str
     # Versions 0+.
-    members: list[JoinGroupResponse.JoinGroupResponseMember] = field(default_factory=list)
+    members: list[JoinGroupResponse.JoinGroupResponseMember]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (2, 9), (1, 0), None, True),
@@ -321,6 +443,60 @@ class JoinGroupResponse:
         FieldSpec("member_id", "string", (0, 9), (1, 0), None, False),
         FieldSpec("members", "[]JoinGroupResponseMember", (0, 9), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        generation_id: int = -1,
+        protocol_type: str | None = None,
+        protocol_name: str | None = "",
+        leader: str = "",
+        skip_assignment: bool = False,
+        member_id: str = "",
+        members: list[JoinGroupResponse.JoinGroupResponseMember] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.generation_id = generation_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.leader = leader
+        self.skip_assignment = skip_assignment
+        self.member_id = member_id
+        self.members = [] if members is MISSING else members
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JoinGroupResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.generation_id,
+            self.protocol_type,
+            self.protocol_name,
+            self.leader,
+            self.skip_assignment,
+            self.member_id,
+            self.members,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.generation_id,
+            other.protocol_type,
+            other.protocol_name,
+            other.leader,
+            other.skip_assignment,
+            other.member_id,
+            other.members,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"JoinGroupResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, generation_id={self.generation_id!r}, protocol_type={self.protocol_type!r}, protocol_name={self.protocol_name!r}, leader={self.leader!r}, skip_assignment={self.skip_assignment!r}, member_id={self.member_id!r}, members={self.members!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 9:

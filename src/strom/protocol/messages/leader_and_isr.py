@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class LeaderAndIsrRequest:
     """LeaderAndIsrRequest (API key 4, versions 0-7, flexible from version 4)."""
 
@@ -30,40 +29,55 @@ class LeaderAndIsrRequest:
     MAX_VERSION: ClassVar[int] = 7
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class LeaderAndIsrPartitionState:
         """The LeaderAndIsrPartitionState struct of LeaderAndIsrRequest."""
 
+        __slots__ = (
+            "adding_replicas",
+            "controller_epoch",
+            "is_new",
+            "isr",
+            "leader",
+            "leader_epoch",
+            "leader_recovery_state",
+            "partition_epoch",
+            "partition_index",
+            "removing_replicas",
+            "replicas",
+            "topic_name",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0-1; ignorable. The topic name. This is only present in v0 or v1.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The controller epoch.
-        controller_epoch: int = 0
+        controller_epoch: int
         # Versions 0+. The broker ID of the leader.
-        leader: int = 0
+        leader: int
         # Versions 0+. The leader epoch.
-        leader_epoch: int = 0
+        leader_epoch: int
         # Versions 0+. The in-sync replica IDs.
-        isr: list[int] = field(default_factory=list)
+        isr: list[int]
         # Versions 0+. The current epoch for the partition. The epoch is a monotonically increasing value
         # which is incremented after every partition change. (Since the LeaderAndIsr request is only used
         # by the legacy controller, this corresponds to the zkVersion)
-        partition_epoch: int = 0
+        partition_epoch: int
         # Versions 0+. The replica IDs.
-        replicas: list[int] = field(default_factory=list)
+        replicas: list[int]
         # Versions 3+; ignorable. The replica IDs that we are adding this partition to, or null if no
         # replicas are being added.
-        adding_replicas: list[int] = field(default_factory=list)
+        adding_replicas: list[int]
         # Versions 3+; ignorable. The replica IDs that we are removing this partition from, or null if no
         # replicas are being removed.
-        removing_replicas: list[int] = field(default_factory=list)
+        removing_replicas: list[int]
         # Versions 1+; ignorable. Whether the replica should have existed on the broker or not.
-        is_new: bool = False
+        is_new: bool
         # Versions 6+. 1 if the partition is recovering from an unclean leader election; 0 otherwise.
-        leader_recovery_state: int = 0
+        leader_recovery_state: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 1), (1, 0), None, True),
@@ -79,6 +93,72 @@ class LeaderAndIsrRequest:
             FieldSpec("is_new", "bool", (1, 7), (1, 0), None, True),
             FieldSpec("leader_recovery_state", "int8", (6, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partition_index: int = 0,
+            controller_epoch: int = 0,
+            leader: int = 0,
+            leader_epoch: int = 0,
+            isr: list[int] = MISSING,
+            partition_epoch: int = 0,
+            replicas: list[int] = MISSING,
+            adding_replicas: list[int] = MISSING,
+            removing_replicas: list[int] = MISSING,
+            is_new: bool = False,
+            leader_recovery_state: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partition_index = partition_index
+            self.controller_epoch = controller_epoch
+            self.leader = leader
+            self.leader_epoch = leader_epoch
+            self.isr = [] if isr is MISSING else isr
+            self.partition_epoch = partition_epoch
+            self.replicas = [] if replicas is MISSING else replicas
+            self.adding_replicas = [] if adding_replicas is MISSING else adding_replicas
+            self.removing_replicas = [] if removing_replicas is MISSING else removing_replicas
+            self.is_new = is_new
+            self.leader_recovery_state = leader_recovery_state
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, LeaderAndIsrRequest.LeaderAndIsrPartitionState):
+                return NotImplemented
+            return (
+                self.topic_name,
+                self.partition_index,
+                self.controller_epoch,
+                self.leader,
+                self.leader_epoch,
+                self.isr,
+                self.partition_epoch,
+                self.replicas,
+                self.adding_replicas,
+                self.removing_replicas,
+                self.is_new,
+                self.leader_recovery_state,
+                self.unknown_tagged_fields,
+            ) == (
+                other.topic_name,
+                other.partition_index,
+                other.controller_epoch,
+                other.leader,
+                other.leader_epoch,
+                other.isr,
+                other.partition_epoch,
+                other.replicas,
+                other.adding_replicas,
+                other.removing_replicas,
+                other.is_new,
+                other.leader_recovery_state,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"LeaderAndIsrRequest.LeaderAndIsrPartitionState(topic_name={self.topic_name!r}, partition_index={self.partition_index!r}, controller_epoch={self.controller_epoch!r}, leader={self.leader!r}, leader_epoch={self.leader_epoch!r}, isr={self.isr!r}, partition_epoch={self.partition_epoch!r}, replicas={self.replicas!r}, adding_replicas={self.adding_replicas!r}, removing_replicas={self.removing_replicas!r}, is_new={self.is_new!r}, leader_recovery_state={self.leader_recovery_state!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -195,24 +275,50 @@ class LeaderAndIsrRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class LeaderAndIsrTopicState:
         """Each topic."""
 
+        __slots__ = ("partition_states", "topic_id", "topic_name", "unknown_tagged_fields")
+
         # Versions 2+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 5+; ignorable. The unique topic ID.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 2+. The state of each partition
-        partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = field(default_factory=list)
+        partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (2, 7), (1, 0), None, False),
             FieldSpec("topic_id", "uuid", (5, 7), (1, 0), None, True),
             FieldSpec("partition_states", "[]LeaderAndIsrPartitionState", (2, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.topic_id = topic_id
+            self.partition_states = [] if partition_states is MISSING else partition_states
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, LeaderAndIsrRequest.LeaderAndIsrTopicState):
+                return NotImplemented
+            return (self.topic_name, self.topic_id, self.partition_states, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.topic_id,
+                other.partition_states,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"LeaderAndIsrRequest.LeaderAndIsrTopicState(topic_name={self.topic_name!r}, topic_id={self.topic_id!r}, partition_states={self.partition_states!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -275,24 +381,50 @@ class LeaderAndIsrRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class LeaderAndIsrLiveLeader:
         """The current live leaders."""
 
+        __slots__ = ("broker_id", "host_name", "port", "unknown_tagged_fields")
+
         # Versions 0+. The leader's broker ID.
-        broker_id: int = 0
+        broker_id: int
         # Versions 0+. The leader's hostname.
-        host_name: str = ""
+        host_name: str
         # Versions 0+. The leader's port.
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("broker_id", "int32", (0, 7), (1, 0), None, False),
             FieldSpec("host_name", "string", (0, 7), (1, 0), None, False),
             FieldSpec("port", "int32", (0, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            broker_id: int = 0,
+            host_name: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.broker_id = broker_id
+            self.host_name = host_name
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, LeaderAndIsrRequest.LeaderAndIsrLiveLeader):
+                return NotImplemented
+            return (self.broker_id, self.host_name, self.port, self.unknown_tagged_fields) == (
+                other.broker_id,
+                other.host_name,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"LeaderAndIsrRequest.LeaderAndIsrLiveLeader(broker_id={self.broker_id!r}, host_name={self.host_name!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -321,26 +453,36 @@ class LeaderAndIsrRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    # Versions 0+. The current controller ID.
-    controller_id: int = 0
-    # Versions 7+. If KRaft controller id is used during migration. See KIP-866
-    is_k_raft_controller: bool = False
-    # Versions 0+. The current controller epoch.
-    controller_epoch: int = 0
-    # Versions 2+; ignorable. The current broker epoch.
-    broker_epoch: int = -1
-    # Versions 5+. The type that indicates whether all topics are included in the request
-    type: int = 0
-    # Versions 0-1. The state of each partition, in a v0 or v1 message.
-    ungrouped_partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = field(
-        default_factory=list
+    __slots__ = (
+        "broker_epoch",
+        "controller_epoch",
+        "controller_id",
+        "is_k_raft_controller",
+        "live_leaders",
+        "topic_states",
+        "type",
+        "ungrouped_partition_states",
+        "unknown_tagged_fields",
     )
+
+    # Versions 0+. The current controller ID.
+    controller_id: int
+    # Versions 7+. If KRaft controller id is used during migration. See KIP-866
+    is_k_raft_controller: bool
+    # Versions 0+. The current controller epoch.
+    controller_epoch: int
+    # Versions 2+; ignorable. The current broker epoch.
+    broker_epoch: int
+    # Versions 5+. The type that indicates whether all topics are included in the request
+    type: int
+    # Versions 0-1. The state of each partition, in a v0 or v1 message.
+    ungrouped_partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]
     # Versions 2+. Each topic.
-    topic_states: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = field(default_factory=list)
+    topic_states: list[LeaderAndIsrRequest.LeaderAndIsrTopicState]
     # Versions 0+. The current live leaders.
-    live_leaders: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = field(default_factory=list)
+    live_leaders: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("controller_id", "int32", (0, 7), (1, 0), None, False),
@@ -352,6 +494,58 @@ class LeaderAndIsrRequest:
         FieldSpec("topic_states", "[]LeaderAndIsrTopicState", (2, 7), (1, 0), None, False),
         FieldSpec("live_leaders", "[]LeaderAndIsrLiveLeader", (0, 7), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        type: int = 0,
+        ungrouped_partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = MISSING,
+        topic_states: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = MISSING,
+        live_leaders: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.type = type
+        self.ungrouped_partition_states = (
+            [] if ungrouped_partition_states is MISSING else ungrouped_partition_states
+        )
+        self.topic_states = [] if topic_states is MISSING else topic_states
+        self.live_leaders = [] if live_leaders is MISSING else live_leaders
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LeaderAndIsrRequest):
+            return NotImplemented
+        return (
+            self.controller_id,
+            self.is_k_raft_controller,
+            self.controller_epoch,
+            self.broker_epoch,
+            self.type,
+            self.ungrouped_partition_states,
+            self.topic_states,
+            self.live_leaders,
+            self.unknown_tagged_fields,
+        ) == (
+            other.controller_id,
+            other.is_k_raft_controller,
+            other.controller_epoch,
+            other.broker_epoch,
+            other.type,
+            other.ungrouped_partition_states,
+            other.topic_states,
+            other.live_leaders,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"LeaderAndIsrRequest(controller_id={self.controller_id!r}, is_k_raft_controller={self.is_k_raft_controller!r}, controller_epoch={self.controller_epoch!r}, broker_epoch={self.broker_epoch!r}, type={self.type!r}, ungrouped_partition_states={self.ungrouped_partition_states!r}, topic_states={self.topic_states!r}, live_leaders={self.live_leaders!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 7:
@@ -463,7 +657,6 @@ class LeaderAndIsrRequest:
         return obj
 
 
-@dataclass(slots=True)
 class LeaderAndIsrResponse:
     """LeaderAndIsrResponse (API key 4, versions 0-7, flexible from version 4)."""
 
@@ -473,24 +666,50 @@ class LeaderAndIsrResponse:
     MAX_VERSION: ClassVar[int] = 7
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class LeaderAndIsrPartitionError:
         """The LeaderAndIsrPartitionError struct of LeaderAndIsrResponse."""
 
+        __slots__ = ("error_code", "partition_index", "topic_name", "unknown_tagged_fields")
+
         # Versions 0-4; ignorable. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The partition error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 4), (1, 0), None, True),
             FieldSpec("partition_index", "int32", (0, 7), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partition_index: int = 0,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, LeaderAndIsrResponse.LeaderAndIsrPartitionError):
+                return NotImplemented
+            return (self.topic_name, self.partition_index, self.error_code, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partition_index,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"LeaderAndIsrResponse.LeaderAndIsrPartitionError(topic_name={self.topic_name!r}, partition_index={self.partition_index!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -523,21 +742,44 @@ class LeaderAndIsrResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class LeaderAndIsrTopicError:
         """Each topic"""
 
+        __slots__ = ("partition_errors", "topic_id", "unknown_tagged_fields")
+
         # Versions 5+. The unique topic ID
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 5+. Each partition.
-        partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = field(default_factory=list)
+        partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (5, 7), (1, 0), None, False),
             FieldSpec("partition_errors", "[]LeaderAndIsrPartitionError", (5, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partition_errors = [] if partition_errors is MISSING else partition_errors
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, LeaderAndIsrResponse.LeaderAndIsrTopicError):
+                return NotImplemented
+            return (self.topic_id, self.partition_errors, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partition_errors,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"LeaderAndIsrResponse.LeaderAndIsrTopicError(topic_id={self.topic_id!r}, partition_errors={self.partition_errors!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -576,20 +818,47 @@ class LeaderAndIsrResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "partition_errors", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0-4. Each partition in v0 to v4 message.
-    partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = field(default_factory=list)
+    partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError]
     # Versions 5+. Each topic
-    topics: list[LeaderAndIsrResponse.LeaderAndIsrTopicError] = field(default_factory=list)
+    topics: list[LeaderAndIsrResponse.LeaderAndIsrTopicError]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 7), (1, 0), None, False),
         FieldSpec("partition_errors", "[]LeaderAndIsrPartitionError", (0, 4), (1, 0), None, False),
         FieldSpec("topics", "[]LeaderAndIsrTopicError", (5, 7), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = MISSING,
+        topics: list[LeaderAndIsrResponse.LeaderAndIsrTopicError] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_errors = [] if partition_errors is MISSING else partition_errors
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LeaderAndIsrResponse):
+            return NotImplemented
+        return (self.error_code, self.partition_errors, self.topics, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.partition_errors,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"LeaderAndIsrResponse(error_code={self.error_code!r}, partition_errors={self.partition_errors!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 7:

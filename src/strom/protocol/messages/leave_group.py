@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class LeaveGroupRequest:
     """LeaveGroupRequest (API key 13, versions 0-5, flexible from version 4)."""
 
@@ -27,24 +26,50 @@ class LeaveGroupRequest:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class MemberIdentity:
         """List of leaving member identities."""
 
+        __slots__ = ("group_instance_id", "member_id", "reason", "unknown_tagged_fields")
+
         # Versions 3+. The member ID to remove from the group.
-        member_id: str = ""
+        member_id: str
         # Versions 3+; nullable 3+. The group instance ID to remove from the group.
-        group_instance_id: str | None = None
+        group_instance_id: str | None
         # Versions 5+; nullable 5+; ignorable. The reason why the member left the group.
-        reason: str | None = None
+        reason: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("member_id", "string", (3, 5), (1, 0), None, False),
             FieldSpec("group_instance_id", "string", (3, 5), (3, 5), None, False),
             FieldSpec("reason", "string", (5, 5), (5, 5), None, True),
         )
+
+        def __init__(
+            self,
+            member_id: str = "",
+            group_instance_id: str | None = None,
+            reason: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.member_id = member_id
+            self.group_instance_id = group_instance_id
+            self.reason = reason
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, LeaveGroupRequest.MemberIdentity):
+                return NotImplemented
+            return (self.member_id, self.group_instance_id, self.reason, self.unknown_tagged_fields) == (
+                other.member_id,
+                other.group_instance_id,
+                other.reason,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"LeaveGroupRequest.MemberIdentity(member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, reason={self.reason!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -89,20 +114,47 @@ class LeaveGroupRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("group_id", "member_id", "members", "unknown_tagged_fields")
+
     # Versions 0+. The ID of the group to leave.
-    group_id: str = ""
+    group_id: str
     # Versions 0-2. The member ID to remove from the group.
-    member_id: str = ""
+    member_id: str
     # Versions 3+. List of leaving member identities.
-    members: list[LeaveGroupRequest.MemberIdentity] = field(default_factory=list)
+    members: list[LeaveGroupRequest.MemberIdentity]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 5), (1, 0), None, False),
         FieldSpec("member_id", "string", (0, 2), (1, 0), None, False),
         FieldSpec("members", "[]MemberIdentity", (3, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        member_id: str = "",
+        members: list[LeaveGroupRequest.MemberIdentity] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.members = [] if members is MISSING else members
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LeaveGroupRequest):
+            return NotImplemented
+        return (self.group_id, self.member_id, self.members, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.member_id,
+            other.members,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"LeaveGroupRequest(group_id={self.group_id!r}, member_id={self.member_id!r}, members={self.members!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:
@@ -180,7 +232,6 @@ class LeaveGroupRequest:
         return obj
 
 
-@dataclass(slots=True)
 class LeaveGroupResponse:
     """LeaveGroupResponse (API key 13, versions 0-5, flexible from version 4)."""
 
@@ -190,24 +241,50 @@ class LeaveGroupResponse:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class MemberResponse:
         """List of leaving member responses."""
 
+        __slots__ = ("error_code", "group_instance_id", "member_id", "unknown_tagged_fields")
+
         # Versions 3+. The member ID to remove from the group.
-        member_id: str = ""
+        member_id: str
         # Versions 3+; nullable 3+. The group instance ID to remove from the group.
-        group_instance_id: str | None = ""
+        group_instance_id: str | None
         # Versions 3+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("member_id", "string", (3, 5), (1, 0), None, False),
             FieldSpec("group_instance_id", "string", (3, 5), (3, 5), None, False),
             FieldSpec("error_code", "int16", (3, 5), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            member_id: str = "",
+            group_instance_id: str | None = "",
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.member_id = member_id
+            self.group_instance_id = group_instance_id
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, LeaveGroupResponse.MemberResponse):
+                return NotImplemented
+            return (self.member_id, self.group_instance_id, self.error_code, self.unknown_tagged_fields) == (
+                other.member_id,
+                other.group_instance_id,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"LeaveGroupResponse.MemberResponse(member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -254,21 +331,48 @@ class LeaveGroupResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "members", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 3+. List of leaving member responses.
-    members: list[LeaveGroupResponse.MemberResponse] = field(default_factory=list)
+    members: list[LeaveGroupResponse.MemberResponse]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (1, 5), (1, 0), None, True),
         FieldSpec("error_code", "int16", (0, 5), (1, 0), None, False),
         FieldSpec("members", "[]MemberResponse", (3, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        members: list[LeaveGroupResponse.MemberResponse] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.members = [] if members is MISSING else members
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LeaveGroupResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.members, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.members,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"LeaveGroupResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, members={self.members!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:

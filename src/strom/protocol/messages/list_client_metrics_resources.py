@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class ListClientMetricsResourcesRequest:
     """ListClientMetricsResourcesRequest (API key 74, versions 0, flexible from version 0)."""
 
@@ -20,10 +25,26 @@ class ListClientMetricsResourcesRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("unknown_tagged_fields",)
+
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = ()
+
+    def __init__(
+        self,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListClientMetricsResourcesRequest):
+            return NotImplemented
+        return self.unknown_tagged_fields == other.unknown_tagged_fields
+
+    def __repr__(self) -> str:
+        return f"ListClientMetricsResourcesRequest(unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -61,7 +82,6 @@ class ListClientMetricsResourcesRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ListClientMetricsResourcesResponse:
     """ListClientMetricsResourcesResponse (API key 74, versions 0, flexible from version 0)."""
 
@@ -71,16 +91,33 @@ class ListClientMetricsResourcesResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class ClientMetricsResource:
         """Each client metrics resource in the response."""
 
+        __slots__ = ("name", "unknown_tagged_fields")
+
         # Versions 0+. The resource name.
-        name: str = ""
+        name: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("name", "string", (0, 0), (1, 0), None, False),)
+
+        def __init__(
+            self,
+            name: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListClientMetricsResourcesResponse.ClientMetricsResource):
+                return NotImplemented
+            return (self.name, self.unknown_tagged_fields) == (other.name, other.unknown_tagged_fields)
+
+        def __repr__(self) -> str:
+            return f"ListClientMetricsResourcesResponse.ClientMetricsResource(name={self.name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -97,23 +134,55 @@ class ListClientMetricsResourcesResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("client_metrics_resources", "error_code", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. Each client metrics resource in the response.
-    client_metrics_resources: list[ListClientMetricsResourcesResponse.ClientMetricsResource] = field(
-        default_factory=list
-    )
+    client_metrics_resources: list[ListClientMetricsResourcesResponse.ClientMetricsResource]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         FieldSpec("client_metrics_resources", "[]ClientMetricsResource", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        client_metrics_resources: list[ListClientMetricsResourcesResponse.ClientMetricsResource] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_metrics_resources = (
+            [] if client_metrics_resources is MISSING else client_metrics_resources
+        )
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListClientMetricsResourcesResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.client_metrics_resources,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.client_metrics_resources,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ListClientMetricsResourcesResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, client_metrics_resources={self.client_metrics_resources!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ListGroupsRequest:
     """ListGroupsRequest (API key 16, versions 0-5, flexible from version 3)."""
 
@@ -27,19 +26,43 @@ class ListGroupsRequest:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
+    __slots__ = ("states_filter", "types_filter", "unknown_tagged_fields")
+
     # Versions 4+. The states of the groups we want to list. If empty, all groups are returned with
     # their state.
-    states_filter: list[str] = field(default_factory=list)
+    states_filter: list[str]
     # Versions 5+. The types of the groups we want to list. If empty, all groups are returned with
     # their type.
-    types_filter: list[str] = field(default_factory=list)
+    types_filter: list[str]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("states_filter", "[]string", (4, 5), (1, 0), None, False),
         FieldSpec("types_filter", "[]string", (5, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        states_filter: list[str] = MISSING,
+        types_filter: list[str] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.states_filter = [] if states_filter is MISSING else states_filter
+        self.types_filter = [] if types_filter is MISSING else types_filter
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListGroupsRequest):
+            return NotImplemented
+        return (self.states_filter, self.types_filter, self.unknown_tagged_fields) == (
+            other.states_filter,
+            other.types_filter,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ListGroupsRequest(states_filter={self.states_filter!r}, types_filter={self.types_filter!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:
@@ -99,7 +122,6 @@ class ListGroupsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ListGroupsResponse:
     """ListGroupsResponse (API key 16, versions 0-5, flexible from version 3)."""
 
@@ -109,20 +131,21 @@ class ListGroupsResponse:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
-    @dataclass(slots=True)
     class ListedGroup:
         """Each group in the response."""
 
+        __slots__ = ("group_id", "group_state", "group_type", "protocol_type", "unknown_tagged_fields")
+
         # Versions 0+. The group ID.
-        group_id: str = ""
+        group_id: str
         # Versions 0+. The group protocol type.
-        protocol_type: str = ""
+        protocol_type: str
         # Versions 4+; ignorable. The group state name.
-        group_state: str = ""
+        group_state: str
         # Versions 5+; ignorable. The group type name.
-        group_type: str = ""
+        group_type: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("group_id", "string", (0, 5), (1, 0), None, False),
@@ -130,6 +153,40 @@ class ListGroupsResponse:
             FieldSpec("group_state", "string", (4, 5), (1, 0), None, True),
             FieldSpec("group_type", "string", (5, 5), (1, 0), None, True),
         )
+
+        def __init__(
+            self,
+            group_id: str = "",
+            protocol_type: str = "",
+            group_state: str = "",
+            group_type: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.group_id = group_id
+            self.protocol_type = protocol_type
+            self.group_state = group_state
+            self.group_type = group_type
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListGroupsResponse.ListedGroup):
+                return NotImplemented
+            return (
+                self.group_id,
+                self.protocol_type,
+                self.group_state,
+                self.group_type,
+                self.unknown_tagged_fields,
+            ) == (
+                other.group_id,
+                other.protocol_type,
+                other.group_state,
+                other.group_type,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ListGroupsResponse.ListedGroup(group_id={self.group_id!r}, protocol_type={self.protocol_type!r}, group_state={self.group_state!r}, group_type={self.group_type!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -176,21 +233,48 @@ class ListGroupsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "groups", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. Each group in the response.
-    groups: list[ListGroupsResponse.ListedGroup] = field(default_factory=list)
+    groups: list[ListGroupsResponse.ListedGroup]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (1, 5), (1, 0), None, True),
         FieldSpec("error_code", "int16", (0, 5), (1, 0), None, False),
         FieldSpec("groups", "[]ListedGroup", (0, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        groups: list[ListGroupsResponse.ListedGroup] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.groups = [] if groups is MISSING else groups
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListGroupsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.groups, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.groups,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ListGroupsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, groups={self.groups!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:

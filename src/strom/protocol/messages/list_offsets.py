@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ListOffsetsRequest:
     """ListOffsetsRequest (API key 2, versions 0-10, flexible from version 6)."""
 
@@ -27,20 +26,27 @@ class ListOffsetsRequest:
     MAX_VERSION: ClassVar[int] = 10
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
 
-    @dataclass(slots=True)
     class ListOffsetsPartition:
         """Each partition in the request."""
 
+        __slots__ = (
+            "current_leader_epoch",
+            "max_num_offsets",
+            "partition_index",
+            "timestamp",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 4+; ignorable. The current leader epoch.
-        current_leader_epoch: int = -1
+        current_leader_epoch: int
         # Versions 0+. The current timestamp.
-        timestamp: int = 0
+        timestamp: int
         # Versions 0. The maximum number of offsets to report.
-        max_num_offsets: int = 1
+        max_num_offsets: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 10), (1, 0), None, False),
@@ -48,6 +54,40 @@ class ListOffsetsRequest:
             FieldSpec("timestamp", "int64", (0, 10), (1, 0), None, False),
             FieldSpec("max_num_offsets", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            current_leader_epoch: int = -1,
+            timestamp: int = 0,
+            max_num_offsets: int = 1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.current_leader_epoch = current_leader_epoch
+            self.timestamp = timestamp
+            self.max_num_offsets = max_num_offsets
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListOffsetsRequest.ListOffsetsPartition):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.current_leader_epoch,
+                self.timestamp,
+                self.max_num_offsets,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.current_leader_epoch,
+                other.timestamp,
+                other.max_num_offsets,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ListOffsetsRequest.ListOffsetsPartition(partition_index={self.partition_index!r}, current_leader_epoch={self.current_leader_epoch!r}, timestamp={self.timestamp!r}, max_num_offsets={self.max_num_offsets!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -78,21 +118,44 @@ class ListOffsetsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ListOffsetsTopic:
         """Each topic in the request."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. Each partition in the request.
-        partitions: list[ListOffsetsRequest.ListOffsetsPartition] = field(default_factory=list)
+        partitions: list[ListOffsetsRequest.ListOffsetsPartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 10), (1, 0), None, False),
             FieldSpec("partitions", "[]ListOffsetsPartition", (0, 10), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[ListOffsetsRequest.ListOffsetsPartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListOffsetsRequest.ListOffsetsTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ListOffsetsRequest.ListOffsetsTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -135,23 +198,25 @@ class ListOffsetsRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("isolation_level", "replica_id", "timeout_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The broker ID of the requester, or -1 if this request is being made by a normal
     # consumer.
-    replica_id: int = 0
+    replica_id: int
     # Versions 2+. This setting controls the visibility of transactional records. Using
     # READ_UNCOMMITTED (isolation_level = 0) makes all records visible. With READ_COMMITTED
     # (isolation_level = 1), non-transactional and COMMITTED transactional records are visible. To be
     # more concrete, READ_COMMITTED returns all data from offsets smaller than the current LSO (last
     # stable offset), and enables the inclusion of the list of aborted transactions in the result,
     # which allows consumers to discard ABORTED transactional records
-    isolation_level: int = 0
+    isolation_level: int
     # Versions 0+. Each topic in the request.
-    topics: list[ListOffsetsRequest.ListOffsetsTopic] = field(default_factory=list)
+    topics: list[ListOffsetsRequest.ListOffsetsTopic]
     # Versions 10+; ignorable. The timeout to await a response in milliseconds for requests that
     # require reading from remote storage for topics enabled with tiered storage.
-    timeout_ms: int = 0
+    timeout_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("replica_id", "int32", (0, 10), (1, 0), None, False),
@@ -159,6 +224,40 @@ class ListOffsetsRequest:
         FieldSpec("topics", "[]ListOffsetsTopic", (0, 10), (1, 0), None, False),
         FieldSpec("timeout_ms", "int32", (10, 10), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        replica_id: int = 0,
+        isolation_level: int = 0,
+        topics: list[ListOffsetsRequest.ListOffsetsTopic] = MISSING,
+        timeout_ms: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.replica_id = replica_id
+        self.isolation_level = isolation_level
+        self.topics = [] if topics is MISSING else topics
+        self.timeout_ms = timeout_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListOffsetsRequest):
+            return NotImplemented
+        return (
+            self.replica_id,
+            self.isolation_level,
+            self.topics,
+            self.timeout_ms,
+            self.unknown_tagged_fields,
+        ) == (
+            other.replica_id,
+            other.isolation_level,
+            other.topics,
+            other.timeout_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ListOffsetsRequest(replica_id={self.replica_id!r}, isolation_level={self.isolation_level!r}, topics={self.topics!r}, timeout_ms={self.timeout_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 10:
@@ -226,7 +325,6 @@ class ListOffsetsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ListOffsetsResponse:
     """ListOffsetsResponse (API key 2, versions 0-10, flexible from version 6)."""
 
@@ -236,24 +334,33 @@ class ListOffsetsResponse:
     MAX_VERSION: ClassVar[int] = 10
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
 
-    @dataclass(slots=True)
     class ListOffsetsPartitionResponse:
         """Each partition in the response."""
 
+        __slots__ = (
+            "error_code",
+            "leader_epoch",
+            "offset",
+            "old_style_offsets",
+            "partition_index",
+            "timestamp",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The partition error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0. The result offsets.
-        old_style_offsets: list[int] = field(default_factory=list)
+        old_style_offsets: list[int]
         # Versions 1+. The timestamp associated with the returned offset.
-        timestamp: int = -1
+        timestamp: int
         # Versions 1+. The returned offset.
-        offset: int = -1
+        offset: int
         # Versions 4+.
-        leader_epoch: int = -1
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 10), (1, 0), None, False),
@@ -263,6 +370,48 @@ class ListOffsetsResponse:
             FieldSpec("offset", "int64", (1, 10), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (4, 10), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            old_style_offsets: list[int] = MISSING,
+            timestamp: int = -1,
+            offset: int = -1,
+            leader_epoch: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.old_style_offsets = [] if old_style_offsets is MISSING else old_style_offsets
+            self.timestamp = timestamp
+            self.offset = offset
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListOffsetsResponse.ListOffsetsPartitionResponse):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.old_style_offsets,
+                self.timestamp,
+                self.offset,
+                self.leader_epoch,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.old_style_offsets,
+                other.timestamp,
+                other.offset,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ListOffsetsResponse.ListOffsetsPartitionResponse(partition_index={self.partition_index!r}, error_code={self.error_code!r}, old_style_offsets={self.old_style_offsets!r}, timestamp={self.timestamp!r}, offset={self.offset!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -320,21 +469,44 @@ class ListOffsetsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ListOffsetsTopicResponse:
         """Each topic in the response."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name
-        name: str = ""
+        name: str
         # Versions 0+. Each partition in the response.
-        partitions: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = field(default_factory=list)
+        partitions: list[ListOffsetsResponse.ListOffsetsPartitionResponse]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 10), (1, 0), None, False),
             FieldSpec("partitions", "[]ListOffsetsPartitionResponse", (0, 10), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListOffsetsResponse.ListOffsetsTopicResponse):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ListOffsetsResponse.ListOffsetsTopicResponse(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -377,18 +549,42 @@ class ListOffsetsResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 2+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. Each topic in the response.
-    topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = field(default_factory=list)
+    topics: list[ListOffsetsResponse.ListOffsetsTopicResponse]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (2, 10), (1, 0), None, True),
         FieldSpec("topics", "[]ListOffsetsTopicResponse", (0, 10), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListOffsetsResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ListOffsetsResponse(throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 10:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class ListPartitionReassignmentsRequest:
     """ListPartitionReassignmentsRequest (API key 46, versions 0, flexible from version 0)."""
 
@@ -20,21 +25,44 @@ class ListPartitionReassignmentsRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class ListPartitionReassignmentsTopics:
         """The topics to list partition reassignments for, or null to list everything."""
 
+        __slots__ = ("name", "partition_indexes", "unknown_tagged_fields")
+
         # Versions 0+. The topic name
-        name: str = ""
+        name: str
         # Versions 0+. The partitions to list partition reassignments for.
-        partition_indexes: list[int] = field(default_factory=list)
+        partition_indexes: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partition_indexes", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partition_indexes: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partition_indexes = [] if partition_indexes is MISSING else partition_indexes
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics):
+                return NotImplemented
+            return (self.name, self.partition_indexes, self.unknown_tagged_fields) == (
+                other.name,
+                other.partition_indexes,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics(name={self.name!r}, partition_indexes={self.partition_indexes!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -62,18 +90,42 @@ class ListPartitionReassignmentsRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("timeout_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The time in ms to wait for the request to complete.
-    timeout_ms: int = 60000
+    timeout_ms: int
     # Versions 0+; nullable 0+. The topics to list partition reassignments for, or null to list
     # everything.
-    topics: list[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics] | None = None
+    topics: list[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics] | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("timeout_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("topics", "[]ListPartitionReassignmentsTopics", (0, 0), (0, 0), None, False),
     )
+
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        topics: list[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics] | None = None,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListPartitionReassignmentsRequest):
+            return NotImplemented
+        return (self.timeout_ms, self.topics, self.unknown_tagged_fields) == (
+            other.timeout_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ListPartitionReassignmentsRequest(timeout_ms={self.timeout_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -122,7 +174,6 @@ class ListPartitionReassignmentsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ListPartitionReassignmentsResponse:
     """ListPartitionReassignmentsResponse (API key 46, versions 0, flexible from version 0)."""
 
@@ -132,20 +183,27 @@ class ListPartitionReassignmentsResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class OngoingPartitionReassignment:
         """The ongoing reassignments for each partition."""
 
+        __slots__ = (
+            "adding_replicas",
+            "partition_index",
+            "removing_replicas",
+            "replicas",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The index of the partition.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The current replica set.
-        replicas: list[int] = field(default_factory=list)
+        replicas: list[int]
         # Versions 0+. The set of replicas we are currently adding.
-        adding_replicas: list[int] = field(default_factory=list)
+        adding_replicas: list[int]
         # Versions 0+. The set of replicas we are currently removing.
-        removing_replicas: list[int] = field(default_factory=list)
+        removing_replicas: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
@@ -153,6 +211,40 @@ class ListPartitionReassignmentsResponse:
             FieldSpec("adding_replicas", "[]int32", (0, 0), (1, 0), None, False),
             FieldSpec("removing_replicas", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            replicas: list[int] = MISSING,
+            adding_replicas: list[int] = MISSING,
+            removing_replicas: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.replicas = [] if replicas is MISSING else replicas
+            self.adding_replicas = [] if adding_replicas is MISSING else adding_replicas
+            self.removing_replicas = [] if removing_replicas is MISSING else removing_replicas
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListPartitionReassignmentsResponse.OngoingPartitionReassignment):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.replicas,
+                self.adding_replicas,
+                self.removing_replicas,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.replicas,
+                other.adding_replicas,
+                other.removing_replicas,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ListPartitionReassignmentsResponse.OngoingPartitionReassignment(partition_index={self.partition_index!r}, replicas={self.replicas!r}, adding_replicas={self.adding_replicas!r}, removing_replicas={self.removing_replicas!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -196,23 +288,44 @@ class ListPartitionReassignmentsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OngoingTopicReassignment:
         """The ongoing reassignments for each topic."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The ongoing reassignments for each partition.
-        partitions: list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment] = field(
-            default_factory=list
-        )
+        partitions: list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]OngoingPartitionReassignment", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListPartitionReassignmentsResponse.OngoingTopicReassignment):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ListPartitionReassignmentsResponse.OngoingTopicReassignment(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -239,17 +352,19 @@ class ListPartitionReassignmentsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "error_message", "throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The top-level error code, or 0 if there was no error
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The top-level error message, or null if there was no error.
-    error_message: str | None = ""
+    error_message: str | None
     # Versions 0+. The ongoing reassignments for each topic.
-    topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = field(default_factory=list)
+    topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
@@ -257,6 +372,40 @@ class ListPartitionReassignmentsResponse:
         FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
         FieldSpec("topics", "[]OngoingTopicReassignment", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListPartitionReassignmentsResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.topics,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ListPartitionReassignmentsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

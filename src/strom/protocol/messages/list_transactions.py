@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ListTransactionsRequest:
     """ListTransactionsRequest (API key 66, versions 0-1, flexible from version 0)."""
 
@@ -27,23 +26,55 @@ class ListTransactionsRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("duration_filter", "producer_id_filters", "state_filters", "unknown_tagged_fields")
+
     # Versions 0+. The transaction states to filter by: if empty, all transactions are returned; if
     # non-empty, then only transactions matching one of the filtered states will be returned
-    state_filters: list[str] = field(default_factory=list)
+    state_filters: list[str]
     # Versions 0+. The producerIds to filter by: if empty, all transactions will be returned; if non-
     # empty, only transactions which match one of the filtered producerIds will be returned
-    producer_id_filters: list[int] = field(default_factory=list)
+    producer_id_filters: list[int]
     # Versions 1+. Duration (in millis) to filter by: if < 0, all transactions will be returned;
     # otherwise, only transactions running longer than this duration will be returned
-    duration_filter: int = -1
+    duration_filter: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("state_filters", "[]string", (0, 1), (1, 0), None, False),
         FieldSpec("producer_id_filters", "[]int64", (0, 1), (1, 0), None, False),
         FieldSpec("duration_filter", "int64", (1, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        state_filters: list[str] = MISSING,
+        producer_id_filters: list[int] = MISSING,
+        duration_filter: int = -1,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.state_filters = [] if state_filters is MISSING else state_filters
+        self.producer_id_filters = [] if producer_id_filters is MISSING else producer_id_filters
+        self.duration_filter = duration_filter
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListTransactionsRequest):
+            return NotImplemented
+        return (
+            self.state_filters,
+            self.producer_id_filters,
+            self.duration_filter,
+            self.unknown_tagged_fields,
+        ) == (
+            other.state_filters,
+            other.producer_id_filters,
+            other.duration_filter,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ListTransactionsRequest(state_filters={self.state_filters!r}, producer_id_filters={self.producer_id_filters!r}, duration_filter={self.duration_filter!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -101,7 +132,6 @@ class ListTransactionsRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ListTransactionsResponse:
     """ListTransactionsResponse (API key 66, versions 0-1, flexible from version 0)."""
 
@@ -111,24 +141,55 @@ class ListTransactionsResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class TransactionState:
         """The TransactionState struct of ListTransactionsResponse."""
 
+        __slots__ = ("producer_id", "transaction_state", "transactional_id", "unknown_tagged_fields")
+
         # Versions 0+.
-        transactional_id: str = ""
+        transactional_id: str
         # Versions 0+.
-        producer_id: int = 0
+        producer_id: int
         # Versions 0+. The current transaction state of the producer
-        transaction_state: str = ""
+        transaction_state: str
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("transactional_id", "string", (0, 1), (1, 0), None, False),
             FieldSpec("producer_id", "int64", (0, 1), (1, 0), None, False),
             FieldSpec("transaction_state", "string", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            transactional_id: str = "",
+            producer_id: int = 0,
+            transaction_state: str = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.transactional_id = transactional_id
+            self.producer_id = producer_id
+            self.transaction_state = transaction_state
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ListTransactionsResponse.TransactionState):
+                return NotImplemented
+            return (
+                self.transactional_id,
+                self.producer_id,
+                self.transaction_state,
+                self.unknown_tagged_fields,
+            ) == (
+                other.transactional_id,
+                other.producer_id,
+                other.transaction_state,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ListTransactionsResponse.TransactionState(transactional_id={self.transactional_id!r}, producer_id={self.producer_id!r}, transaction_state={self.transaction_state!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.transactional_id is None:
@@ -153,18 +214,26 @@ class ListTransactionsResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "error_code",
+        "throttle_time_ms",
+        "transaction_states",
+        "unknown_state_filters",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. Set of state filters provided in the request which were unknown to the transaction
     # coordinator
-    unknown_state_filters: list[str] = field(default_factory=list)
+    unknown_state_filters: list[str]
     # Versions 0+.
-    transaction_states: list[ListTransactionsResponse.TransactionState] = field(default_factory=list)
+    transaction_states: list[ListTransactionsResponse.TransactionState]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 1), (1, 0), None, False),
@@ -172,6 +241,40 @@ class ListTransactionsResponse:
         FieldSpec("unknown_state_filters", "[]string", (0, 1), (1, 0), None, False),
         FieldSpec("transaction_states", "[]TransactionState", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        unknown_state_filters: list[str] = MISSING,
+        transaction_states: list[ListTransactionsResponse.TransactionState] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_state_filters = [] if unknown_state_filters is MISSING else unknown_state_filters
+        self.transaction_states = [] if transaction_states is MISSING else transaction_states
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ListTransactionsResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.unknown_state_filters,
+            self.transaction_states,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.unknown_state_filters,
+            other.transaction_states,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ListTransactionsResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, unknown_state_filters={self.unknown_state_filters!r}, transaction_states={self.transaction_states!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

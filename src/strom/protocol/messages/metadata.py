@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class MetadataRequest:
     """MetadataRequest (API key 3, versions 0-12, flexible from version 9)."""
 
@@ -30,21 +29,44 @@ class MetadataRequest:
     MAX_VERSION: ClassVar[int] = 12
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
 
-    @dataclass(slots=True)
     class MetadataRequestTopic:
         """The topics to fetch metadata for."""
 
+        __slots__ = ("name", "topic_id", "unknown_tagged_fields")
+
         # Versions 10+; ignorable. The topic id.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+; nullable 10+. The topic name.
-        name: str | None = ""
+        name: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (10, 12), (1, 0), None, True),
             FieldSpec("name", "string", (0, 12), (10, 12), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            name: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.name = name
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, MetadataRequest.MetadataRequestTopic):
+                return NotImplemented
+            return (self.topic_id, self.name, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.name,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"MetadataRequest.MetadataRequestTopic(topic_id={self.topic_id!r}, name={self.name!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -83,17 +105,25 @@ class MetadataRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "allow_auto_topic_creation",
+        "include_cluster_authorized_operations",
+        "include_topic_authorized_operations",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+; nullable 1+. The topics to fetch metadata for.
-    topics: list[MetadataRequest.MetadataRequestTopic] | None = field(default_factory=list)
+    topics: list[MetadataRequest.MetadataRequestTopic] | None
     # Versions 4+. If this is true, the broker may auto-create topics that we requested which do not
     # already exist, if it is configured to do so.
-    allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation: bool
     # Versions 8-10. Whether to include cluster authorized operations.
-    include_cluster_authorized_operations: bool = False
+    include_cluster_authorized_operations: bool
     # Versions 8+. Whether to include topic authorized operations.
-    include_topic_authorized_operations: bool = False
+    include_topic_authorized_operations: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("topics", "[]MetadataRequestTopic", (0, 12), (1, 12), None, False),
@@ -101,6 +131,40 @@ class MetadataRequest:
         FieldSpec("include_cluster_authorized_operations", "bool", (8, 10), (1, 0), None, False),
         FieldSpec("include_topic_authorized_operations", "bool", (8, 12), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        topics: list[MetadataRequest.MetadataRequestTopic] | None = MISSING,
+        allow_auto_topic_creation: bool = True,
+        include_cluster_authorized_operations: bool = False,
+        include_topic_authorized_operations: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.include_topic_authorized_operations = include_topic_authorized_operations
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MetadataRequest):
+            return NotImplemented
+        return (
+            self.topics,
+            self.allow_auto_topic_creation,
+            self.include_cluster_authorized_operations,
+            self.include_topic_authorized_operations,
+            self.unknown_tagged_fields,
+        ) == (
+            other.topics,
+            other.allow_auto_topic_creation,
+            other.include_cluster_authorized_operations,
+            other.include_topic_authorized_operations,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"MetadataRequest(topics={self.topics!r}, allow_auto_topic_creation={self.allow_auto_topic_creation!r}, include_cluster_authorized_operations={self.include_cluster_authorized_operations!r}, include_topic_authorized_operations={self.include_topic_authorized_operations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 12:
@@ -190,7 +254,6 @@ class MetadataRequest:
         return obj
 
 
-@dataclass(slots=True)
 class MetadataResponse:
     """MetadataResponse (API key 3, versions 0-12, flexible from version 9)."""
 
@@ -200,21 +263,22 @@ class MetadataResponse:
     MAX_VERSION: ClassVar[int] = 12
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
 
-    @dataclass(slots=True)
     class MetadataResponseBroker:
         """A list of brokers present in the cluster."""
 
+        __slots__ = ("host", "node_id", "port", "rack", "unknown_tagged_fields")
+
         # Versions 0+. The broker ID.
-        node_id: int = 0
+        node_id: int
         # Versions 0+. The broker hostname.
-        host: str = ""
+        host: str
         # Versions 0+. The broker port.
-        port: int = 0
+        port: int
         # Versions 1+; nullable 1+; ignorable. The rack of the broker, or null if it has not been assigned
         # to a rack.
-        rack: str | None = None
+        rack: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (0, 12), (1, 0), None, False),
@@ -222,6 +286,34 @@ class MetadataResponse:
             FieldSpec("port", "int32", (0, 12), (1, 0), None, False),
             FieldSpec("rack", "string", (1, 12), (1, 12), None, True),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            rack: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.rack = rack
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, MetadataResponse.MetadataResponseBroker):
+                return NotImplemented
+            return (self.node_id, self.host, self.port, self.rack, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.host,
+                other.port,
+                other.rack,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"MetadataResponse.MetadataResponseBroker(node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, rack={self.rack!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -260,26 +352,36 @@ class MetadataResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class MetadataResponsePartition:
         """Each partition in the topic."""
 
+        __slots__ = (
+            "error_code",
+            "isr_nodes",
+            "leader_epoch",
+            "leader_id",
+            "offline_replicas",
+            "partition_index",
+            "replica_nodes",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition error, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The ID of the leader broker.
-        leader_id: int = 0
+        leader_id: int
         # Versions 7+; ignorable. The leader epoch of this partition.
-        leader_epoch: int = -1
+        leader_epoch: int
         # Versions 0+. The set of all nodes that host this partition.
-        replica_nodes: list[int] = field(default_factory=list)
+        replica_nodes: list[int]
         # Versions 0+. The set of nodes that are in sync with the leader for this partition.
-        isr_nodes: list[int] = field(default_factory=list)
+        isr_nodes: list[int]
         # Versions 5+; ignorable. The set of offline replicas of this partition.
-        offline_replicas: list[int] = field(default_factory=list)
+        offline_replicas: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 12), (1, 0), None, False),
@@ -290,6 +392,52 @@ class MetadataResponse:
             FieldSpec("isr_nodes", "[]int32", (0, 12), (1, 0), None, False),
             FieldSpec("offline_replicas", "[]int32", (5, 12), (1, 0), None, True),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            partition_index: int = 0,
+            leader_id: int = 0,
+            leader_epoch: int = -1,
+            replica_nodes: list[int] = MISSING,
+            isr_nodes: list[int] = MISSING,
+            offline_replicas: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.partition_index = partition_index
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.replica_nodes = [] if replica_nodes is MISSING else replica_nodes
+            self.isr_nodes = [] if isr_nodes is MISSING else isr_nodes
+            self.offline_replicas = [] if offline_replicas is MISSING else offline_replicas
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, MetadataResponse.MetadataResponsePartition):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.partition_index,
+                self.leader_id,
+                self.leader_epoch,
+                self.replica_nodes,
+                self.isr_nodes,
+                self.offline_replicas,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.partition_index,
+                other.leader_id,
+                other.leader_epoch,
+                other.replica_nodes,
+                other.isr_nodes,
+                other.offline_replicas,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"MetadataResponse.MetadataResponsePartition(error_code={self.error_code!r}, partition_index={self.partition_index!r}, leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, replica_nodes={self.replica_nodes!r}, isr_nodes={self.isr_nodes!r}, offline_replicas={self.offline_replicas!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -366,26 +514,35 @@ class MetadataResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class MetadataResponseTopic:
         """Each topic in the response."""
 
+        __slots__ = (
+            "error_code",
+            "is_internal",
+            "name",
+            "partitions",
+            "topic_authorized_operations",
+            "topic_id",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The topic error, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 12+. The topic name. Null for non-existing topics queried by ID. This is
         # never null when ErrorCode is zero. One of Name and TopicId is always populated.
-        name: str | None = ""
+        name: str | None
         # Versions 10+; ignorable. The topic id. Zero for non-existing topics queried by name. This is
         # never zero when ErrorCode is zero. One of Name and TopicId is always populated.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 1+; ignorable. True if the topic is internal.
-        is_internal: bool = False
+        is_internal: bool
         # Versions 0+. Each partition in the topic.
-        partitions: list[MetadataResponse.MetadataResponsePartition] = field(default_factory=list)
+        partitions: list[MetadataResponse.MetadataResponsePartition]
         # Versions 8+. 32-bit bitfield to represent authorized operations for this topic.
-        topic_authorized_operations: int = -2147483648
+        topic_authorized_operations: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 12), (1, 0), None, False),
@@ -395,6 +552,48 @@ class MetadataResponse:
             FieldSpec("partitions", "[]MetadataResponsePartition", (0, 12), (1, 0), None, False),
             FieldSpec("topic_authorized_operations", "int32", (8, 12), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            name: str | None = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            is_internal: bool = False,
+            partitions: list[MetadataResponse.MetadataResponsePartition] = MISSING,
+            topic_authorized_operations: int = -2147483648,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.name = name
+            self.topic_id = topic_id
+            self.is_internal = is_internal
+            self.partitions = [] if partitions is MISSING else partitions
+            self.topic_authorized_operations = topic_authorized_operations
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, MetadataResponse.MetadataResponseTopic):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.name,
+                self.topic_id,
+                self.is_internal,
+                self.partitions,
+                self.topic_authorized_operations,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.name,
+                other.topic_id,
+                other.is_internal,
+                other.partitions,
+                other.topic_authorized_operations,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"MetadataResponse.MetadataResponseTopic(error_code={self.error_code!r}, name={self.name!r}, topic_id={self.topic_id!r}, is_internal={self.is_internal!r}, partitions={self.partitions!r}, topic_authorized_operations={self.topic_authorized_operations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -465,21 +664,31 @@ class MetadataResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "brokers",
+        "cluster_authorized_operations",
+        "cluster_id",
+        "controller_id",
+        "throttle_time_ms",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
     # Versions 3+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. A list of brokers present in the cluster.
-    brokers: list[MetadataResponse.MetadataResponseBroker] = field(default_factory=list)
+    brokers: list[MetadataResponse.MetadataResponseBroker]
     # Versions 2+; nullable 2+; ignorable. The cluster ID that responding broker belongs to.
-    cluster_id: str | None = None
+    cluster_id: str | None
     # Versions 1+; ignorable. The ID of the controller broker.
-    controller_id: int = -1
+    controller_id: int
     # Versions 0+. Each topic in the response.
-    topics: list[MetadataResponse.MetadataResponseTopic] = field(default_factory=list)
+    topics: list[MetadataResponse.MetadataResponseTopic]
     # Versions 8-10. 32-bit bitfield to represent authorized operations for this cluster.
-    cluster_authorized_operations: int = -2147483648
+    cluster_authorized_operations: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (3, 12), (1, 0), None, True),
@@ -489,6 +698,48 @@ class MetadataResponse:
         FieldSpec("topics", "[]MetadataResponseTopic", (0, 12), (1, 0), None, False),
         FieldSpec("cluster_authorized_operations", "int32", (8, 10), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        brokers: list[MetadataResponse.MetadataResponseBroker] = MISSING,
+        cluster_id: str | None = None,
+        controller_id: int = -1,
+        topics: list[MetadataResponse.MetadataResponseTopic] = MISSING,
+        cluster_authorized_operations: int = -2147483648,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.brokers = [] if brokers is MISSING else brokers
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.topics = [] if topics is MISSING else topics
+        self.cluster_authorized_operations = cluster_authorized_operations
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MetadataResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.brokers,
+            self.cluster_id,
+            self.controller_id,
+            self.topics,
+            self.cluster_authorized_operations,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.brokers,
+            other.cluster_id,
+            other.controller_id,
+            other.topics,
+            other.cluster_authorized_operations,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"MetadataResponse(throttle_time_ms={self.throttle_time_ms!r}, brokers={self.brokers!r}, cluster_id={self.cluster_id!r}, controller_id={self.controller_id!r}, topics={self.topics!r}, cluster_authorized_operations={self.cluster_authorized_operations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 12:

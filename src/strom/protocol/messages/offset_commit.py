@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class OffsetCommitRequest:
     """OffsetCommitRequest (API key 8, versions 0-9, flexible from version 8)."""
 
@@ -27,22 +26,30 @@ class OffsetCommitRequest:
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
 
-    @dataclass(slots=True)
     class OffsetCommitRequestPartition:
         """Each partition to commit offsets for."""
 
+        __slots__ = (
+            "commit_timestamp",
+            "committed_leader_epoch",
+            "committed_metadata",
+            "committed_offset",
+            "partition_index",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The message offset to be committed.
-        committed_offset: int = 0
+        committed_offset: int
         # Versions 6+; ignorable. The leader epoch of this partition.
-        committed_leader_epoch: int = -1
+        committed_leader_epoch: int
         # Versions 1. The timestamp of the commit.
-        commit_timestamp: int = -1
+        commit_timestamp: int
         # Versions 0+; nullable 0+. Any associated metadata the client wants to keep.
-        committed_metadata: str | None = ""
+        committed_metadata: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 9), (1, 0), None, False),
@@ -51,6 +58,44 @@ class OffsetCommitRequest:
             FieldSpec("commit_timestamp", "int64", (1, 1), (1, 0), None, False),
             FieldSpec("committed_metadata", "string", (0, 9), (0, 9), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            committed_offset: int = 0,
+            committed_leader_epoch: int = -1,
+            commit_timestamp: int = -1,
+            committed_metadata: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.committed_offset = committed_offset
+            self.committed_leader_epoch = committed_leader_epoch
+            self.commit_timestamp = commit_timestamp
+            self.committed_metadata = committed_metadata
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetCommitRequest.OffsetCommitRequestPartition):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.committed_offset,
+                self.committed_leader_epoch,
+                self.commit_timestamp,
+                self.committed_metadata,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.committed_offset,
+                other.committed_leader_epoch,
+                other.commit_timestamp,
+                other.committed_metadata,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetCommitRequest.OffsetCommitRequestPartition(partition_index={self.partition_index!r}, committed_offset={self.committed_offset!r}, committed_leader_epoch={self.committed_leader_epoch!r}, commit_timestamp={self.commit_timestamp!r}, committed_metadata={self.committed_metadata!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 8
@@ -89,21 +134,44 @@ class OffsetCommitRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetCommitRequestTopic:
         """The topics to commit offsets for."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. Each partition to commit offsets for.
-        partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] = field(default_factory=list)
+        partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 9), (1, 0), None, False),
             FieldSpec("partitions", "[]OffsetCommitRequestPartition", (0, 9), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetCommitRequest.OffsetCommitRequestTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetCommitRequest.OffsetCommitRequestTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 8
@@ -146,21 +214,31 @@ class OffsetCommitRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "generation_id_or_member_epoch",
+        "group_id",
+        "group_instance_id",
+        "member_id",
+        "retention_time_ms",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The unique group identifier.
-    group_id: str = ""
+    group_id: str
     # Versions 1+; ignorable. The generation of the group if using the classic group protocol or the
     # member epoch if using the consumer protocol.
-    generation_id_or_member_epoch: int = -1
+    generation_id_or_member_epoch: int
     # Versions 1+; ignorable. The member ID assigned by the group coordinator.
-    member_id: str = ""
+    member_id: str
     # Versions 7+; nullable 7+. The unique identifier of the consumer instance provided by end user.
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     # Versions 2-4; ignorable. The time period in ms to retain the offset.
-    retention_time_ms: int = -1
+    retention_time_ms: int
     # Versions 0+. The topics to commit offsets for.
-    topics: list[OffsetCommitRequest.OffsetCommitRequestTopic] = field(default_factory=list)
+    topics: list[OffsetCommitRequest.OffsetCommitRequestTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 9), (1, 0), None, False),
@@ -170,6 +248,48 @@ class OffsetCommitRequest:
         FieldSpec("retention_time_ms", "int64", (2, 4), (1, 0), None, True),
         FieldSpec("topics", "[]OffsetCommitRequestTopic", (0, 9), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        generation_id_or_member_epoch: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        retention_time_ms: int = -1,
+        topics: list[OffsetCommitRequest.OffsetCommitRequestTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id_or_member_epoch = generation_id_or_member_epoch
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.retention_time_ms = retention_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetCommitRequest):
+            return NotImplemented
+        return (
+            self.group_id,
+            self.generation_id_or_member_epoch,
+            self.member_id,
+            self.group_instance_id,
+            self.retention_time_ms,
+            self.topics,
+            self.unknown_tagged_fields,
+        ) == (
+            other.group_id,
+            other.generation_id_or_member_epoch,
+            other.member_id,
+            other.group_instance_id,
+            other.retention_time_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetCommitRequest(group_id={self.group_id!r}, generation_id_or_member_epoch={self.generation_id_or_member_epoch!r}, member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, retention_time_ms={self.retention_time_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 9:
@@ -267,7 +387,6 @@ class OffsetCommitRequest:
         return obj
 
 
-@dataclass(slots=True)
 class OffsetCommitResponse:
     """OffsetCommitResponse (API key 8, versions 0-9, flexible from version 8)."""
 
@@ -277,21 +396,44 @@ class OffsetCommitResponse:
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
 
-    @dataclass(slots=True)
     class OffsetCommitResponsePartition:
         """The responses for each partition in the topic."""
 
+        __slots__ = ("error_code", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 9), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 9), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetCommitResponse.OffsetCommitResponsePartition):
+                return NotImplemented
+            return (self.partition_index, self.error_code, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetCommitResponse.OffsetCommitResponsePartition(partition_index={self.partition_index!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 8
@@ -310,21 +452,44 @@ class OffsetCommitResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetCommitResponseTopic:
         """The responses for each topic."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The responses for each partition in the topic.
-        partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] = field(default_factory=list)
+        partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 9), (1, 0), None, False),
             FieldSpec("partitions", "[]OffsetCommitResponsePartition", (0, 9), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetCommitResponse.OffsetCommitResponseTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetCommitResponse.OffsetCommitResponseTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 8
@@ -369,18 +534,42 @@ class OffsetCommitResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 3+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The responses for each topic.
-    topics: list[OffsetCommitResponse.OffsetCommitResponseTopic] = field(default_factory=list)
+    topics: list[OffsetCommitResponse.OffsetCommitResponseTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (3, 9), (1, 0), None, True),
         FieldSpec("topics", "[]OffsetCommitResponseTopic", (0, 9), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetCommitResponse.OffsetCommitResponseTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetCommitResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetCommitResponse(throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 9:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class OffsetDeleteRequest:
     """OffsetDeleteRequest (API key 47, versions 0, never flexible)."""
 
@@ -20,18 +25,38 @@ class OffsetDeleteRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
-    @dataclass(slots=True)
     class OffsetDeleteRequestPartition:
         """Each partition to delete offsets for."""
 
+        __slots__ = ("partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetDeleteRequest.OffsetDeleteRequestPartition):
+                return NotImplemented
+            return (self.partition_index, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index={self.partition_index!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -42,21 +67,44 @@ class OffsetDeleteRequest:
             obj.partition_index = reader.int32()
             return obj
 
-    @dataclass(slots=True)
     class OffsetDeleteRequestTopic:
         """The topics to delete offsets for"""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. Each partition to delete offsets for.
-        partitions: list[OffsetDeleteRequest.OffsetDeleteRequestPartition] = field(default_factory=list)
+        partitions: list[OffsetDeleteRequest.OffsetDeleteRequestPartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]OffsetDeleteRequestPartition", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[OffsetDeleteRequest.OffsetDeleteRequestPartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetDeleteRequest.OffsetDeleteRequestTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetDeleteRequest.OffsetDeleteRequestTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -77,17 +125,41 @@ class OffsetDeleteRequest:
             obj.partitions = [read_partitions(reader, version) for _ in range(count)]
             return obj
 
+    __slots__ = ("group_id", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The unique group identifier.
-    group_id: str = ""
+    group_id: str
     # Versions 0+. The topics to delete offsets for
-    topics: list[OffsetDeleteRequest.OffsetDeleteRequestTopic] = field(default_factory=list)
+    topics: list[OffsetDeleteRequest.OffsetDeleteRequestTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 0), (1, 0), None, False),
         FieldSpec("topics", "[]OffsetDeleteRequestTopic", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[OffsetDeleteRequest.OffsetDeleteRequestTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetDeleteRequest):
+            return NotImplemented
+        return (self.group_id, self.topics, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetDeleteRequest(group_id={self.group_id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -131,7 +203,6 @@ class OffsetDeleteRequest:
         return obj
 
 
-@dataclass(slots=True)
 class OffsetDeleteResponse:
     """OffsetDeleteResponse (API key 47, versions 0, never flexible)."""
 
@@ -141,21 +212,44 @@ class OffsetDeleteResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
-    @dataclass(slots=True)
     class OffsetDeleteResponsePartition:
         """The responses for each partition in the topic."""
 
+        __slots__ = ("error_code", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetDeleteResponse.OffsetDeleteResponsePartition):
+                return NotImplemented
+            return (self.partition_index, self.error_code, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetDeleteResponse.OffsetDeleteResponsePartition(partition_index={self.partition_index!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -168,21 +262,44 @@ class OffsetDeleteResponse:
             obj.error_code = reader.int16()
             return obj
 
-    @dataclass(slots=True)
     class OffsetDeleteResponseTopic:
         """The responses for each topic."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The responses for each partition in the topic.
-        partitions: list[OffsetDeleteResponse.OffsetDeleteResponsePartition] = field(default_factory=list)
+        partitions: list[OffsetDeleteResponse.OffsetDeleteResponsePartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]OffsetDeleteResponsePartition", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[OffsetDeleteResponse.OffsetDeleteResponsePartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetDeleteResponse.OffsetDeleteResponseTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetDeleteResponse.OffsetDeleteResponseTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -205,21 +322,48 @@ class OffsetDeleteResponse:
             obj.partitions = [read_partitions(reader, version) for _ in range(count)]
             return obj
 
+    __slots__ = ("error_code", "throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The top-level error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The responses for each topic.
-    topics: list[OffsetDeleteResponse.OffsetDeleteResponseTopic] = field(default_factory=list)
+    topics: list[OffsetDeleteResponse.OffsetDeleteResponseTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, True),
         FieldSpec("topics", "[]OffsetDeleteResponseTopic", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetDeleteResponse.OffsetDeleteResponseTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetDeleteResponse):
+            return NotImplemented
+        return (self.error_code, self.throttle_time_ms, self.topics, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.throttle_time_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetDeleteResponse(error_code={self.error_code!r}, throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

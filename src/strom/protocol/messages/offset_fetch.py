@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class OffsetFetchRequest:
     """OffsetFetchRequest (API key 9, versions 0-9, flexible from version 6)."""
 
@@ -27,21 +26,44 @@ class OffsetFetchRequest:
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
 
-    @dataclass(slots=True)
     class OffsetFetchRequestTopic:
         """Each topic we would like to fetch offsets for, or null to fetch offsets for all topics."""
 
+        __slots__ = ("name", "partition_indexes", "unknown_tagged_fields")
+
         # Versions 0-7. The topic name.
-        name: str = ""
+        name: str
         # Versions 0-7. The partition indexes we would like to fetch offsets for.
-        partition_indexes: list[int] = field(default_factory=list)
+        partition_indexes: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 7), (1, 0), None, False),
             FieldSpec("partition_indexes", "[]int32", (0, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partition_indexes: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partition_indexes = [] if partition_indexes is MISSING else partition_indexes
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetFetchRequest.OffsetFetchRequestTopic):
+                return NotImplemented
+            return (self.name, self.partition_indexes, self.unknown_tagged_fields) == (
+                other.name,
+                other.partition_indexes,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetFetchRequest.OffsetFetchRequestTopic(name={self.name!r}, partition_indexes={self.partition_indexes!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -94,21 +116,44 @@ class OffsetFetchRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetFetchRequestTopics:
         """Each topic we would like to fetch offsets for, or null to fetch offsets for all topics."""
 
+        __slots__ = ("name", "partition_indexes", "unknown_tagged_fields")
+
         # Versions 8+. The topic name.
-        name: str = ""
+        name: str
         # Versions 8+. The partition indexes we would like to fetch offsets for.
-        partition_indexes: list[int] = field(default_factory=list)
+        partition_indexes: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (8, 9), (1, 0), None, False),
             FieldSpec("partition_indexes", "[]int32", (8, 9), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partition_indexes: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partition_indexes = [] if partition_indexes is MISSING else partition_indexes
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetFetchRequest.OffsetFetchRequestTopics):
+                return NotImplemented
+            return (self.name, self.partition_indexes, self.unknown_tagged_fields) == (
+                other.name,
+                other.partition_indexes,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetFetchRequest.OffsetFetchRequestTopics(name={self.name!r}, partition_indexes={self.partition_indexes!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -146,22 +191,23 @@ class OffsetFetchRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetFetchRequestGroup:
         """Each group we would like to fetch offsets for"""
 
+        __slots__ = ("group_id", "member_epoch", "member_id", "topics", "unknown_tagged_fields")
+
         # Versions 8+. The group ID.
-        group_id: str = ""
+        group_id: str
         # Versions 9+; nullable 9+; ignorable. The member ID assigned by the group coordinator if using
         # the new consumer protocol (KIP-848).
-        member_id: str | None = None
+        member_id: str | None
         # Versions 9+; ignorable. The member epoch if using the new consumer protocol (KIP-848).
-        member_epoch: int = -1
+        member_epoch: int
         # Versions 8+; nullable 8+. Each topic we would like to fetch offsets for, or null to fetch
         # offsets for all topics.
-        topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] | None = field(default_factory=list)
+        topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("group_id", "string", (8, 9), (1, 0), None, False),
@@ -169,6 +215,40 @@ class OffsetFetchRequest:
             FieldSpec("member_epoch", "int32", (9, 9), (1, 0), None, True),
             FieldSpec("topics", "[]OffsetFetchRequestTopics", (8, 9), (8, 9), None, False),
         )
+
+        def __init__(
+            self,
+            group_id: str = "",
+            member_id: str | None = None,
+            member_epoch: int = -1,
+            topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] | None = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.group_id = group_id
+            self.member_id = member_id
+            self.member_epoch = member_epoch
+            self.topics = [] if topics is MISSING else topics
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetFetchRequest.OffsetFetchRequestGroup):
+                return NotImplemented
+            return (
+                self.group_id,
+                self.member_id,
+                self.member_epoch,
+                self.topics,
+                self.unknown_tagged_fields,
+            ) == (
+                other.group_id,
+                other.member_id,
+                other.member_epoch,
+                other.topics,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetFetchRequest.OffsetFetchRequestGroup(group_id={self.group_id!r}, member_id={self.member_id!r}, member_epoch={self.member_epoch!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -212,18 +292,20 @@ class OffsetFetchRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("group_id", "groups", "require_stable", "topics", "unknown_tagged_fields")
+
     # Versions 0-7. The group to fetch offsets for.
-    group_id: str = ""
+    group_id: str
     # Versions 0-7; nullable 2-7. Each topic we would like to fetch offsets for, or null to fetch
     # offsets for all topics.
-    topics: list[OffsetFetchRequest.OffsetFetchRequestTopic] | None = field(default_factory=list)
+    topics: list[OffsetFetchRequest.OffsetFetchRequestTopic] | None
     # Versions 8+. Each group we would like to fetch offsets for
-    groups: list[OffsetFetchRequest.OffsetFetchRequestGroup] = field(default_factory=list)
+    groups: list[OffsetFetchRequest.OffsetFetchRequestGroup]
     # Versions 7+. Whether broker should hold on returning unstable offsets but set a retriable error
     # code for the partitions.
-    require_stable: bool = False
+    require_stable: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 7), (1, 0), None, False),
@@ -231,6 +313,34 @@ class OffsetFetchRequest:
         FieldSpec("groups", "[]OffsetFetchRequestGroup", (8, 9), (1, 0), None, False),
         FieldSpec("require_stable", "bool", (7, 9), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[OffsetFetchRequest.OffsetFetchRequestTopic] | None = MISSING,
+        groups: list[OffsetFetchRequest.OffsetFetchRequestGroup] = MISSING,
+        require_stable: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is MISSING else topics
+        self.groups = [] if groups is MISSING else groups
+        self.require_stable = require_stable
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetFetchRequest):
+            return NotImplemented
+        return (self.group_id, self.topics, self.groups, self.require_stable, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.topics,
+            other.groups,
+            other.require_stable,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetFetchRequest(group_id={self.group_id!r}, topics={self.topics!r}, groups={self.groups!r}, require_stable={self.require_stable!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 9:
@@ -338,7 +448,6 @@ class OffsetFetchRequest:
         return obj
 
 
-@dataclass(slots=True)
 class OffsetFetchResponse:
     """OffsetFetchResponse (API key 9, versions 0-9, flexible from version 6)."""
 
@@ -348,22 +457,30 @@ class OffsetFetchResponse:
     MAX_VERSION: ClassVar[int] = 9
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
 
-    @dataclass(slots=True)
     class OffsetFetchResponsePartition:
         """The responses per partition"""
 
+        __slots__ = (
+            "committed_leader_epoch",
+            "committed_offset",
+            "error_code",
+            "metadata",
+            "partition_index",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0-7. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0-7. The committed message offset.
-        committed_offset: int = 0
+        committed_offset: int
         # Versions 5-7; ignorable. The leader epoch.
-        committed_leader_epoch: int = -1
+        committed_leader_epoch: int
         # Versions 0-7; nullable 0-7. The partition metadata.
-        metadata: str | None = ""
+        metadata: str | None
         # Versions 0-7. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 7), (1, 0), None, False),
@@ -372,6 +489,44 @@ class OffsetFetchResponse:
             FieldSpec("metadata", "string", (0, 7), (0, 7), None, False),
             FieldSpec("error_code", "int16", (0, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            committed_offset: int = 0,
+            committed_leader_epoch: int = -1,
+            metadata: str | None = "",
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.committed_offset = committed_offset
+            self.committed_leader_epoch = committed_leader_epoch
+            self.metadata = metadata
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetFetchResponse.OffsetFetchResponsePartition):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.committed_offset,
+                self.committed_leader_epoch,
+                self.metadata,
+                self.error_code,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.committed_offset,
+                other.committed_leader_epoch,
+                other.metadata,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetFetchResponse.OffsetFetchResponsePartition(partition_index={self.partition_index!r}, committed_offset={self.committed_offset!r}, committed_leader_epoch={self.committed_leader_epoch!r}, metadata={self.metadata!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -428,21 +583,44 @@ class OffsetFetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetFetchResponseTopic:
         """The responses per topic."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0-7. The topic name.
-        name: str = ""
+        name: str
         # Versions 0-7. The responses per partition
-        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartition] = field(default_factory=list)
+        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 7), (1, 0), None, False),
             FieldSpec("partitions", "[]OffsetFetchResponsePartition", (0, 7), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[OffsetFetchResponse.OffsetFetchResponsePartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetFetchResponse.OffsetFetchResponseTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetFetchResponse.OffsetFetchResponseTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -497,22 +675,30 @@ class OffsetFetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetFetchResponsePartitions:
         """The responses per partition"""
 
+        __slots__ = (
+            "committed_leader_epoch",
+            "committed_offset",
+            "error_code",
+            "metadata",
+            "partition_index",
+            "unknown_tagged_fields",
+        )
+
         # Versions 8+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 8+. The committed message offset.
-        committed_offset: int = 0
+        committed_offset: int
         # Versions 8+; ignorable. The leader epoch.
-        committed_leader_epoch: int = -1
+        committed_leader_epoch: int
         # Versions 8+; nullable 8+. The partition metadata.
-        metadata: str | None = ""
+        metadata: str | None
         # Versions 8+. The partition-level error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (8, 9), (1, 0), None, False),
@@ -521,6 +707,44 @@ class OffsetFetchResponse:
             FieldSpec("metadata", "string", (8, 9), (8, 9), None, False),
             FieldSpec("error_code", "int16", (8, 9), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            committed_offset: int = 0,
+            committed_leader_epoch: int = -1,
+            metadata: str | None = "",
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.committed_offset = committed_offset
+            self.committed_leader_epoch = committed_leader_epoch
+            self.metadata = metadata
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetFetchResponse.OffsetFetchResponsePartitions):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.committed_offset,
+                self.committed_leader_epoch,
+                self.metadata,
+                self.error_code,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.committed_offset,
+                other.committed_leader_epoch,
+                other.metadata,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetFetchResponse.OffsetFetchResponsePartitions(partition_index={self.partition_index!r}, committed_offset={self.committed_offset!r}, committed_leader_epoch={self.committed_leader_epoch!r}, metadata={self.metadata!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -571,21 +795,44 @@ class OffsetFetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetFetchResponseTopics:
         """The responses per topic."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 8+. The topic name.
-        name: str = ""
+        name: str
         # Versions 8+. The responses per partition
-        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = field(default_factory=list)
+        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (8, 9), (1, 0), None, False),
             FieldSpec("partitions", "[]OffsetFetchResponsePartitions", (8, 9), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetFetchResponse.OffsetFetchResponseTopics):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetFetchResponse.OffsetFetchResponseTopics(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -624,24 +871,50 @@ class OffsetFetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetFetchResponseGroup:
         """The responses per group id."""
 
+        __slots__ = ("error_code", "group_id", "topics", "unknown_tagged_fields")
+
         # Versions 8+. The group ID.
-        group_id: str = ""
+        group_id: str
         # Versions 8+. The responses per topic.
-        topics: list[OffsetFetchResponse.OffsetFetchResponseTopics] = field(default_factory=list)
+        topics: list[OffsetFetchResponse.OffsetFetchResponseTopics]
         # Versions 8+. The group-level error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("group_id", "string", (8, 9), (1, 0), None, False),
             FieldSpec("topics", "[]OffsetFetchResponseTopics", (8, 9), (1, 0), None, False),
             FieldSpec("error_code", "int16", (8, 9), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            group_id: str = "",
+            topics: list[OffsetFetchResponse.OffsetFetchResponseTopics] = MISSING,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.group_id = group_id
+            self.topics = [] if topics is MISSING else topics
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetFetchResponse.OffsetFetchResponseGroup):
+                return NotImplemented
+            return (self.group_id, self.topics, self.error_code, self.unknown_tagged_fields) == (
+                other.group_id,
+                other.topics,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetFetchResponse.OffsetFetchResponseGroup(group_id={self.group_id!r}, topics={self.topics!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -686,17 +959,19 @@ class OffsetFetchResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "groups", "throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 3+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0-7. The responses per topic.
-    topics: list[OffsetFetchResponse.OffsetFetchResponseTopic] = field(default_factory=list)
+    topics: list[OffsetFetchResponse.OffsetFetchResponseTopic]
     # Versions 2-7; ignorable. The top-level error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 8+. The responses per group id.
-    groups: list[OffsetFetchResponse.OffsetFetchResponseGroup] = field(default_factory=list)
+    groups: list[OffsetFetchResponse.OffsetFetchResponseGroup]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (3, 9), (1, 0), None, True),
@@ -704,6 +979,40 @@ class OffsetFetchResponse:
         FieldSpec("error_code", "int16", (2, 7), (1, 0), None, True),
         FieldSpec("groups", "[]OffsetFetchResponseGroup", (8, 9), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetFetchResponse.OffsetFetchResponseTopic] = MISSING,
+        error_code: int = 0,
+        groups: list[OffsetFetchResponse.OffsetFetchResponseGroup] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.error_code = error_code
+        self.groups = [] if groups is MISSING else groups
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetFetchResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.topics,
+            self.error_code,
+            self.groups,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.topics,
+            other.error_code,
+            other.groups,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetFetchResponse(throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, error_code={self.error_code!r}, groups={self.groups!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 9:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class OffsetForLeaderEpochRequest:
     """OffsetForLeaderEpochRequest (API key 23, versions 0-4, flexible from version 4)."""
 
@@ -20,27 +25,58 @@ class OffsetForLeaderEpochRequest:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class OffsetForLeaderPartition:
         """Each partition to get offsets for."""
 
+        __slots__ = ("current_leader_epoch", "leader_epoch", "partition", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 2+; ignorable. An epoch used to fence consumers/replicas with old metadata. If the
         # epoch provided by the client is larger than the current epoch known to the broker, then the
         # UNKNOWN_LEADER_EPOCH error code will be returned. If the provided epoch is smaller, then the
         # FENCED_LEADER_EPOCH error code will be returned.
-        current_leader_epoch: int = -1
+        current_leader_epoch: int
         # Versions 0+. The epoch to look up an offset for.
-        leader_epoch: int = 0
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 4), (1, 0), None, False),
             FieldSpec("current_leader_epoch", "int32", (2, 4), (1, 0), None, True),
             FieldSpec("leader_epoch", "int32", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            current_leader_epoch: int = -1,
+            leader_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.current_leader_epoch = current_leader_epoch
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetForLeaderEpochRequest.OffsetForLeaderPartition):
+                return NotImplemented
+            return (
+                self.partition,
+                self.current_leader_epoch,
+                self.leader_epoch,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition,
+                other.current_leader_epoch,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition={self.partition!r}, current_leader_epoch={self.current_leader_epoch!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -63,21 +99,44 @@ class OffsetForLeaderEpochRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetForLeaderTopic:
         """Each topic to get offsets for."""
 
+        __slots__ = ("partitions", "topic", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic: str = ""
+        topic: str
         # Versions 0+. Each partition to get offsets for.
-        partitions: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = field(default_factory=list)
+        partitions: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (0, 4), (1, 0), None, False),
             FieldSpec("partitions", "[]OffsetForLeaderPartition", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            partitions: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetForLeaderEpochRequest.OffsetForLeaderTopic):
+                return NotImplemented
+            return (self.topic, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic={self.topic!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -122,17 +181,41 @@ class OffsetForLeaderEpochRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("replica_id", "topics", "unknown_tagged_fields")
+
     # Versions 3+; ignorable. The broker ID of the follower, of -1 if this request is from a consumer.
-    replica_id: int = -2
+    replica_id: int
     # Versions 0+. Each topic to get offsets for.
-    topics: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = field(default_factory=list)
+    topics: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("replica_id", "int32", (3, 4), (1, 0), None, True),
         FieldSpec("topics", "[]OffsetForLeaderTopic", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        replica_id: int = -2,
+        topics: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.replica_id = replica_id
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetForLeaderEpochRequest):
+            return NotImplemented
+        return (self.replica_id, self.topics, self.unknown_tagged_fields) == (
+            other.replica_id,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetForLeaderEpochRequest(replica_id={self.replica_id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:
@@ -196,7 +279,6 @@ class OffsetForLeaderEpochRequest:
         return obj
 
 
-@dataclass(slots=True)
 class OffsetForLeaderEpochResponse:
     """OffsetForLeaderEpochResponse (API key 23, versions 0-4, flexible from version 4)."""
 
@@ -206,20 +288,21 @@ class OffsetForLeaderEpochResponse:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class EpochEndOffset:
         """Each partition in the topic we fetched offsets for."""
 
+        __slots__ = ("end_offset", "error_code", "leader_epoch", "partition", "unknown_tagged_fields")
+
         # Versions 0+. The error code 0, or if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 1+; ignorable. The leader epoch of the partition.
-        leader_epoch: int = -1
+        leader_epoch: int
         # Versions 0+. The end offset of the epoch.
-        end_offset: int = -1
+        end_offset: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
@@ -227,6 +310,40 @@ class OffsetForLeaderEpochResponse:
             FieldSpec("leader_epoch", "int32", (1, 4), (1, 0), None, True),
             FieldSpec("end_offset", "int64", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            partition: int = 0,
+            leader_epoch: int = -1,
+            end_offset: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.partition = partition
+            self.leader_epoch = leader_epoch
+            self.end_offset = end_offset
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetForLeaderEpochResponse.EpochEndOffset):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.partition,
+                self.leader_epoch,
+                self.end_offset,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.partition,
+                other.leader_epoch,
+                other.end_offset,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetForLeaderEpochResponse.EpochEndOffset(error_code={self.error_code!r}, partition={self.partition!r}, leader_epoch={self.leader_epoch!r}, end_offset={self.end_offset!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -251,21 +368,44 @@ class OffsetForLeaderEpochResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class OffsetForLeaderTopicResult:
         """Each topic we fetched offsets for."""
 
+        __slots__ = ("partitions", "topic", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic: str = ""
+        topic: str
         # Versions 0+. Each partition in the topic we fetched offsets for.
-        partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset] = field(default_factory=list)
+        partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic", "string", (0, 4), (1, 0), None, False),
             FieldSpec("partitions", "[]EpochEndOffset", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic: str = "",
+            partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic = topic
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult):
+                return NotImplemented
+            return (self.topic, self.partitions, self.unknown_tagged_fields) == (
+                other.topic,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic={self.topic!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -312,18 +452,42 @@ class OffsetForLeaderEpochResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 2+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. Each topic we fetched offsets for.
-    topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = field(default_factory=list)
+    topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (2, 4), (1, 0), None, True),
         FieldSpec("topics", "[]OffsetForLeaderTopicResult", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OffsetForLeaderEpochResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"OffsetForLeaderEpochResponse(throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

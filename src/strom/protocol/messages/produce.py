@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class ProduceRequest:
     """ProduceRequest (API key 0, versions 0-11, flexible from version 9)."""
 
@@ -27,21 +26,44 @@ class ProduceRequest:
     MAX_VERSION: ClassVar[int] = 11
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
 
-    @dataclass(slots=True)
     class PartitionProduceData:
         """Each partition to produce to."""
 
+        __slots__ = ("index", "records", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        index: int = 0
+        index: int
         # Versions 0+; nullable 0+. The record data to be produced.
-        records: bytes | bytearray | memoryview | None = None
+        records: bytes | bytearray | memoryview | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("index", "int32", (0, 11), (1, 0), None, False),
             FieldSpec("records", "records", (0, 11), (0, 11), None, False),
         )
+
+        def __init__(
+            self,
+            index: int = 0,
+            records: bytes | bytearray | memoryview | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.index = index
+            self.records = records
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ProduceRequest.PartitionProduceData):
+                return NotImplemented
+            return (self.index, self.records, self.unknown_tagged_fields) == (
+                other.index,
+                other.records,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ProduceRequest.PartitionProduceData(index={self.index!r}, records={self.records!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -66,21 +88,44 @@ class ProduceRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicProduceData:
         """Each topic to produce to."""
 
+        __slots__ = ("name", "partition_data", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. Each partition to produce to.
-        partition_data: list[ProduceRequest.PartitionProduceData] = field(default_factory=list)
+        partition_data: list[ProduceRequest.PartitionProduceData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 11), (1, 0), None, False),
             FieldSpec("partition_data", "[]PartitionProduceData", (0, 11), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partition_data: list[ProduceRequest.PartitionProduceData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partition_data = [] if partition_data is MISSING else partition_data
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ProduceRequest.TopicProduceData):
+                return NotImplemented
+            return (self.name, self.partition_data, self.unknown_tagged_fields) == (
+                other.name,
+                other.partition_data,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ProduceRequest.TopicProduceData(name={self.name!r}, partition_data={self.partition_data!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -123,18 +168,20 @@ class ProduceRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("acks", "timeout_ms", "topic_data", "transactional_id", "unknown_tagged_fields")
+
     # Versions 3+; nullable 3+. The transactional ID, or null if the producer is not transactional.
-    transactional_id: str | None = None
+    transactional_id: str | None
     # Versions 0+. The number of acknowledgments the producer requires the leader to have received
     # before considering a request complete. Allowed values: 0 for no acknowledgments, 1 for only the
     # leader and -1 for the full ISR.
-    acks: int = 0
+    acks: int
     # Versions 0+. The timeout to await a response in milliseconds.
-    timeout_ms: int = 0
+    timeout_ms: int
     # Versions 0+. Each topic to produce to.
-    topic_data: list[ProduceRequest.TopicProduceData] = field(default_factory=list)
+    topic_data: list[ProduceRequest.TopicProduceData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("transactional_id", "string", (3, 11), (3, 11), None, False),
@@ -142,6 +189,40 @@ class ProduceRequest:
         FieldSpec("timeout_ms", "int32", (0, 11), (1, 0), None, False),
         FieldSpec("topic_data", "[]TopicProduceData", (0, 11), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        transactional_id: str | None = None,
+        acks: int = 0,
+        timeout_ms: int = 0,
+        topic_data: list[ProduceRequest.TopicProduceData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.topic_data = [] if topic_data is MISSING else topic_data
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ProduceRequest):
+            return NotImplemented
+        return (
+            self.transactional_id,
+            self.acks,
+            self.timeout_ms,
+            self.topic_data,
+            self.unknown_tagged_fields,
+        ) == (
+            other.transactional_id,
+            other.acks,
+            other.timeout_ms,
+            other.topic_data,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ProduceRequest(transactional_id={self.transactional_id!r}, acks={self.acks!r}, timeout_ms={self.timeout_ms!r}, topic_data={self.topic_data!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 11:
@@ -213,7 +294,6 @@ class ProduceRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ProduceResponse:
     """ProduceResponse (API key 0, versions 0-11, flexible from version 9)."""
 
@@ -223,21 +303,44 @@ class ProduceResponse:
     MAX_VERSION: ClassVar[int] = 11
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
 
-    @dataclass(slots=True)
     class BatchIndexAndErrorMessage:
         """The batch indices of records that caused the batch to be dropped"""
 
+        __slots__ = ("batch_index", "batch_index_error_message", "unknown_tagged_fields")
+
         # Versions 8+. The batch index of the record that cause the batch to be dropped
-        batch_index: int = 0
+        batch_index: int
         # Versions 8+; nullable 8+. The error message of the record that caused the batch to be dropped
-        batch_index_error_message: str | None = None
+        batch_index_error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("batch_index", "int32", (8, 11), (1, 0), None, False),
             FieldSpec("batch_index_error_message", "string", (8, 11), (8, 11), None, False),
         )
+
+        def __init__(
+            self,
+            batch_index: int = 0,
+            batch_index_error_message: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.batch_index = batch_index
+            self.batch_index_error_message = batch_index_error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ProduceResponse.BatchIndexAndErrorMessage):
+                return NotImplemented
+            return (self.batch_index, self.batch_index_error_message, self.unknown_tagged_fields) == (
+                other.batch_index,
+                other.batch_index_error_message,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ProduceResponse.BatchIndexAndErrorMessage(batch_index={self.batch_index!r}, batch_index_error_message={self.batch_index_error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -272,21 +375,44 @@ class ProduceResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class LeaderIdAndEpoch:
         """The LeaderIdAndEpoch struct of ProduceResponse."""
 
+        __slots__ = ("leader_epoch", "leader_id", "unknown_tagged_fields")
+
         # Versions 10+. The ID of the current leader or -1 if the leader is unknown.
-        leader_id: int = -1
+        leader_id: int
         # Versions 10+. The latest known leader epoch
-        leader_epoch: int = -1
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("leader_id", "int32", (10, 11), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (10, 11), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            leader_id: int = -1,
+            leader_epoch: int = -1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ProduceResponse.LeaderIdAndEpoch):
+                return NotImplemented
+            return (self.leader_id, self.leader_epoch, self.unknown_tagged_fields) == (
+                other.leader_id,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ProduceResponse.LeaderIdAndEpoch(leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -313,33 +439,42 @@ class ProduceResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionProduceResponse:
         """Each partition that we produced to within the topic."""
 
+        __slots__ = (
+            "base_offset",
+            "current_leader",
+            "error_code",
+            "error_message",
+            "index",
+            "log_append_time_ms",
+            "log_start_offset",
+            "record_errors",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        index: int = 0
+        index: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The base offset.
-        base_offset: int = 0
+        base_offset: int
         # Versions 2+; ignorable. The timestamp returned by broker after appending the messages. If
         # CreateTime is used for the topic, the timestamp will be -1. If LogAppendTime is used for the
         # topic, the timestamp will be the broker local time when the messages are appended.
-        log_append_time_ms: int = -1
+        log_append_time_ms: int
         # Versions 5+; ignorable. The log start offset.
-        log_start_offset: int = -1
+        log_start_offset: int
         # Versions 8+; ignorable. The batch indices of records that caused the batch to be dropped
-        record_errors: list[ProduceResponse.BatchIndexAndErrorMessage] = field(default_factory=list)
+        record_errors: list[ProduceResponse.BatchIndexAndErrorMessage]
         # Versions 8+; nullable 8+; ignorable. The global error message summarizing the common root cause
         # of the records that caused the batch to be dropped
-        error_message: str | None = None
+        error_message: str | None
         # Versions 10+; tag 0 (tagged 10+).
-        current_leader: ProduceResponse.LeaderIdAndEpoch = field(
-            default_factory=lambda: ProduceResponse.LeaderIdAndEpoch()
-        )
+        current_leader: ProduceResponse.LeaderIdAndEpoch
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("index", "int32", (0, 11), (1, 0), None, False),
@@ -351,6 +486,58 @@ class ProduceResponse:
             FieldSpec("error_message", "string", (8, 11), (8, 11), None, True),
             FieldSpec("current_leader", "LeaderIdAndEpoch", (10, 11), (1, 0), 0, False),
         )
+
+        def __init__(
+            self,
+            index: int = 0,
+            error_code: int = 0,
+            base_offset: int = 0,
+            log_append_time_ms: int = -1,
+            log_start_offset: int = -1,
+            record_errors: list[ProduceResponse.BatchIndexAndErrorMessage] = MISSING,
+            error_message: str | None = None,
+            current_leader: ProduceResponse.LeaderIdAndEpoch = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.index = index
+            self.error_code = error_code
+            self.base_offset = base_offset
+            self.log_append_time_ms = log_append_time_ms
+            self.log_start_offset = log_start_offset
+            self.record_errors = [] if record_errors is MISSING else record_errors
+            self.error_message = error_message
+            self.current_leader = (
+                ProduceResponse.LeaderIdAndEpoch() if current_leader is MISSING else current_leader
+            )
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ProduceResponse.PartitionProduceResponse):
+                return NotImplemented
+            return (
+                self.index,
+                self.error_code,
+                self.base_offset,
+                self.log_append_time_ms,
+                self.log_start_offset,
+                self.record_errors,
+                self.error_message,
+                self.current_leader,
+                self.unknown_tagged_fields,
+            ) == (
+                other.index,
+                other.error_code,
+                other.base_offset,
+                other.log_append_time_ms,
+                other.log_start_offset,
+                other.record_errors,
+                other.error_message,
+                other.current_leader,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ProduceResponse.PartitionProduceResponse(index={self.index!r}, error_code={self.error_code!r}, base_offset={self.base_offset!r}, log_append_time_ms={self.log_append_time_ms!r}, log_start_offset={self.log_start_offset!r}, record_errors={self.record_errors!r}, error_message={self.error_message!r}, current_leader={self.current_leader!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -432,21 +619,44 @@ class ProduceResponse:
                         obj.unknown_tagged_fields[tag] = bytes(reader.raw(size))
             return obj
 
-    @dataclass(slots=True)
     class TopicProduceResponse:
         """Each produce response"""
 
+        __slots__ = ("name", "partition_responses", "unknown_tagged_fields")
+
         # Versions 0+. The topic name
-        name: str = ""
+        name: str
         # Versions 0+. Each partition that we produced to within the topic.
-        partition_responses: list[ProduceResponse.PartitionProduceResponse] = field(default_factory=list)
+        partition_responses: list[ProduceResponse.PartitionProduceResponse]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 11), (1, 0), None, False),
             FieldSpec("partition_responses", "[]PartitionProduceResponse", (0, 11), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partition_responses: list[ProduceResponse.PartitionProduceResponse] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partition_responses = [] if partition_responses is MISSING else partition_responses
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ProduceResponse.TopicProduceResponse):
+                return NotImplemented
+            return (self.name, self.partition_responses, self.unknown_tagged_fields) == (
+                other.name,
+                other.partition_responses,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ProduceResponse.TopicProduceResponse(name={self.name!r}, partition_responses={self.partition_responses!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -489,20 +699,21 @@ class ProduceResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class NodeEndpoint:
         """Endpoints for all current-leaders enumerated in PartitionProduceResponses, with errors NOT_LEADER_OR_FOLLOWER."""
 
+        __slots__ = ("host", "node_id", "port", "rack", "unknown_tagged_fields")
+
         # Versions 10+. The ID of the associated node.
-        node_id: int = 0
+        node_id: int
         # Versions 10+. The node's hostname.
-        host: str = ""
+        host: str
         # Versions 10+. The node's port.
-        port: int = 0
+        port: int
         # Versions 10+; nullable 10+. The rack of the node, or null if it has not been assigned to a rack.
-        rack: str | None = None
+        rack: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (10, 11), (1, 0), None, False),
@@ -510,6 +721,34 @@ class ProduceResponse:
             FieldSpec("port", "int32", (10, 11), (1, 0), None, False),
             FieldSpec("rack", "string", (10, 11), (10, 11), None, False),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            rack: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.rack = rack
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ProduceResponse.NodeEndpoint):
+                return NotImplemented
+            return (self.node_id, self.host, self.port, self.rack, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.host,
+                other.port,
+                other.rack,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ProduceResponse.NodeEndpoint(node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, rack={self.rack!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 9
@@ -550,22 +789,49 @@ class ProduceResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("node_endpoints", "responses", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. Each produce response
-    responses: list[ProduceResponse.TopicProduceResponse] = field(default_factory=list)
+    responses: list[ProduceResponse.TopicProduceResponse]
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 10+; tag 0 (tagged 10+). Endpoints for all current-leaders enumerated in
     # PartitionProduceResponses, with errors NOT_LEADER_OR_FOLLOWER.
-    node_endpoints: list[ProduceResponse.NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[ProduceResponse.NodeEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("responses", "[]TopicProduceResponse", (0, 11), (1, 0), None, False),
         FieldSpec("throttle_time_ms", "int32", (1, 11), (1, 0), None, True),
         FieldSpec("node_endpoints", "[]NodeEndpoint", (10, 11), (1, 0), 0, False),
     )
+
+    def __init__(
+        self,
+        responses: list[ProduceResponse.TopicProduceResponse] = MISSING,
+        throttle_time_ms: int = 0,
+        node_endpoints: list[ProduceResponse.NodeEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.responses = [] if responses is MISSING else responses
+        self.throttle_time_ms = throttle_time_ms
+        self.node_endpoints = [] if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ProduceResponse):
+            return NotImplemented
+        return (self.responses, self.throttle_time_ms, self.node_endpoints, self.unknown_tagged_fields) == (
+            other.responses,
+            other.throttle_time_ms,
+            other.node_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ProduceResponse(responses={self.responses!r}, throttle_time_ms={self.throttle_time_ms!r}, node_endpoints={self.node_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 11:

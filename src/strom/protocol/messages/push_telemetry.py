@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class PushTelemetryRequest:
     """PushTelemetryRequest (API key 72, versions 0, flexible from version 0)."""
 
@@ -23,18 +28,27 @@ class PushTelemetryRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = (
+        "client_instance_id",
+        "compression_type",
+        "metrics",
+        "subscription_id",
+        "terminating",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. Unique id for this client instance.
-    client_instance_id: uuid.UUID = _ZERO_UUID
+    client_instance_id: uuid.UUID
     # Versions 0+. Unique identifier for the current subscription.
-    subscription_id: int = 0
+    subscription_id: int
     # Versions 0+. Client is terminating the connection.
-    terminating: bool = False
+    terminating: bool
     # Versions 0+. Compression codec used to compress the metrics.
-    compression_type: int = 0
+    compression_type: int
     # Versions 0+. Metrics encoded in OpenTelemetry MetricsData v1 protobuf format.
-    metrics: bytes = b""
+    metrics: bytes
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("client_instance_id", "uuid", (0, 0), (1, 0), None, False),
@@ -43,6 +57,44 @@ class PushTelemetryRequest:
         FieldSpec("compression_type", "int8", (0, 0), (1, 0), None, False),
         FieldSpec("metrics", "bytes", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        client_instance_id: uuid.UUID = _ZERO_UUID,
+        subscription_id: int = 0,
+        terminating: bool = False,
+        compression_type: int = 0,
+        metrics: bytes = b"",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.terminating = terminating
+        self.compression_type = compression_type
+        self.metrics = metrics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PushTelemetryRequest):
+            return NotImplemented
+        return (
+            self.client_instance_id,
+            self.subscription_id,
+            self.terminating,
+            self.compression_type,
+            self.metrics,
+            self.unknown_tagged_fields,
+        ) == (
+            other.client_instance_id,
+            other.subscription_id,
+            other.terminating,
+            other.compression_type,
+            other.metrics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"PushTelemetryRequest(client_instance_id={self.client_instance_id!r}, subscription_id={self.subscription_id!r}, terminating={self.terminating!r}, compression_type={self.compression_type!r}, metrics={self.metrics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -90,7 +142,6 @@ class PushTelemetryRequest:
         return obj
 
 
-@dataclass(slots=True)
 class PushTelemetryResponse:
     """PushTelemetryResponse (API key 72, versions 0, flexible from version 0)."""
 
@@ -100,18 +151,42 @@ class PushTelemetryResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("error_code", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PushTelemetryResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"PushTelemetryResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

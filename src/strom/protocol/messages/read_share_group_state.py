@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ReadShareGroupStateRequest:
     """ReadShareGroupStateRequest (API key 84, versions 0, flexible from version 0)."""
 
@@ -23,21 +28,44 @@ class ReadShareGroupStateRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The data for the partitions."""
 
+        __slots__ = ("leader_epoch", "partition", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 0+. The leader epoch of the share-partition.
-        leader_epoch: int = 0
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            leader_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ReadShareGroupStateRequest.PartitionData):
+                return NotImplemented
+            return (self.partition, self.leader_epoch, self.unknown_tagged_fields) == (
+                other.partition,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ReadShareGroupStateRequest.PartitionData(partition={self.partition!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -52,21 +80,44 @@ class ReadShareGroupStateRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ReadStateData:
         """The data for the topics."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The data for the partitions.
-        partitions: list[ReadShareGroupStateRequest.PartitionData] = field(default_factory=list)
+        partitions: list[ReadShareGroupStateRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[ReadShareGroupStateRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ReadShareGroupStateRequest.ReadStateData):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ReadShareGroupStateRequest.ReadStateData(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -89,17 +140,41 @@ class ReadShareGroupStateRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("group_id", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The group identifier.
-    group_id: str = ""
+    group_id: str
     # Versions 0+. The data for the topics.
-    topics: list[ReadShareGroupStateRequest.ReadStateData] = field(default_factory=list)
+    topics: list[ReadShareGroupStateRequest.ReadStateData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 0), (1, 0), None, False),
         FieldSpec("topics", "[]ReadStateData", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[ReadShareGroupStateRequest.ReadStateData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReadShareGroupStateRequest):
+            return NotImplemented
+        return (self.group_id, self.topics, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ReadShareGroupStateRequest(group_id={self.group_id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -149,7 +224,6 @@ class ReadShareGroupStateRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ReadShareGroupStateResponse:
     """ReadShareGroupStateResponse (API key 84, versions 0, flexible from version 0)."""
 
@@ -159,20 +233,27 @@ class ReadShareGroupStateResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class StateBatch:
         """The StateBatch struct of ReadShareGroupStateResponse."""
 
+        __slots__ = (
+            "delivery_count",
+            "delivery_state",
+            "first_offset",
+            "last_offset",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The base offset of this state batch.
-        first_offset: int = 0
+        first_offset: int
         # Versions 0+. The last offset of this state batch.
-        last_offset: int = 0
+        last_offset: int
         # Versions 0+. The state - 0:Available,2:Acked,4:Archived.
-        delivery_state: int = 0
+        delivery_state: int
         # Versions 0+. The delivery count.
-        delivery_count: int = 0
+        delivery_count: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("first_offset", "int64", (0, 0), (1, 0), None, False),
@@ -180,6 +261,40 @@ class ReadShareGroupStateResponse:
             FieldSpec("delivery_state", "int8", (0, 0), (1, 0), None, False),
             FieldSpec("delivery_count", "int16", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            delivery_state: int = 0,
+            delivery_count: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.first_offset = first_offset
+            self.last_offset = last_offset
+            self.delivery_state = delivery_state
+            self.delivery_count = delivery_count
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ReadShareGroupStateResponse.StateBatch):
+                return NotImplemented
+            return (
+                self.first_offset,
+                self.last_offset,
+                self.delivery_state,
+                self.delivery_count,
+                self.unknown_tagged_fields,
+            ) == (
+                other.first_offset,
+                other.last_offset,
+                other.delivery_state,
+                other.delivery_count,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ReadShareGroupStateResponse.StateBatch(first_offset={self.first_offset!r}, last_offset={self.last_offset!r}, delivery_state={self.delivery_state!r}, delivery_count={self.delivery_count!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int64(self.first_offset)
@@ -198,24 +313,33 @@ class ReadShareGroupStateResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionResult:
         """The results for the partitions."""
 
+        __slots__ = (
+            "error_code",
+            "error_message",
+            "partition",
+            "start_offset",
+            "state_batches",
+            "state_epoch",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The error message, or null if there was no error.
-        error_message: str | None = None
+        error_message: str | None
         # Versions 0+. The state epoch for this share-partition.
-        state_epoch: int = 0
+        state_epoch: int
         # Versions 0+. The share-partition start offset, which can be -1 if it is not yet initialized.
-        start_offset: int = 0
+        start_offset: int
         # Versions 0+.
-        state_batches: list[ReadShareGroupStateResponse.StateBatch] = field(default_factory=list)
+        state_batches: list[ReadShareGroupStateResponse.StateBatch]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 0), (1, 0), None, False),
@@ -225,6 +349,48 @@ class ReadShareGroupStateResponse:
             FieldSpec("start_offset", "int64", (0, 0), (1, 0), None, False),
             FieldSpec("state_batches", "[]StateBatch", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            state_epoch: int = 0,
+            start_offset: int = 0,
+            state_batches: list[ReadShareGroupStateResponse.StateBatch] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.error_code = error_code
+            self.error_message = error_message
+            self.state_epoch = state_epoch
+            self.start_offset = start_offset
+            self.state_batches = [] if state_batches is MISSING else state_batches
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ReadShareGroupStateResponse.PartitionResult):
+                return NotImplemented
+            return (
+                self.partition,
+                self.error_code,
+                self.error_message,
+                self.state_epoch,
+                self.start_offset,
+                self.state_batches,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition,
+                other.error_code,
+                other.error_message,
+                other.state_epoch,
+                other.start_offset,
+                other.state_batches,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ReadShareGroupStateResponse.PartitionResult(partition={self.partition!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, state_epoch={self.state_epoch!r}, start_offset={self.start_offset!r}, state_batches={self.state_batches!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -255,21 +421,44 @@ class ReadShareGroupStateResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ReadStateResult:
         """The read results"""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The results for the partitions.
-        partitions: list[ReadShareGroupStateResponse.PartitionResult] = field(default_factory=list)
+        partitions: list[ReadShareGroupStateResponse.PartitionResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionResult", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[ReadShareGroupStateResponse.PartitionResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ReadShareGroupStateResponse.ReadStateResult):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ReadShareGroupStateResponse.ReadStateResult(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -292,14 +481,32 @@ class ReadShareGroupStateResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("results", "unknown_tagged_fields")
+
     # Versions 0+. The read results
-    results: list[ReadShareGroupStateResponse.ReadStateResult] = field(default_factory=list)
+    results: list[ReadShareGroupStateResponse.ReadStateResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("results", "[]ReadStateResult", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        results: list[ReadShareGroupStateResponse.ReadStateResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReadShareGroupStateResponse):
+            return NotImplemented
+        return (self.results, self.unknown_tagged_fields) == (other.results, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"ReadShareGroupStateResponse(results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ReadShareGroupStateSummaryRequest:
     """ReadShareGroupStateSummaryRequest (API key 87, versions 0, flexible from version 0)."""
 
@@ -23,21 +28,44 @@ class ReadShareGroupStateSummaryRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The data for the partitions."""
 
+        __slots__ = ("leader_epoch", "partition", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 0+. The leader epoch of the share-partition.
-        leader_epoch: int = 0
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            leader_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ReadShareGroupStateSummaryRequest.PartitionData):
+                return NotImplemented
+            return (self.partition, self.leader_epoch, self.unknown_tagged_fields) == (
+                other.partition,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ReadShareGroupStateSummaryRequest.PartitionData(partition={self.partition!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -52,21 +80,44 @@ class ReadShareGroupStateSummaryRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ReadStateSummaryData:
         """The data for the topics."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The data for the partitions.
-        partitions: list[ReadShareGroupStateSummaryRequest.PartitionData] = field(default_factory=list)
+        partitions: list[ReadShareGroupStateSummaryRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[ReadShareGroupStateSummaryRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ReadShareGroupStateSummaryRequest.ReadStateSummaryData):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ReadShareGroupStateSummaryRequest.ReadStateSummaryData(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -93,17 +144,41 @@ class ReadShareGroupStateSummaryRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("group_id", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The group identifier.
-    group_id: str = ""
+    group_id: str
     # Versions 0+. The data for the topics.
-    topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = field(default_factory=list)
+    topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 0), (1, 0), None, False),
         FieldSpec("topics", "[]ReadStateSummaryData", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReadShareGroupStateSummaryRequest):
+            return NotImplemented
+        return (self.group_id, self.topics, self.unknown_tagged_fields) == (
+            other.group_id,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ReadShareGroupStateSummaryRequest(group_id={self.group_id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -153,7 +228,6 @@ class ReadShareGroupStateSummaryRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ReadShareGroupStateSummaryResponse:
     """ReadShareGroupStateSummaryResponse (API key 87, versions 0, flexible from version 0)."""
 
@@ -163,22 +237,30 @@ class ReadShareGroupStateSummaryResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionResult:
         """The results for the partitions."""
 
+        __slots__ = (
+            "error_code",
+            "error_message",
+            "partition",
+            "start_offset",
+            "state_epoch",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition: int = 0
+        partition: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The error message, or null if there was no error.
-        error_message: str | None = None
+        error_message: str | None
         # Versions 0+. The state epoch of the share-partition.
-        state_epoch: int = 0
+        state_epoch: int
         # Versions 0+. The share-partition start offset.
-        start_offset: int = 0
+        start_offset: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition", "int32", (0, 0), (1, 0), None, False),
@@ -187,6 +269,44 @@ class ReadShareGroupStateSummaryResponse:
             FieldSpec("state_epoch", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("start_offset", "int64", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            state_epoch: int = 0,
+            start_offset: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition = partition
+            self.error_code = error_code
+            self.error_message = error_message
+            self.state_epoch = state_epoch
+            self.start_offset = start_offset
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ReadShareGroupStateSummaryResponse.PartitionResult):
+                return NotImplemented
+            return (
+                self.partition,
+                self.error_code,
+                self.error_message,
+                self.state_epoch,
+                self.start_offset,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition,
+                other.error_code,
+                other.error_message,
+                other.state_epoch,
+                other.start_offset,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ReadShareGroupStateSummaryResponse.PartitionResult(partition={self.partition!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, state_epoch={self.state_epoch!r}, start_offset={self.start_offset!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition)
@@ -207,21 +327,44 @@ class ReadShareGroupStateSummaryResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ReadStateSummaryResult:
         """The read results"""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The topic identifier
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The results for the partitions.
-        partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult] = field(default_factory=list)
+        partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionResult", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ReadShareGroupStateSummaryResponse.ReadStateSummaryResult):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ReadShareGroupStateSummaryResponse.ReadStateSummaryResult(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -248,14 +391,32 @@ class ReadShareGroupStateSummaryResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("results", "unknown_tagged_fields")
+
     # Versions 0+. The read results
-    results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = field(default_factory=list)
+    results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("results", "[]ReadStateSummaryResult", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReadShareGroupStateSummaryResponse):
+            return NotImplemented
+        return (self.results, self.unknown_tagged_fields) == (other.results, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"ReadShareGroupStateSummaryResponse(results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

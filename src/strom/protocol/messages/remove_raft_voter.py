@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class RemoveRaftVoterRequest:
     """RemoveRaftVoterRequest (API key 81, versions 0, flexible from version 0)."""
 
@@ -23,20 +28,47 @@ class RemoveRaftVoterRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("cluster_id", "unknown_tagged_fields", "voter_directory_id", "voter_id")
+
     # Versions 0+; nullable 0+.
-    cluster_id: str | None = ""
+    cluster_id: str | None
     # Versions 0+. The replica id of the voter getting removed from the topic partition
-    voter_id: int = 0
+    voter_id: int
     # Versions 0+. The directory id of the voter getting removed from the topic partition
-    voter_directory_id: uuid.UUID = _ZERO_UUID
+    voter_directory_id: uuid.UUID
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("cluster_id", "string", (0, 0), (0, 0), None, False),
         FieldSpec("voter_id", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("voter_directory_id", "uuid", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        cluster_id: str | None = "",
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = _ZERO_UUID,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RemoveRaftVoterRequest):
+            return NotImplemented
+        return (self.cluster_id, self.voter_id, self.voter_directory_id, self.unknown_tagged_fields) == (
+            other.cluster_id,
+            other.voter_id,
+            other.voter_directory_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"RemoveRaftVoterRequest(cluster_id={self.cluster_id!r}, voter_id={self.voter_id!r}, voter_directory_id={self.voter_directory_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -78,7 +110,6 @@ class RemoveRaftVoterRequest:
         return obj
 
 
-@dataclass(slots=True)
 class RemoveRaftVoterResponse:
     """RemoveRaftVoterResponse (API key 81, versions 0, flexible from version 0)."""
 
@@ -88,21 +119,48 @@ class RemoveRaftVoterResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("error_code", "error_message", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+; ignorable. The error message, or null if there was no error.
-    error_message: str | None = ""
+    error_message: str | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         FieldSpec("error_message", "string", (0, 0), (0, 0), None, True),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RemoveRaftVoterResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"RemoveRaftVoterResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

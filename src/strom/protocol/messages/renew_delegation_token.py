@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class RenewDelegationTokenRequest:
     """RenewDelegationTokenRequest (API key 39, versions 0-2, flexible from version 2)."""
 
@@ -20,17 +25,41 @@ class RenewDelegationTokenRequest:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = ("hmac", "renew_period_ms", "unknown_tagged_fields")
+
     # Versions 0+. The HMAC of the delegation token to be renewed.
-    hmac: bytes = b""
+    hmac: bytes
     # Versions 0+. The renewal time period in milliseconds.
-    renew_period_ms: int = 0
+    renew_period_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("hmac", "bytes", (0, 2), (1, 0), None, False),
         FieldSpec("renew_period_ms", "int64", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        hmac: bytes = b"",
+        renew_period_ms: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.hmac = hmac
+        self.renew_period_ms = renew_period_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RenewDelegationTokenRequest):
+            return NotImplemented
+        return (self.hmac, self.renew_period_ms, self.unknown_tagged_fields) == (
+            other.hmac,
+            other.renew_period_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"RenewDelegationTokenRequest(hmac={self.hmac!r}, renew_period_ms={self.renew_period_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:
@@ -84,7 +113,6 @@ class RenewDelegationTokenRequest:
         return obj
 
 
-@dataclass(slots=True)
 class RenewDelegationTokenResponse:
     """RenewDelegationTokenResponse (API key 39, versions 0-2, flexible from version 2)."""
 
@@ -94,21 +122,53 @@ class RenewDelegationTokenResponse:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = ("error_code", "expiry_timestamp_ms", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The timestamp in milliseconds at which this token expires.
-    expiry_timestamp_ms: int = 0
+    expiry_timestamp_ms: int
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 2), (1, 0), None, False),
         FieldSpec("expiry_timestamp_ms", "int64", (0, 2), (1, 0), None, False),
         FieldSpec("throttle_time_ms", "int32", (0, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        expiry_timestamp_ms: int = 0,
+        throttle_time_ms: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.throttle_time_ms = throttle_time_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RenewDelegationTokenResponse):
+            return NotImplemented
+        return (
+            self.error_code,
+            self.expiry_timestamp_ms,
+            self.throttle_time_ms,
+            self.unknown_tagged_fields,
+        ) == (
+            other.error_code,
+            other.expiry_timestamp_ms,
+            other.throttle_time_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"RenewDelegationTokenResponse(error_code={self.error_code!r}, expiry_timestamp_ms={self.expiry_timestamp_ms!r}, throttle_time_ms={self.throttle_time_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

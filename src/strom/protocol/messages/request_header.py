@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer
+from strom.protocol.primitives import MISSING, FieldSpec, Reader, UnsupportedVersionError, Writer
 
 
-@dataclass(slots=True)
 class RequestHeader:
     """RequestHeader (versions 0-2, flexible from version 2)."""
 
@@ -20,16 +18,24 @@ class RequestHeader:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = (
+        "client_id",
+        "correlation_id",
+        "request_api_key",
+        "request_api_version",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The API key of this request.
-    request_api_key: int = 0
+    request_api_key: int
     # Versions 0+. The API version of this request.
-    request_api_version: int = 0
+    request_api_version: int
     # Versions 0+. The correlation ID of this request.
-    correlation_id: int = 0
+    correlation_id: int
     # Versions 1+; nullable 1+; ignorable. The client ID string.
-    client_id: str | None = ""
+    client_id: str | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("request_api_key", "int16", (0, 2), (1, 0), None, False),
@@ -37,6 +43,40 @@ class RequestHeader:
         FieldSpec("correlation_id", "int32", (0, 2), (1, 0), None, False),
         FieldSpec("client_id", "string", (1, 2), (1, 2), None, True),
     )
+
+    def __init__(
+        self,
+        request_api_key: int = 0,
+        request_api_version: int = 0,
+        correlation_id: int = 0,
+        client_id: str | None = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.request_api_key = request_api_key
+        self.request_api_version = request_api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RequestHeader):
+            return NotImplemented
+        return (
+            self.request_api_key,
+            self.request_api_version,
+            self.correlation_id,
+            self.client_id,
+            self.unknown_tagged_fields,
+        ) == (
+            other.request_api_key,
+            other.request_api_version,
+            other.correlation_id,
+            other.client_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"RequestHeader(request_api_key={self.request_api_key!r}, request_api_version={self.request_api_version!r}, correlation_id={self.correlation_id!r}, client_id={self.client_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

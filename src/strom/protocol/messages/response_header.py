@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer
+from strom.protocol.primitives import MISSING, FieldSpec, Reader, UnsupportedVersionError, Writer
 
 
-@dataclass(slots=True)
 class ResponseHeader:
     """ResponseHeader (versions 0-1, flexible from version 1)."""
 
@@ -20,14 +18,35 @@ class ResponseHeader:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
+    __slots__ = ("correlation_id", "unknown_tagged_fields")
+
     # Versions 0+. The correlation ID of this response.
-    correlation_id: int = 0
+    correlation_id: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("correlation_id", "int32", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        correlation_id: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.correlation_id = correlation_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ResponseHeader):
+            return NotImplemented
+        return (self.correlation_id, self.unknown_tagged_fields) == (
+            other.correlation_id,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ResponseHeader(correlation_id={self.correlation_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class SaslAuthenticateRequest:
     """SaslAuthenticateRequest (API key 36, versions 0-2, flexible from version 2)."""
 
@@ -20,12 +25,33 @@ class SaslAuthenticateRequest:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = ("auth_bytes", "unknown_tagged_fields")
+
     # Versions 0+. The SASL authentication bytes from the client, as defined by the SASL mechanism.
-    auth_bytes: bytes = b""
+    auth_bytes: bytes
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("auth_bytes", "bytes", (0, 2), (1, 0), None, False),)
+
+    def __init__(
+        self,
+        auth_bytes: bytes = b"",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.auth_bytes = auth_bytes
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SaslAuthenticateRequest):
+            return NotImplemented
+        return (self.auth_bytes, self.unknown_tagged_fields) == (
+            other.auth_bytes,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"SaslAuthenticateRequest(auth_bytes={self.auth_bytes!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:
@@ -77,7 +103,6 @@ class SaslAuthenticateRequest:
         return obj
 
 
-@dataclass(slots=True)
 class SaslAuthenticateResponse:
     """SaslAuthenticateResponse (API key 36, versions 0-2, flexible from version 2)."""
 
@@ -87,17 +112,19 @@ class SaslAuthenticateResponse:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
+    __slots__ = ("auth_bytes", "error_code", "error_message", "session_lifetime_ms", "unknown_tagged_fields")
+
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The error message, or null if there was no error.
-    error_message: str | None = ""
+    error_message: str | None
     # Versions 0+. The SASL authentication bytes from the server, as defined by the SASL mechanism.
-    auth_bytes: bytes = b""
+    auth_bytes: bytes
     # Versions 1+; ignorable. Number of milliseconds after which only re-authentication over the
     # existing connection to create a new session can occur.
-    session_lifetime_ms: int = 0
+    session_lifetime_ms: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 2), (1, 0), None, False),
@@ -105,6 +132,40 @@ class SaslAuthenticateResponse:
         FieldSpec("auth_bytes", "bytes", (0, 2), (1, 0), None, False),
         FieldSpec("session_lifetime_ms", "int64", (1, 2), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        error_message: str | None = "",
+        auth_bytes: bytes = b"",
+        session_lifetime_ms: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.auth_bytes = auth_bytes
+        self.session_lifetime_ms = session_lifetime_ms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SaslAuthenticateResponse):
+            return NotImplemented
+        return (
+            self.error_code,
+            self.error_message,
+            self.auth_bytes,
+            self.session_lifetime_ms,
+            self.unknown_tagged_fields,
+        ) == (
+            other.error_code,
+            other.error_message,
+            other.auth_bytes,
+            other.session_lifetime_ms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"SaslAuthenticateResponse(error_code={self.error_code!r}, error_message={self.error_message!r}, auth_bytes={self.auth_bytes!r}, session_lifetime_ms={self.session_lifetime_ms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

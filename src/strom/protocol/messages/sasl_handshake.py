@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class SaslHandshakeRequest:
     """SaslHandshakeRequest (API key 17, versions 0-1, never flexible)."""
 
@@ -20,12 +25,30 @@ class SaslHandshakeRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("mechanism", "unknown_tagged_fields")
+
     # Versions 0+. The SASL mechanism chosen by the client.
-    mechanism: str = ""
+    mechanism: str
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("mechanism", "string", (0, 1), (1, 0), None, False),)
+
+    def __init__(
+        self,
+        mechanism: str = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.mechanism = mechanism
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SaslHandshakeRequest):
+            return NotImplemented
+        return (self.mechanism, self.unknown_tagged_fields) == (other.mechanism, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"SaslHandshakeRequest(mechanism={self.mechanism!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -61,7 +84,6 @@ class SaslHandshakeRequest:
         return obj
 
 
-@dataclass(slots=True)
 class SaslHandshakeResponse:
     """SaslHandshakeResponse (API key 17, versions 0-1, never flexible)."""
 
@@ -71,17 +93,41 @@ class SaslHandshakeResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
 
+    __slots__ = ("error_code", "mechanisms", "unknown_tagged_fields")
+
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The mechanisms enabled in the server.
-    mechanisms: list[str] = field(default_factory=list)
+    mechanisms: list[str]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 1), (1, 0), None, False),
         FieldSpec("mechanisms", "[]string", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        mechanisms: list[str] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.mechanisms = [] if mechanisms is MISSING else mechanisms
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SaslHandshakeResponse):
+            return NotImplemented
+        return (self.error_code, self.mechanisms, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.mechanisms,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"SaslHandshakeResponse(error_code={self.error_code!r}, mechanisms={self.mechanisms!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ShareAcknowledgeRequest:
     """ShareAcknowledgeRequest (API key 79, versions 0, flexible from version 0)."""
 
@@ -23,24 +28,50 @@ class ShareAcknowledgeRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class AcknowledgementBatch:
         """Record batches to acknowledge."""
 
+        __slots__ = ("acknowledge_types", "first_offset", "last_offset", "unknown_tagged_fields")
+
         # Versions 0+. First offset of batch of records to acknowledge.
-        first_offset: int = 0
+        first_offset: int
         # Versions 0+. Last offset (inclusive) of batch of records to acknowledge.
-        last_offset: int = 0
+        last_offset: int
         # Versions 0+. Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject.
-        acknowledge_types: list[int] = field(default_factory=list)
+        acknowledge_types: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("first_offset", "int64", (0, 0), (1, 0), None, False),
             FieldSpec("last_offset", "int64", (0, 0), (1, 0), None, False),
             FieldSpec("acknowledge_types", "[]int8", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            acknowledge_types: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.first_offset = first_offset
+            self.last_offset = last_offset
+            self.acknowledge_types = [] if acknowledge_types is MISSING else acknowledge_types
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareAcknowledgeRequest.AcknowledgementBatch):
+                return NotImplemented
+            return (
+                self.first_offset,
+                self.last_offset,
+                self.acknowledge_types,
+                self.unknown_tagged_fields,
+            ) == (other.first_offset, other.last_offset, other.acknowledge_types, other.unknown_tagged_fields)
+
+        def __repr__(self) -> str:
+            return f"ShareAcknowledgeRequest.AcknowledgementBatch(first_offset={self.first_offset!r}, last_offset={self.last_offset!r}, acknowledge_types={self.acknowledge_types!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int64(self.first_offset)
@@ -64,23 +95,46 @@ class ShareAcknowledgeRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AcknowledgePartition:
         """The partitions containing records to acknowledge."""
 
+        __slots__ = ("acknowledgement_batches", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. Record batches to acknowledge.
-        acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch] = field(
-            default_factory=list
-        )
+        acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("acknowledgement_batches", "[]AcknowledgementBatch", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.acknowledgement_batches = (
+                [] if acknowledgement_batches is MISSING else acknowledgement_batches
+            )
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareAcknowledgeRequest.AcknowledgePartition):
+                return NotImplemented
+            return (self.partition_index, self.acknowledgement_batches, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.acknowledgement_batches,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareAcknowledgeRequest.AcknowledgePartition(partition_index={self.partition_index!r}, acknowledgement_batches={self.acknowledgement_batches!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -105,21 +159,44 @@ class ShareAcknowledgeRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AcknowledgeTopic:
         """The topics containing records to acknowledge."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The unique topic ID.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The partitions containing records to acknowledge.
-        partitions: list[ShareAcknowledgeRequest.AcknowledgePartition] = field(default_factory=list)
+        partitions: list[ShareAcknowledgeRequest.AcknowledgePartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]AcknowledgePartition", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[ShareAcknowledgeRequest.AcknowledgePartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareAcknowledgeRequest.AcknowledgeTopic):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareAcknowledgeRequest.AcknowledgeTopic(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -142,17 +219,19 @@ class ShareAcknowledgeRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("group_id", "member_id", "share_session_epoch", "topics", "unknown_tagged_fields")
+
     # Versions 0+; nullable 0+. The group identifier.
-    group_id: str | None = None
+    group_id: str | None
     # Versions 0+; nullable 0+. The member ID.
-    member_id: str | None = ""
+    member_id: str | None
     # Versions 0+. The current share session epoch: 0 to open a share session; -1 to close it;
     # otherwise increments for consecutive requests.
-    share_session_epoch: int = 0
+    share_session_epoch: int
     # Versions 0+. The topics containing records to acknowledge.
-    topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = field(default_factory=list)
+    topics: list[ShareAcknowledgeRequest.AcknowledgeTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 0), (0, 0), None, False),
@@ -160,6 +239,40 @@ class ShareAcknowledgeRequest:
         FieldSpec("share_session_epoch", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("topics", "[]AcknowledgeTopic", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str | None = None,
+        member_id: str | None = "",
+        share_session_epoch: int = 0,
+        topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareAcknowledgeRequest):
+            return NotImplemented
+        return (
+            self.group_id,
+            self.member_id,
+            self.share_session_epoch,
+            self.topics,
+            self.unknown_tagged_fields,
+        ) == (
+            other.group_id,
+            other.member_id,
+            other.share_session_epoch,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareAcknowledgeRequest(group_id={self.group_id!r}, member_id={self.member_id!r}, share_session_epoch={self.share_session_epoch!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -211,7 +324,6 @@ class ShareAcknowledgeRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ShareAcknowledgeResponse:
     """ShareAcknowledgeResponse (API key 79, versions 0, flexible from version 0)."""
 
@@ -221,21 +333,44 @@ class ShareAcknowledgeResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class LeaderIdAndEpoch:
         """The LeaderIdAndEpoch struct of ShareAcknowledgeResponse."""
 
+        __slots__ = ("leader_epoch", "leader_id", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the current leader or -1 if the leader is unknown.
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The latest known leader epoch.
-        leader_epoch: int = 0
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("leader_id", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareAcknowledgeResponse.LeaderIdAndEpoch):
+                return NotImplemented
+            return (self.leader_id, self.leader_epoch, self.unknown_tagged_fields) == (
+                other.leader_id,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareAcknowledgeResponse.LeaderIdAndEpoch(leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.leader_id)
@@ -250,22 +385,27 @@ class ShareAcknowledgeResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionData:
         """The topic partitions."""
 
-        # Versions 0+. The partition index.
-        partition_index: int = 0
-        # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
-        # Versions 0+; nullable 0+. The error message, or null if there was no error.
-        error_message: str | None = None
-        # Versions 0+.
-        current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch = field(
-            default_factory=lambda: ShareAcknowledgeResponse.LeaderIdAndEpoch()
+        __slots__ = (
+            "current_leader",
+            "error_code",
+            "error_message",
+            "partition_index",
+            "unknown_tagged_fields",
         )
+
+        # Versions 0+. The partition index.
+        partition_index: int
+        # Versions 0+. The error code, or 0 if there was no error.
+        error_code: int
+        # Versions 0+; nullable 0+. The error message, or null if there was no error.
+        error_message: str | None
+        # Versions 0+.
+        current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
@@ -273,6 +413,42 @@ class ShareAcknowledgeResponse:
             FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
             FieldSpec("current_leader", "LeaderIdAndEpoch", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.current_leader = (
+                ShareAcknowledgeResponse.LeaderIdAndEpoch() if current_leader is MISSING else current_leader
+            )
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareAcknowledgeResponse.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.error_message,
+                self.current_leader,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.error_message,
+                other.current_leader,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareAcknowledgeResponse.PartitionData(partition_index={self.partition_index!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, current_leader={self.current_leader!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -293,21 +469,44 @@ class ShareAcknowledgeResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ShareAcknowledgeTopicResponse:
         """The response topics."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+; ignorable. The unique topic ID.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The topic partitions.
-        partitions: list[ShareAcknowledgeResponse.PartitionData] = field(default_factory=list)
+        partitions: list[ShareAcknowledgeResponse.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, True),
             FieldSpec("partitions", "[]PartitionData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[ShareAcknowledgeResponse.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -334,20 +533,21 @@ class ShareAcknowledgeResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class NodeEndpoint:
         """Endpoints for all current leaders enumerated in PartitionData with error NOT_LEADER_OR_FOLLOWER."""
 
+        __slots__ = ("host", "node_id", "port", "rack", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the associated node.
-        node_id: int = 0
+        node_id: int
         # Versions 0+. The node's hostname.
-        host: str = ""
+        host: str
         # Versions 0+. The node's port.
-        port: int = 0
+        port: int
         # Versions 0+; nullable 0+. The rack of the node, or null if it has not been assigned to a rack.
-        rack: str | None = None
+        rack: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (0, 0), (1, 0), None, False),
@@ -355,6 +555,34 @@ class ShareAcknowledgeResponse:
             FieldSpec("port", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("rack", "string", (0, 0), (0, 0), None, False),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            rack: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.rack = rack
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareAcknowledgeResponse.NodeEndpoint):
+                return NotImplemented
+            return (self.node_id, self.host, self.port, self.rack, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.host,
+                other.port,
+                other.rack,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareAcknowledgeResponse.NodeEndpoint(node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, rack={self.rack!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.node_id)
@@ -375,20 +603,29 @@ class ShareAcknowledgeResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "node_endpoints",
+        "responses",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+; ignorable. The top level response error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The top-level error message, or null if there was no error.
-    error_message: str | None = None
+    error_message: str | None
     # Versions 0+. The response topics.
-    responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = field(default_factory=list)
+    responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse]
     # Versions 0+. Endpoints for all current leaders enumerated in PartitionData with error
     # NOT_LEADER_OR_FOLLOWER.
-    node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, True),
@@ -397,6 +634,44 @@ class ShareAcknowledgeResponse:
         FieldSpec("responses", "[]ShareAcknowledgeTopicResponse", (0, 0), (1, 0), None, False),
         FieldSpec("node_endpoints", "[]NodeEndpoint", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = MISSING,
+        node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is MISSING else responses
+        self.node_endpoints = [] if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareAcknowledgeResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.responses,
+            self.node_endpoints,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.responses,
+            other.node_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareAcknowledgeResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, responses={self.responses!r}, node_endpoints={self.node_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ShareFetchRequest:
     """ShareFetchRequest (API key 78, versions 0, flexible from version 0)."""
 
@@ -23,24 +28,50 @@ class ShareFetchRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class AcknowledgementBatch:
         """Record batches to acknowledge."""
 
+        __slots__ = ("acknowledge_types", "first_offset", "last_offset", "unknown_tagged_fields")
+
         # Versions 0+. First offset of batch of records to acknowledge.
-        first_offset: int = 0
+        first_offset: int
         # Versions 0+. Last offset (inclusive) of batch of records to acknowledge.
-        last_offset: int = 0
+        last_offset: int
         # Versions 0+. Array of acknowledge types - 0:Gap,1:Accept,2:Release,3:Reject.
-        acknowledge_types: list[int] = field(default_factory=list)
+        acknowledge_types: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("first_offset", "int64", (0, 0), (1, 0), None, False),
             FieldSpec("last_offset", "int64", (0, 0), (1, 0), None, False),
             FieldSpec("acknowledge_types", "[]int8", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            acknowledge_types: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.first_offset = first_offset
+            self.last_offset = last_offset
+            self.acknowledge_types = [] if acknowledge_types is MISSING else acknowledge_types
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareFetchRequest.AcknowledgementBatch):
+                return NotImplemented
+            return (
+                self.first_offset,
+                self.last_offset,
+                self.acknowledge_types,
+                self.unknown_tagged_fields,
+            ) == (other.first_offset, other.last_offset, other.acknowledge_types, other.unknown_tagged_fields)
+
+        def __repr__(self) -> str:
+            return f"ShareFetchRequest.AcknowledgementBatch(first_offset={self.first_offset!r}, last_offset={self.last_offset!r}, acknowledge_types={self.acknowledge_types!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int64(self.first_offset)
@@ -62,25 +93,63 @@ class ShareFetchRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class FetchPartition:
         """The partitions to fetch."""
 
+        __slots__ = (
+            "acknowledgement_batches",
+            "partition_index",
+            "partition_max_bytes",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The maximum bytes to fetch from this partition. 0 when only acknowledgement with no
         # fetching is required. See KIP-74 for cases where this limit may not be honored.
-        partition_max_bytes: int = 0
+        partition_max_bytes: int
         # Versions 0+. Record batches to acknowledge.
-        acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch] = field(default_factory=list)
+        acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("partition_max_bytes", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("acknowledgement_batches", "[]AcknowledgementBatch", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            partition_max_bytes: int = 0,
+            acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.partition_max_bytes = partition_max_bytes
+            self.acknowledgement_batches = (
+                [] if acknowledgement_batches is MISSING else acknowledgement_batches
+            )
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareFetchRequest.FetchPartition):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.partition_max_bytes,
+                self.acknowledgement_batches,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.partition_max_bytes,
+                other.acknowledgement_batches,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareFetchRequest.FetchPartition(partition_index={self.partition_index!r}, partition_max_bytes={self.partition_max_bytes!r}, acknowledgement_batches={self.acknowledgement_batches!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -105,21 +174,44 @@ class ShareFetchRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class FetchTopic:
         """The topics to fetch."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The unique topic ID.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The partitions to fetch.
-        partitions: list[ShareFetchRequest.FetchPartition] = field(default_factory=list)
+        partitions: list[ShareFetchRequest.FetchPartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]FetchPartition", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[ShareFetchRequest.FetchPartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareFetchRequest.FetchTopic):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareFetchRequest.FetchTopic(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -142,21 +234,44 @@ class ShareFetchRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ForgottenTopic:
         """The partitions to remove from this share session."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The unique topic ID.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The partitions indexes to forget.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareFetchRequest.ForgottenTopic):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareFetchRequest.ForgottenTopic(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -178,26 +293,38 @@ class ShareFetchRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "forgotten_topics_data",
+        "group_id",
+        "max_bytes",
+        "max_wait_ms",
+        "member_id",
+        "min_bytes",
+        "share_session_epoch",
+        "topics",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+; nullable 0+. The group identifier.
-    group_id: str | None = None
+    group_id: str | None
     # Versions 0+; nullable 0+. The member ID.
-    member_id: str | None = ""
+    member_id: str | None
     # Versions 0+. The current share session epoch: 0 to open a share session; -1 to close it;
     # otherwise increments for consecutive requests.
-    share_session_epoch: int = 0
+    share_session_epoch: int
     # Versions 0+. The maximum time in milliseconds to wait for the response.
-    max_wait_ms: int = 0
+    max_wait_ms: int
     # Versions 0+. The minimum bytes to accumulate in the response.
-    min_bytes: int = 0
+    min_bytes: int
     # Versions 0+. The maximum bytes to fetch. See KIP-74 for cases where this limit may not be
     # honored.
-    max_bytes: int = 2147483647
+    max_bytes: int
     # Versions 0+. The topics to fetch.
-    topics: list[ShareFetchRequest.FetchTopic] = field(default_factory=list)
+    topics: list[ShareFetchRequest.FetchTopic]
     # Versions 0+. The partitions to remove from this share session.
-    forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = field(default_factory=list)
+    forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 0), (0, 0), None, False),
@@ -209,6 +336,56 @@ class ShareFetchRequest:
         FieldSpec("topics", "[]FetchTopic", (0, 0), (1, 0), None, False),
         FieldSpec("forgotten_topics_data", "[]ForgottenTopic", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str | None = None,
+        member_id: str | None = "",
+        share_session_epoch: int = 0,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        max_bytes: int = 2147483647,
+        topics: list[ShareFetchRequest.FetchTopic] = MISSING,
+        forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.topics = [] if topics is MISSING else topics
+        self.forgotten_topics_data = [] if forgotten_topics_data is MISSING else forgotten_topics_data
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareFetchRequest):
+            return NotImplemented
+        return (
+            self.group_id,
+            self.member_id,
+            self.share_session_epoch,
+            self.max_wait_ms,
+            self.min_bytes,
+            self.max_bytes,
+            self.topics,
+            self.forgotten_topics_data,
+            self.unknown_tagged_fields,
+        ) == (
+            other.group_id,
+            other.member_id,
+            other.share_session_epoch,
+            other.max_wait_ms,
+            other.min_bytes,
+            other.max_bytes,
+            other.topics,
+            other.forgotten_topics_data,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareFetchRequest(group_id={self.group_id!r}, member_id={self.member_id!r}, share_session_epoch={self.share_session_epoch!r}, max_wait_ms={self.max_wait_ms!r}, min_bytes={self.min_bytes!r}, max_bytes={self.max_bytes!r}, topics={self.topics!r}, forgotten_topics_data={self.forgotten_topics_data!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -270,7 +447,6 @@ class ShareFetchRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ShareFetchResponse:
     """ShareFetchResponse (API key 78, versions 0, flexible from version 0)."""
 
@@ -280,21 +456,44 @@ class ShareFetchResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class LeaderIdAndEpoch:
         """The LeaderIdAndEpoch struct of ShareFetchResponse."""
 
+        __slots__ = ("leader_epoch", "leader_id", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the current leader or -1 if the leader is unknown.
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The latest known leader epoch.
-        leader_epoch: int = 0
+        leader_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("leader_id", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareFetchResponse.LeaderIdAndEpoch):
+                return NotImplemented
+            return (self.leader_id, self.leader_epoch, self.unknown_tagged_fields) == (
+                other.leader_id,
+                other.leader_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareFetchResponse.LeaderIdAndEpoch(leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.leader_id)
@@ -309,24 +508,50 @@ class ShareFetchResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class AcquiredRecords:
         """The acquired records."""
 
+        __slots__ = ("delivery_count", "first_offset", "last_offset", "unknown_tagged_fields")
+
         # Versions 0+. The earliest offset in this batch of acquired records.
-        first_offset: int = 0
+        first_offset: int
         # Versions 0+. The last offset of this batch of acquired records.
-        last_offset: int = 0
+        last_offset: int
         # Versions 0+. The delivery count of this batch of acquired records.
-        delivery_count: int = 0
+        delivery_count: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("first_offset", "int64", (0, 0), (1, 0), None, False),
             FieldSpec("last_offset", "int64", (0, 0), (1, 0), None, False),
             FieldSpec("delivery_count", "int16", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            delivery_count: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.first_offset = first_offset
+            self.last_offset = last_offset
+            self.delivery_count = delivery_count
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareFetchResponse.AcquiredRecords):
+                return NotImplemented
+            return (self.first_offset, self.last_offset, self.delivery_count, self.unknown_tagged_fields) == (
+                other.first_offset,
+                other.last_offset,
+                other.delivery_count,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareFetchResponse.AcquiredRecords(first_offset={self.first_offset!r}, last_offset={self.last_offset!r}, delivery_count={self.delivery_count!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int64(self.first_offset)
@@ -343,31 +568,40 @@ class ShareFetchResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class PartitionData:
         """The topic partitions."""
 
+        __slots__ = (
+            "acknowledge_error_code",
+            "acknowledge_error_message",
+            "acquired_records",
+            "current_leader",
+            "error_code",
+            "error_message",
+            "partition_index",
+            "records",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The fetch error code, or 0 if there was no fetch error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The fetch error message, or null if there was no fetch error.
-        error_message: str | None = None
+        error_message: str | None
         # Versions 0+. The acknowledge error code, or 0 if there was no acknowledge error.
-        acknowledge_error_code: int = 0
+        acknowledge_error_code: int
         # Versions 0+; nullable 0+. The acknowledge error message, or null if there was no acknowledge
         # error.
-        acknowledge_error_message: str | None = None
+        acknowledge_error_message: str | None
         # Versions 0+.
-        current_leader: ShareFetchResponse.LeaderIdAndEpoch = field(
-            default_factory=lambda: ShareFetchResponse.LeaderIdAndEpoch()
-        )
+        current_leader: ShareFetchResponse.LeaderIdAndEpoch
         # Versions 0+; nullable 0+. The record data.
-        records: bytes | bytearray | memoryview | None = None
+        records: bytes | bytearray | memoryview | None
         # Versions 0+. The acquired records.
-        acquired_records: list[ShareFetchResponse.AcquiredRecords] = field(default_factory=list)
+        acquired_records: list[ShareFetchResponse.AcquiredRecords]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
@@ -379,6 +613,58 @@ class ShareFetchResponse:
             FieldSpec("records", "records", (0, 0), (0, 0), None, False),
             FieldSpec("acquired_records", "[]AcquiredRecords", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            acknowledge_error_code: int = 0,
+            acknowledge_error_message: str | None = None,
+            current_leader: ShareFetchResponse.LeaderIdAndEpoch = MISSING,
+            records: bytes | bytearray | memoryview | None = None,
+            acquired_records: list[ShareFetchResponse.AcquiredRecords] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.error_message = error_message
+            self.acknowledge_error_code = acknowledge_error_code
+            self.acknowledge_error_message = acknowledge_error_message
+            self.current_leader = (
+                ShareFetchResponse.LeaderIdAndEpoch() if current_leader is MISSING else current_leader
+            )
+            self.records = records
+            self.acquired_records = [] if acquired_records is MISSING else acquired_records
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareFetchResponse.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.error_message,
+                self.acknowledge_error_code,
+                self.acknowledge_error_message,
+                self.current_leader,
+                self.records,
+                self.acquired_records,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.error_message,
+                other.acknowledge_error_code,
+                other.acknowledge_error_message,
+                other.current_leader,
+                other.records,
+                other.acquired_records,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareFetchResponse.PartitionData(partition_index={self.partition_index!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, acknowledge_error_code={self.acknowledge_error_code!r}, acknowledge_error_message={self.acknowledge_error_message!r}, current_leader={self.current_leader!r}, records={self.records!r}, acquired_records={self.acquired_records!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -413,21 +699,44 @@ class ShareFetchResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class ShareFetchableTopicResponse:
         """The response topics."""
 
+        __slots__ = ("partitions", "topic_id", "unknown_tagged_fields")
+
         # Versions 0+. The unique topic ID.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The topic partitions.
-        partitions: list[ShareFetchResponse.PartitionData] = field(default_factory=list)
+        partitions: list[ShareFetchResponse.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partitions: list[ShareFetchResponse.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareFetchResponse.ShareFetchableTopicResponse):
+                return NotImplemented
+            return (self.topic_id, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareFetchResponse.ShareFetchableTopicResponse(topic_id={self.topic_id!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -452,20 +761,21 @@ class ShareFetchResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class NodeEndpoint:
         """Endpoints for all current leaders enumerated in PartitionData with error NOT_LEADER_OR_FOLLOWER."""
 
+        __slots__ = ("host", "node_id", "port", "rack", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the associated node.
-        node_id: int = 0
+        node_id: int
         # Versions 0+. The node's hostname.
-        host: str = ""
+        host: str
         # Versions 0+. The node's port.
-        port: int = 0
+        port: int
         # Versions 0+; nullable 0+. The rack of the node, or null if it has not been assigned to a rack.
-        rack: str | None = None
+        rack: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (0, 0), (1, 0), None, False),
@@ -473,6 +783,34 @@ class ShareFetchResponse:
             FieldSpec("port", "int32", (0, 0), (1, 0), None, False),
             FieldSpec("rack", "string", (0, 0), (0, 0), None, False),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            rack: str | None = None,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.rack = rack
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareFetchResponse.NodeEndpoint):
+                return NotImplemented
+            return (self.node_id, self.host, self.port, self.rack, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.host,
+                other.port,
+                other.rack,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareFetchResponse.NodeEndpoint(node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, rack={self.rack!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.node_id)
@@ -493,20 +831,29 @@ class ShareFetchResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "error_code",
+        "error_message",
+        "node_endpoints",
+        "responses",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The top-level response error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The top-level error message, or null if there was no error.
-    error_message: str | None = None
+    error_message: str | None
     # Versions 0+. The response topics.
-    responses: list[ShareFetchResponse.ShareFetchableTopicResponse] = field(default_factory=list)
+    responses: list[ShareFetchResponse.ShareFetchableTopicResponse]
     # Versions 0+. Endpoints for all current leaders enumerated in PartitionData with error
     # NOT_LEADER_OR_FOLLOWER.
-    node_endpoints: list[ShareFetchResponse.NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[ShareFetchResponse.NodeEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
@@ -515,6 +862,44 @@ class ShareFetchResponse:
         FieldSpec("responses", "[]ShareFetchableTopicResponse", (0, 0), (1, 0), None, False),
         FieldSpec("node_endpoints", "[]NodeEndpoint", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        responses: list[ShareFetchResponse.ShareFetchableTopicResponse] = MISSING,
+        node_endpoints: list[ShareFetchResponse.NodeEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is MISSING else responses
+        self.node_endpoints = [] if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareFetchResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.responses,
+            self.node_endpoints,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.responses,
+            other.node_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareFetchResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, responses={self.responses!r}, node_endpoints={self.node_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class ShareGroupDescribeRequest:
     """ShareGroupDescribeRequest (API key 77, versions 0, flexible from version 0)."""
 
@@ -23,17 +28,41 @@ class ShareGroupDescribeRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("group_ids", "include_authorized_operations", "unknown_tagged_fields")
+
     # Versions 0+. The ids of the groups to describe
-    group_ids: list[str] = field(default_factory=list)
+    group_ids: list[str]
     # Versions 0+. Whether to include authorized operations.
-    include_authorized_operations: bool = False
+    include_authorized_operations: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_ids", "[]string", (0, 0), (1, 0), None, False),
         FieldSpec("include_authorized_operations", "bool", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_ids: list[str] = MISSING,
+        include_authorized_operations: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_ids = [] if group_ids is MISSING else group_ids
+        self.include_authorized_operations = include_authorized_operations
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupDescribeRequest):
+            return NotImplemented
+        return (self.group_ids, self.include_authorized_operations, self.unknown_tagged_fields) == (
+            other.group_ids,
+            other.include_authorized_operations,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareGroupDescribeRequest(group_ids={self.group_ids!r}, include_authorized_operations={self.include_authorized_operations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -80,7 +109,6 @@ class ShareGroupDescribeRequest:
         return obj
 
 
-@dataclass(slots=True)
 class ShareGroupDescribeResponse:
     """ShareGroupDescribeResponse (API key 77, versions 0, flexible from version 0)."""
 
@@ -90,24 +118,50 @@ class ShareGroupDescribeResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class TopicPartitions:
         """The TopicPartitions struct of ShareGroupDescribeResponse."""
 
+        __slots__ = ("partitions", "topic_id", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic ID.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The partitions.
-        partitions: list[int] = field(default_factory=list)
+        partitions: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_id", "uuid", (0, 0), (1, 0), None, False),
             FieldSpec("topic_name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partitions", "[]int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_id: uuid.UUID = _ZERO_UUID,
+            topic_name: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupDescribeResponse.TopicPartitions):
+                return NotImplemented
+            return (self.topic_id, self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_id,
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupDescribeResponse.TopicPartitions(topic_id={self.topic_id!r}, topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_id is None:
@@ -133,18 +187,38 @@ class ShareGroupDescribeResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class Assignment:
         """The Assignment struct of ShareGroupDescribeResponse."""
 
+        __slots__ = ("topic_partitions", "unknown_tagged_fields")
+
         # Versions 0+. The assigned topic-partitions to the member.
-        topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions] = field(default_factory=list)
+        topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_partitions", "[]TopicPartitions", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_partitions = [] if topic_partitions is MISSING else topic_partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupDescribeResponse.Assignment):
+                return NotImplemented
+            return (self.topic_partitions, self.unknown_tagged_fields) == (
+                other.topic_partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupDescribeResponse.Assignment(topic_partitions={self.topic_partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_partitions is None:
@@ -163,28 +237,36 @@ class ShareGroupDescribeResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class Member:
         """The members."""
 
-        # Versions 0+. The member ID.
-        member_id: str = ""
-        # Versions 0+; nullable 0+. The member rack ID.
-        rack_id: str | None = None
-        # Versions 0+. The current member epoch.
-        member_epoch: int = 0
-        # Versions 0+. The client ID.
-        client_id: str = ""
-        # Versions 0+. The client host.
-        client_host: str = ""
-        # Versions 0+. The subscribed topic names.
-        subscribed_topic_names: list[str] = field(default_factory=list)
-        # Versions 0+. The current assignment.
-        assignment: ShareGroupDescribeResponse.Assignment = field(
-            default_factory=lambda: ShareGroupDescribeResponse.Assignment()
+        __slots__ = (
+            "assignment",
+            "client_host",
+            "client_id",
+            "member_epoch",
+            "member_id",
+            "rack_id",
+            "subscribed_topic_names",
+            "unknown_tagged_fields",
         )
+
+        # Versions 0+. The member ID.
+        member_id: str
+        # Versions 0+; nullable 0+. The member rack ID.
+        rack_id: str | None
+        # Versions 0+. The current member epoch.
+        member_epoch: int
+        # Versions 0+. The client ID.
+        client_id: str
+        # Versions 0+. The client host.
+        client_host: str
+        # Versions 0+. The subscribed topic names.
+        subscribed_topic_names: list[str]
+        # Versions 0+. The current assignment.
+        assignment: ShareGroupDescribeResponse.Assignment
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("member_id", "string", (0, 0), (1, 0), None, False),
@@ -195,6 +277,52 @@ class ShareGroupDescribeResponse:
             FieldSpec("subscribed_topic_names", "[]string", (0, 0), (1, 0), None, False),
             FieldSpec("assignment", "Assignment", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            member_id: str = "",
+            rack_id: str | None = None,
+            member_epoch: int = 0,
+            client_id: str = "",
+            client_host: str = "",
+            subscribed_topic_names: list[str] = MISSING,
+            assignment: ShareGroupDescribeResponse.Assignment = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.member_id = member_id
+            self.rack_id = rack_id
+            self.member_epoch = member_epoch
+            self.client_id = client_id
+            self.client_host = client_host
+            self.subscribed_topic_names = [] if subscribed_topic_names is MISSING else subscribed_topic_names
+            self.assignment = ShareGroupDescribeResponse.Assignment() if assignment is MISSING else assignment
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupDescribeResponse.Member):
+                return NotImplemented
+            return (
+                self.member_id,
+                self.rack_id,
+                self.member_epoch,
+                self.client_id,
+                self.client_host,
+                self.subscribed_topic_names,
+                self.assignment,
+                self.unknown_tagged_fields,
+            ) == (
+                other.member_id,
+                other.rack_id,
+                other.member_epoch,
+                other.client_id,
+                other.client_host,
+                other.subscribed_topic_names,
+                other.assignment,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupDescribeResponse.Member(member_id={self.member_id!r}, rack_id={self.rack_id!r}, member_epoch={self.member_epoch!r}, client_id={self.client_id!r}, client_host={self.client_host!r}, subscribed_topic_names={self.subscribed_topic_names!r}, assignment={self.assignment!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.member_id is None:
@@ -232,30 +360,42 @@ class ShareGroupDescribeResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class DescribedGroup:
         """Each described group."""
 
+        __slots__ = (
+            "assignment_epoch",
+            "assignor_name",
+            "authorized_operations",
+            "error_code",
+            "error_message",
+            "group_epoch",
+            "group_id",
+            "group_state",
+            "members",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The describe error, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The top-level error message, or null if there was no error.
-        error_message: str | None = None
+        error_message: str | None
         # Versions 0+. The group ID string.
-        group_id: str = ""
+        group_id: str
         # Versions 0+. The group state string, or the empty string.
-        group_state: str = ""
+        group_state: str
         # Versions 0+. The group epoch.
-        group_epoch: int = 0
+        group_epoch: int
         # Versions 0+. The assignment epoch.
-        assignment_epoch: int = 0
+        assignment_epoch: int
         # Versions 0+. The selected assignor.
-        assignor_name: str = ""
+        assignor_name: str
         # Versions 0+. The members.
-        members: list[ShareGroupDescribeResponse.Member] = field(default_factory=list)
+        members: list[ShareGroupDescribeResponse.Member]
         # Versions 0+. 32-bit bitfield to represent authorized operations for this group.
-        authorized_operations: int = -2147483648
+        authorized_operations: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
@@ -268,6 +408,60 @@ class ShareGroupDescribeResponse:
             FieldSpec("members", "[]Member", (0, 0), (1, 0), None, False),
             FieldSpec("authorized_operations", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            error_code: int = 0,
+            error_message: str | None = None,
+            group_id: str = "",
+            group_state: str = "",
+            group_epoch: int = 0,
+            assignment_epoch: int = 0,
+            assignor_name: str = "",
+            members: list[ShareGroupDescribeResponse.Member] = MISSING,
+            authorized_operations: int = -2147483648,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.error_code = error_code
+            self.error_message = error_message
+            self.group_id = group_id
+            self.group_state = group_state
+            self.group_epoch = group_epoch
+            self.assignment_epoch = assignment_epoch
+            self.assignor_name = assignor_name
+            self.members = [] if members is MISSING else members
+            self.authorized_operations = authorized_operations
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, ShareGroupDescribeResponse.DescribedGroup):
+                return NotImplemented
+            return (
+                self.error_code,
+                self.error_message,
+                self.group_id,
+                self.group_state,
+                self.group_epoch,
+                self.assignment_epoch,
+                self.assignor_name,
+                self.members,
+                self.authorized_operations,
+                self.unknown_tagged_fields,
+            ) == (
+                other.error_code,
+                other.error_message,
+                other.group_id,
+                other.group_state,
+                other.group_epoch,
+                other.assignment_epoch,
+                other.assignor_name,
+                other.members,
+                other.authorized_operations,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"ShareGroupDescribeResponse.DescribedGroup(error_code={self.error_code!r}, error_message={self.error_message!r}, group_id={self.group_id!r}, group_state={self.group_state!r}, group_epoch={self.group_epoch!r}, assignment_epoch={self.assignment_epoch!r}, assignor_name={self.assignor_name!r}, members={self.members!r}, authorized_operations={self.authorized_operations!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int16(self.error_code)
@@ -308,18 +502,42 @@ class ShareGroupDescribeResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("groups", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. Each described group.
-    groups: list[ShareGroupDescribeResponse.DescribedGroup] = field(default_factory=list)
+    groups: list[ShareGroupDescribeResponse.DescribedGroup]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("groups", "[]DescribedGroup", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        groups: list[ShareGroupDescribeResponse.DescribedGroup] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is MISSING else groups
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShareGroupDescribeResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.groups, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.groups,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShareGroupDescribeResponse(throttle_time_ms={self.throttle_time_ms!r}, groups={self.groups!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class StopReplicaRequest:
     """StopReplicaRequest (API key 5, versions 0-4, flexible from version 2)."""
 
@@ -27,21 +26,44 @@ class StopReplicaRequest:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class StopReplicaPartitionV0:
         """The partitions to stop."""
 
+        __slots__ = ("partition_index", "topic_name", "unknown_tagged_fields")
+
         # Versions 0. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("partition_index", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partition_index: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partition_index = partition_index
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, StopReplicaRequest.StopReplicaPartitionV0):
+                return NotImplemented
+            return (self.topic_name, self.partition_index, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partition_index,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"StopReplicaRequest.StopReplicaPartitionV0(topic_name={self.topic_name!r}, partition_index={self.partition_index!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -72,21 +94,44 @@ class StopReplicaRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class StopReplicaTopicV1:
         """The topics to stop."""
 
+        __slots__ = ("name", "partition_indexes", "unknown_tagged_fields")
+
         # Versions 1-2. The topic name.
-        name: str = ""
+        name: str
         # Versions 1-2. The partition indexes.
-        partition_indexes: list[int] = field(default_factory=list)
+        partition_indexes: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (1, 2), (1, 0), None, False),
             FieldSpec("partition_indexes", "[]int32", (1, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partition_indexes: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partition_indexes = [] if partition_indexes is MISSING else partition_indexes
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, StopReplicaRequest.StopReplicaTopicV1):
+                return NotImplemented
+            return (self.name, self.partition_indexes, self.unknown_tagged_fields) == (
+                other.name,
+                other.partition_indexes,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"StopReplicaRequest.StopReplicaTopicV1(name={self.name!r}, partition_indexes={self.partition_indexes!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -139,24 +184,55 @@ class StopReplicaRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class StopReplicaPartitionState:
         """The state of each partition"""
 
+        __slots__ = ("delete_partition", "leader_epoch", "partition_index", "unknown_tagged_fields")
+
         # Versions 3+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 3+. The leader epoch.
-        leader_epoch: int = -1
+        leader_epoch: int
         # Versions 3+. Whether this partition should be deleted.
-        delete_partition: bool = False
+        delete_partition: bool
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (3, 4), (1, 0), None, False),
             FieldSpec("leader_epoch", "int32", (3, 4), (1, 0), None, False),
             FieldSpec("delete_partition", "bool", (3, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            leader_epoch: int = -1,
+            delete_partition: bool = False,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.leader_epoch = leader_epoch
+            self.delete_partition = delete_partition
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, StopReplicaRequest.StopReplicaPartitionState):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.leader_epoch,
+                self.delete_partition,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.leader_epoch,
+                other.delete_partition,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"StopReplicaRequest.StopReplicaPartitionState(partition_index={self.partition_index!r}, leader_epoch={self.leader_epoch!r}, delete_partition={self.delete_partition!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -195,21 +271,44 @@ class StopReplicaRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class StopReplicaTopicState:
         """Each topic."""
 
+        __slots__ = ("partition_states", "topic_name", "unknown_tagged_fields")
+
         # Versions 3+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 3+. The state of each partition
-        partition_states: list[StopReplicaRequest.StopReplicaPartitionState] = field(default_factory=list)
+        partition_states: list[StopReplicaRequest.StopReplicaPartitionState]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (3, 4), (1, 0), None, False),
             FieldSpec("partition_states", "[]StopReplicaPartitionState", (3, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partition_states: list[StopReplicaRequest.StopReplicaPartitionState] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partition_states = [] if partition_states is MISSING else partition_states
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, StopReplicaRequest.StopReplicaTopicState):
+                return NotImplemented
+            return (self.topic_name, self.partition_states, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partition_states,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"StopReplicaRequest.StopReplicaTopicState(topic_name={self.topic_name!r}, partition_states={self.partition_states!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -248,24 +347,36 @@ class StopReplicaRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "broker_epoch",
+        "controller_epoch",
+        "controller_id",
+        "delete_partitions",
+        "is_k_raft_controller",
+        "topic_states",
+        "topics",
+        "ungrouped_partitions",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The controller id.
-    controller_id: int = 0
+    controller_id: int
     # Versions 4+. If KRaft controller id is used during migration. See KIP-866
-    is_k_raft_controller: bool = False
+    is_k_raft_controller: bool
     # Versions 0+. The controller epoch.
-    controller_epoch: int = 0
+    controller_epoch: int
     # Versions 1+; ignorable. The broker epoch.
-    broker_epoch: int = -1
+    broker_epoch: int
     # Versions 0-2. Whether these partitions should be deleted.
-    delete_partitions: bool = False
+    delete_partitions: bool
     # Versions 0. The partitions to stop.
-    ungrouped_partitions: list[StopReplicaRequest.StopReplicaPartitionV0] = field(default_factory=list)
+    ungrouped_partitions: list[StopReplicaRequest.StopReplicaPartitionV0]
     # Versions 1-2. The topics to stop.
-    topics: list[StopReplicaRequest.StopReplicaTopicV1] = field(default_factory=list)
+    topics: list[StopReplicaRequest.StopReplicaTopicV1]
     # Versions 3+. Each topic.
-    topic_states: list[StopReplicaRequest.StopReplicaTopicState] = field(default_factory=list)
+    topic_states: list[StopReplicaRequest.StopReplicaTopicState]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("controller_id", "int32", (0, 4), (1, 0), None, False),
@@ -277,6 +388,56 @@ class StopReplicaRequest:
         FieldSpec("topics", "[]StopReplicaTopicV1", (1, 2), (1, 0), None, False),
         FieldSpec("topic_states", "[]StopReplicaTopicState", (3, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        delete_partitions: bool = False,
+        ungrouped_partitions: list[StopReplicaRequest.StopReplicaPartitionV0] = MISSING,
+        topics: list[StopReplicaRequest.StopReplicaTopicV1] = MISSING,
+        topic_states: list[StopReplicaRequest.StopReplicaTopicState] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.delete_partitions = delete_partitions
+        self.ungrouped_partitions = [] if ungrouped_partitions is MISSING else ungrouped_partitions
+        self.topics = [] if topics is MISSING else topics
+        self.topic_states = [] if topic_states is MISSING else topic_states
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StopReplicaRequest):
+            return NotImplemented
+        return (
+            self.controller_id,
+            self.is_k_raft_controller,
+            self.controller_epoch,
+            self.broker_epoch,
+            self.delete_partitions,
+            self.ungrouped_partitions,
+            self.topics,
+            self.topic_states,
+            self.unknown_tagged_fields,
+        ) == (
+            other.controller_id,
+            other.is_k_raft_controller,
+            other.controller_epoch,
+            other.broker_epoch,
+            other.delete_partitions,
+            other.ungrouped_partitions,
+            other.topics,
+            other.topic_states,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"StopReplicaRequest(controller_id={self.controller_id!r}, is_k_raft_controller={self.is_k_raft_controller!r}, controller_epoch={self.controller_epoch!r}, broker_epoch={self.broker_epoch!r}, delete_partitions={self.delete_partitions!r}, ungrouped_partitions={self.ungrouped_partitions!r}, topics={self.topics!r}, topic_states={self.topic_states!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:
@@ -380,7 +541,6 @@ class StopReplicaRequest:
         return obj
 
 
-@dataclass(slots=True)
 class StopReplicaResponse:
     """StopReplicaResponse (API key 5, versions 0-4, flexible from version 2)."""
 
@@ -390,24 +550,50 @@ class StopReplicaResponse:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
 
-    @dataclass(slots=True)
     class StopReplicaPartitionError:
         """The responses for each partition."""
 
+        __slots__ = ("error_code", "partition_index", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The partition error code, or 0 if there was no partition error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 4), (1, 0), None, False),
             FieldSpec("partition_index", "int32", (0, 4), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partition_index: int = 0,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, StopReplicaResponse.StopReplicaPartitionError):
+                return NotImplemented
+            return (self.topic_name, self.partition_index, self.error_code, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partition_index,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"StopReplicaResponse.StopReplicaPartitionError(topic_name={self.topic_name!r}, partition_index={self.partition_index!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 2
@@ -436,17 +622,41 @@ class StopReplicaResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "partition_errors", "unknown_tagged_fields")
+
     # Versions 0+. The top-level error code, or 0 if there was no top-level error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+. The responses for each partition.
-    partition_errors: list[StopReplicaResponse.StopReplicaPartitionError] = field(default_factory=list)
+    partition_errors: list[StopReplicaResponse.StopReplicaPartitionError]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
         FieldSpec("partition_errors", "[]StopReplicaPartitionError", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        partition_errors: list[StopReplicaResponse.StopReplicaPartitionError] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.partition_errors = [] if partition_errors is MISSING else partition_errors
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StopReplicaResponse):
+            return NotImplemented
+        return (self.error_code, self.partition_errors, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.partition_errors,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"StopReplicaResponse(error_code={self.error_code!r}, partition_errors={self.partition_errors!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class SyncGroupRequest:
     """SyncGroupRequest (API key 14, versions 0-5, flexible from version 4)."""
 
@@ -27,21 +26,44 @@ class SyncGroupRequest:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
-    @dataclass(slots=True)
     class SyncGroupRequestAssignment:
         """Each assignment."""
 
+        __slots__ = ("assignment", "member_id", "unknown_tagged_fields")
+
         # Versions 0+. The ID of the member to assign.
-        member_id: str = ""
+        member_id: str
         # Versions 0+. The member assignment.
-        assignment: bytes = b""
+        assignment: bytes
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("member_id", "string", (0, 5), (1, 0), None, False),
             FieldSpec("assignment", "bytes", (0, 5), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            member_id: str = "",
+            assignment: bytes = b"",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.member_id = member_id
+            self.assignment = assignment
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, SyncGroupRequest.SyncGroupRequestAssignment):
+                return NotImplemented
+            return (self.member_id, self.assignment, self.unknown_tagged_fields) == (
+                other.member_id,
+                other.assignment,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"SyncGroupRequest.SyncGroupRequestAssignment(member_id={self.member_id!r}, assignment={self.assignment!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 4
@@ -76,22 +98,33 @@ class SyncGroupRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "assignments",
+        "generation_id",
+        "group_id",
+        "group_instance_id",
+        "member_id",
+        "protocol_name",
+        "protocol_type",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The unique group identifier.
-    group_id: str = ""
+    group_id: str
     # Versions 0+. The generation of the group.
-    generation_id: int = 0
+    generation_id: int
     # Versions 0+. The member ID assigned by the group.
-    member_id: str = ""
+    member_id: str
     # Versions 3+; nullable 3+. The unique identifier of the consumer instance provided by end user.
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     # Versions 5+; nullable 5+; ignorable. The group protocol type.
-    protocol_type: str | None = None
+    protocol_type: str | None
     # Versions 5+; nullable 5+; ignorable. The group protocol name.
-    protocol_name: str | None = None
+    protocol_name: str | None
     # Versions 0+. Each assignment.
-    assignments: list[SyncGroupRequest.SyncGroupRequestAssignment] = field(default_factory=list)
+    assignments: list[SyncGroupRequest.SyncGroupRequestAssignment]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("group_id", "string", (0, 5), (1, 0), None, False),
@@ -102,6 +135,52 @@ class SyncGroupRequest:
         FieldSpec("protocol_name", "string", (5, 5), (5, 5), None, True),
         FieldSpec("assignments", "[]SyncGroupRequestAssignment", (0, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        group_id: str = "",
+        generation_id: int = 0,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignments: list[SyncGroupRequest.SyncGroupRequestAssignment] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignments = [] if assignments is MISSING else assignments
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SyncGroupRequest):
+            return NotImplemented
+        return (
+            self.group_id,
+            self.generation_id,
+            self.member_id,
+            self.group_instance_id,
+            self.protocol_type,
+            self.protocol_name,
+            self.assignments,
+            self.unknown_tagged_fields,
+        ) == (
+            other.group_id,
+            other.generation_id,
+            other.member_id,
+            other.group_instance_id,
+            other.protocol_type,
+            other.protocol_name,
+            other.assignments,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"SyncGroupRequest(group_id={self.group_id!r}, generation_id={self.generation_id!r}, member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, protocol_type={self.protocol_type!r}, protocol_name={self.protocol_name!r}, assignments={self.assignments!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:
@@ -199,7 +278,6 @@ class SyncGroupRequest:
         return obj
 
 
-@dataclass(slots=True)
 class SyncGroupResponse:
     """SyncGroupResponse (API key 14, versions 0-5, flexible from version 4)."""
 
@@ -209,19 +287,28 @@ class SyncGroupResponse:
     MAX_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
 
+    __slots__ = (
+        "assignment",
+        "error_code",
+        "protocol_name",
+        "protocol_type",
+        "throttle_time_ms",
+        "unknown_tagged_fields",
+    )
+
     # Versions 1+; ignorable. The duration in milliseconds for which the request was throttled due to
     # a quota violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 5+; nullable 5+; ignorable. The group protocol type.
-    protocol_type: str | None = None
+    protocol_type: str | None
     # Versions 5+; nullable 5+; ignorable. The group protocol name.
-    protocol_name: str | None = None
+    protocol_name: str | None
     # Versions 0+. The member assignment.
-    assignment: bytes = b""
+    assignment: bytes
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (1, 5), (1, 0), None, True),
@@ -230,6 +317,44 @@ class SyncGroupResponse:
         FieldSpec("protocol_name", "string", (5, 5), (5, 5), None, True),
         FieldSpec("assignment", "bytes", (0, 5), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        assignment: bytes = b"",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignment = assignment
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SyncGroupResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.protocol_type,
+            self.protocol_name,
+            self.assignment,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.protocol_type,
+            other.protocol_name,
+            other.assignment,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"SyncGroupResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, protocol_type={self.protocol_type!r}, protocol_name={self.protocol_name!r}, assignment={self.assignment!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 5:

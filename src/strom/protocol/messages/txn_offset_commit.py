@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class TxnOffsetCommitRequest:
     """TxnOffsetCommitRequest (API key 28, versions 0-4, flexible from version 3)."""
 
@@ -27,20 +26,27 @@ class TxnOffsetCommitRequest:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
-    @dataclass(slots=True)
     class TxnOffsetCommitRequestPartition:
         """The partitions inside the topic that we want to commit offsets for."""
 
+        __slots__ = (
+            "committed_leader_epoch",
+            "committed_metadata",
+            "committed_offset",
+            "partition_index",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The index of the partition within the topic.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The message offset to be committed.
-        committed_offset: int = 0
+        committed_offset: int
         # Versions 2+; ignorable. The leader epoch of the last consumed record.
-        committed_leader_epoch: int = -1
+        committed_leader_epoch: int
         # Versions 0+; nullable 0+. Any associated metadata the client wants to keep.
-        committed_metadata: str | None = ""
+        committed_metadata: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 4), (1, 0), None, False),
@@ -48,6 +54,40 @@ class TxnOffsetCommitRequest:
             FieldSpec("committed_leader_epoch", "int32", (2, 4), (1, 0), None, True),
             FieldSpec("committed_metadata", "string", (0, 4), (0, 4), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            committed_offset: int = 0,
+            committed_leader_epoch: int = -1,
+            committed_metadata: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.committed_offset = committed_offset
+            self.committed_leader_epoch = committed_leader_epoch
+            self.committed_metadata = committed_metadata
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.committed_offset,
+                self.committed_leader_epoch,
+                self.committed_metadata,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.committed_offset,
+                other.committed_leader_epoch,
+                other.committed_metadata,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(partition_index={self.partition_index!r}, committed_offset={self.committed_offset!r}, committed_leader_epoch={self.committed_leader_epoch!r}, committed_metadata={self.committed_metadata!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -78,21 +118,44 @@ class TxnOffsetCommitRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TxnOffsetCommitRequestTopic:
         """Each topic that we want to commit offsets for."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The partitions inside the topic that we want to commit offsets for.
-        partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = field(default_factory=list)
+        partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 4), (1, 0), None, False),
             FieldSpec("partitions", "[]TxnOffsetCommitRequestPartition", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -137,24 +200,36 @@ class TxnOffsetCommitRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "generation_id",
+        "group_id",
+        "group_instance_id",
+        "member_id",
+        "producer_epoch",
+        "producer_id",
+        "topics",
+        "transactional_id",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The ID of the transaction.
-    transactional_id: str = ""
+    transactional_id: str
     # Versions 0+. The ID of the group.
-    group_id: str = ""
+    group_id: str
     # Versions 0+. The current producer ID in use by the transactional ID.
-    producer_id: int = 0
+    producer_id: int
     # Versions 0+. The current epoch associated with the producer ID.
-    producer_epoch: int = 0
+    producer_epoch: int
     # Versions 3+. The generation of the consumer.
-    generation_id: int = -1
+    generation_id: int
     # Versions 3+. The member ID assigned by the group coordinator.
-    member_id: str = ""
+    member_id: str
     # Versions 3+; nullable 3+. The unique identifier of the consumer instance provided by end user.
-    group_instance_id: str | None = None
+    group_instance_id: str | None
     # Versions 0+. Each topic that we want to commit offsets for.
-    topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = field(default_factory=list)
+    topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("transactional_id", "string", (0, 4), (1, 0), None, False),
@@ -166,6 +241,56 @@ class TxnOffsetCommitRequest:
         FieldSpec("group_instance_id", "string", (3, 4), (3, 4), None, False),
         FieldSpec("topics", "[]TxnOffsetCommitRequestTopic", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        transactional_id: str = "",
+        group_id: str = "",
+        producer_id: int = 0,
+        producer_epoch: int = 0,
+        generation_id: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+        topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.group_id = group_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TxnOffsetCommitRequest):
+            return NotImplemented
+        return (
+            self.transactional_id,
+            self.group_id,
+            self.producer_id,
+            self.producer_epoch,
+            self.generation_id,
+            self.member_id,
+            self.group_instance_id,
+            self.topics,
+            self.unknown_tagged_fields,
+        ) == (
+            other.transactional_id,
+            other.group_id,
+            other.producer_id,
+            other.producer_epoch,
+            other.generation_id,
+            other.member_id,
+            other.group_instance_id,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"TxnOffsetCommitRequest(transactional_id={self.transactional_id!r}, group_id={self.group_id!r}, producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, generation_id={self.generation_id!r}, member_id={self.member_id!r}, group_instance_id={self.group_instance_id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:
@@ -265,7 +390,6 @@ class TxnOffsetCommitRequest:
         return obj
 
 
-@dataclass(slots=True)
 class TxnOffsetCommitResponse:
     """TxnOffsetCommitResponse (API key 28, versions 0-4, flexible from version 3)."""
 
@@ -275,21 +399,44 @@ class TxnOffsetCommitResponse:
     MAX_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
 
-    @dataclass(slots=True)
     class TxnOffsetCommitResponsePartition:
         """The responses for each partition in the topic."""
 
+        __slots__ = ("error_code", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 4), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition):
+                return NotImplemented
+            return (self.partition_index, self.error_code, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(partition_index={self.partition_index!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -308,23 +455,44 @@ class TxnOffsetCommitResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TxnOffsetCommitResponseTopic:
         """The responses for each topic."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The responses for each partition in the topic.
-        partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = field(
-            default_factory=list
-        )
+        partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 4), (1, 0), None, False),
             FieldSpec("partitions", "[]TxnOffsetCommitResponsePartition", (0, 4), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 3
@@ -371,18 +539,42 @@ class TxnOffsetCommitResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("throttle_time_ms", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The responses for each topic.
-    topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = field(default_factory=list)
+    topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 4), (1, 0), None, False),
         FieldSpec("topics", "[]TxnOffsetCommitResponseTopic", (0, 4), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TxnOffsetCommitResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"TxnOffsetCommitResponse(throttle_time_ms={self.throttle_time_ms!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 4:

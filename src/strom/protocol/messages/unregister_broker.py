@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer
+from strom.protocol.primitives import MISSING, FieldSpec, Reader, UnsupportedVersionError, Writer
 
 
-@dataclass(slots=True)
 class UnregisterBrokerRequest:
     """UnregisterBrokerRequest (API key 64, versions 0, flexible from version 0)."""
 
@@ -20,12 +18,30 @@ class UnregisterBrokerRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("broker_id", "unknown_tagged_fields")
+
     # Versions 0+. The broker ID to unregister.
-    broker_id: int = 0
+    broker_id: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("broker_id", "int32", (0, 0), (1, 0), None, False),)
+
+    def __init__(
+        self,
+        broker_id: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.broker_id = broker_id
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UnregisterBrokerRequest):
+            return NotImplemented
+        return (self.broker_id, self.unknown_tagged_fields) == (other.broker_id, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"UnregisterBrokerRequest(broker_id={self.broker_id!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -65,7 +81,6 @@ class UnregisterBrokerRequest:
         return obj
 
 
-@dataclass(slots=True)
 class UnregisterBrokerResponse:
     """UnregisterBrokerResponse (API key 64, versions 0, flexible from version 0)."""
 
@@ -75,22 +90,49 @@ class UnregisterBrokerResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
+    __slots__ = ("error_code", "error_message", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. Duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The top-level error message, or `null` if there was no top-level
     # error.
-    error_message: str | None = ""
+    error_message: str | None
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         FieldSpec("error_message", "string", (0, 0), (0, 0), None, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UnregisterBrokerResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"UnregisterBrokerResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -17,7 +17,6 @@ from strom.protocol.primitives import (
 )
 
 
-@dataclass(slots=True)
 class UpdateFeaturesRequest:
     """UpdateFeaturesRequest (API key 57, versions 0-2, flexible from version 0)."""
 
@@ -27,25 +26,32 @@ class UpdateFeaturesRequest:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class FeatureUpdateKey:
         """The list of updates to finalized features."""
 
+        __slots__ = (
+            "allow_downgrade",
+            "feature",
+            "max_version_level",
+            "unknown_tagged_fields",
+            "upgrade_type",
+        )
+
         # Versions 0+. The name of the finalized feature to be updated.
-        feature: str = ""
+        feature: str
         # Versions 0+. The new maximum version level for the finalized feature. A value >= 1 is valid. A
         # value < 1, is special, and can be used to request the deletion of the finalized feature.
-        max_version_level: int = 0
+        max_version_level: int
         # Versions 0. DEPRECATED in version 1 (see DowngradeType). When set to true, the finalized feature
         # version level is allowed to be downgraded/deleted. The downgrade request will fail if the new
         # maximum version level is a value that's not lower than the existing maximum finalized version
         # level.
-        allow_downgrade: bool = False
+        allow_downgrade: bool
         # Versions 1+. Determine which type of upgrade will be performed: 1 will perform an upgrade only
         # (default), 2 is safe downgrades only (lossless), 3 is unsafe downgrades (lossy).
-        upgrade_type: int = 1
+        upgrade_type: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("feature", "string", (0, 2), (1, 0), None, False),
@@ -53,6 +59,40 @@ class UpdateFeaturesRequest:
             FieldSpec("allow_downgrade", "bool", (0, 0), (1, 0), None, False),
             FieldSpec("upgrade_type", "int8", (1, 2), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            feature: str = "",
+            max_version_level: int = 0,
+            allow_downgrade: bool = False,
+            upgrade_type: int = 1,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.feature = feature
+            self.max_version_level = max_version_level
+            self.allow_downgrade = allow_downgrade
+            self.upgrade_type = upgrade_type
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, UpdateFeaturesRequest.FeatureUpdateKey):
+                return NotImplemented
+            return (
+                self.feature,
+                self.max_version_level,
+                self.allow_downgrade,
+                self.upgrade_type,
+                self.unknown_tagged_fields,
+            ) == (
+                other.feature,
+                other.max_version_level,
+                other.allow_downgrade,
+                other.upgrade_type,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"UpdateFeaturesRequest.FeatureUpdateKey(feature={self.feature!r}, max_version_level={self.max_version_level!r}, allow_downgrade={self.allow_downgrade!r}, upgrade_type={self.upgrade_type!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.feature is None:
@@ -81,20 +121,47 @@ class UpdateFeaturesRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("feature_updates", "timeout_ms", "unknown_tagged_fields", "validate_only")
+
     # Versions 0+. How long to wait in milliseconds before timing out the request.
-    timeout_ms: int = 60000
+    timeout_ms: int
     # Versions 0+. The list of updates to finalized features.
-    feature_updates: list[UpdateFeaturesRequest.FeatureUpdateKey] = field(default_factory=list)
+    feature_updates: list[UpdateFeaturesRequest.FeatureUpdateKey]
     # Versions 1+. True if we should validate the request, but not perform the upgrade or downgrade.
-    validate_only: bool = False
+    validate_only: bool
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("timeout_ms", "int32", (0, 2), (1, 0), None, False),
         FieldSpec("feature_updates", "[]FeatureUpdateKey", (0, 2), (1, 0), None, False),
         FieldSpec("validate_only", "bool", (1, 2), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        timeout_ms: int = 60000,
+        feature_updates: list[UpdateFeaturesRequest.FeatureUpdateKey] = MISSING,
+        validate_only: bool = False,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.feature_updates = [] if feature_updates is MISSING else feature_updates
+        self.validate_only = validate_only
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UpdateFeaturesRequest):
+            return NotImplemented
+        return (self.timeout_ms, self.feature_updates, self.validate_only, self.unknown_tagged_fields) == (
+            other.timeout_ms,
+            other.feature_updates,
+            other.validate_only,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"UpdateFeaturesRequest(timeout_ms={self.timeout_ms!r}, feature_updates={self.feature_updates!r}, validate_only={self.validate_only!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:
@@ -144,7 +211,6 @@ class UpdateFeaturesRequest:
         return obj
 
 
-@dataclass(slots=True)
 class UpdateFeaturesResponse:
     """UpdateFeaturesResponse (API key 57, versions 0-2, flexible from version 0)."""
 
@@ -154,24 +220,50 @@ class UpdateFeaturesResponse:
     MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class UpdatableFeatureResult:
         """Results for each feature update."""
 
+        __slots__ = ("error_code", "error_message", "feature", "unknown_tagged_fields")
+
         # Versions 0+. The name of the finalized feature.
-        feature: str = ""
+        feature: str
         # Versions 0+. The feature update error code or `0` if the feature update succeeded.
-        error_code: int = 0
+        error_code: int
         # Versions 0+; nullable 0+. The feature update error, or `null` if the feature update succeeded.
-        error_message: str | None = ""
+        error_message: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("feature", "string", (0, 2), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 2), (1, 0), None, False),
             FieldSpec("error_message", "string", (0, 2), (0, 2), None, False),
         )
+
+        def __init__(
+            self,
+            feature: str = "",
+            error_code: int = 0,
+            error_message: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.feature = feature
+            self.error_code = error_code
+            self.error_message = error_message
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, UpdateFeaturesResponse.UpdatableFeatureResult):
+                return NotImplemented
+            return (self.feature, self.error_code, self.error_message, self.unknown_tagged_fields) == (
+                other.feature,
+                other.error_code,
+                other.error_message,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"UpdateFeaturesResponse.UpdatableFeatureResult(feature={self.feature!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.feature is None:
@@ -190,18 +282,20 @@ class UpdateFeaturesResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "error_message", "results", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The top-level error code, or `0` if there was no top-level error.
-    error_code: int = 0
+    error_code: int
     # Versions 0+; nullable 0+. The top-level error message, or `null` if there was no top-level
     # error.
-    error_message: str | None = ""
+    error_message: str | None
     # Versions 0-1; ignorable. Results for each feature update.
-    results: list[UpdateFeaturesResponse.UpdatableFeatureResult] = field(default_factory=list)
+    results: list[UpdateFeaturesResponse.UpdatableFeatureResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 2), (1, 0), None, False),
@@ -209,6 +303,40 @@ class UpdateFeaturesResponse:
         FieldSpec("error_message", "string", (0, 2), (0, 2), None, False),
         FieldSpec("results", "[]UpdatableFeatureResult", (0, 1), (1, 0), None, True),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = "",
+        results: list[UpdateFeaturesResponse.UpdatableFeatureResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is MISSING else results
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UpdateFeaturesResponse):
+            return NotImplemented
+        return (
+            self.throttle_time_ms,
+            self.error_code,
+            self.error_message,
+            self.results,
+            self.unknown_tagged_fields,
+        ) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.error_message,
+            other.results,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"UpdateFeaturesResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, results={self.results!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 2:

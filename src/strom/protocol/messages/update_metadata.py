@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class UpdateMetadataRequest:
     """UpdateMetadataRequest (API key 6, versions 0-8, flexible from version 6)."""
 
@@ -30,30 +29,42 @@ class UpdateMetadataRequest:
     MAX_VERSION: ClassVar[int] = 8
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
 
-    @dataclass(slots=True)
     class UpdateMetadataPartitionState:
         """The UpdateMetadataPartitionState struct of UpdateMetadataRequest."""
 
+        __slots__ = (
+            "controller_epoch",
+            "isr",
+            "leader",
+            "leader_epoch",
+            "offline_replicas",
+            "partition_index",
+            "replicas",
+            "topic_name",
+            "unknown_tagged_fields",
+            "zk_version",
+        )
+
         # Versions 0-4; ignorable. In older versions of this RPC, the topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The controller epoch.
-        controller_epoch: int = 0
+        controller_epoch: int
         # Versions 0+. The ID of the broker which is the current partition leader.
-        leader: int = 0
+        leader: int
         # Versions 0+. The leader epoch of this partition.
-        leader_epoch: int = 0
+        leader_epoch: int
         # Versions 0+. The brokers which are in the ISR for this partition.
-        isr: list[int] = field(default_factory=list)
+        isr: list[int]
         # Versions 0+. The Zookeeper version.
-        zk_version: int = 0
+        zk_version: int
         # Versions 0+. All the replicas of this partition.
-        replicas: list[int] = field(default_factory=list)
+        replicas: list[int]
         # Versions 4+; ignorable. The replicas of this partition which are offline.
-        offline_replicas: list[int] = field(default_factory=list)
+        offline_replicas: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 4), (1, 0), None, True),
@@ -66,6 +77,60 @@ class UpdateMetadataRequest:
             FieldSpec("replicas", "[]int32", (0, 8), (1, 0), None, False),
             FieldSpec("offline_replicas", "[]int32", (4, 8), (1, 0), None, True),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partition_index: int = 0,
+            controller_epoch: int = 0,
+            leader: int = 0,
+            leader_epoch: int = 0,
+            isr: list[int] = MISSING,
+            zk_version: int = 0,
+            replicas: list[int] = MISSING,
+            offline_replicas: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partition_index = partition_index
+            self.controller_epoch = controller_epoch
+            self.leader = leader
+            self.leader_epoch = leader_epoch
+            self.isr = [] if isr is MISSING else isr
+            self.zk_version = zk_version
+            self.replicas = [] if replicas is MISSING else replicas
+            self.offline_replicas = [] if offline_replicas is MISSING else offline_replicas
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, UpdateMetadataRequest.UpdateMetadataPartitionState):
+                return NotImplemented
+            return (
+                self.topic_name,
+                self.partition_index,
+                self.controller_epoch,
+                self.leader,
+                self.leader_epoch,
+                self.isr,
+                self.zk_version,
+                self.replicas,
+                self.offline_replicas,
+                self.unknown_tagged_fields,
+            ) == (
+                other.topic_name,
+                other.partition_index,
+                other.controller_epoch,
+                other.leader,
+                other.leader_epoch,
+                other.isr,
+                other.zk_version,
+                other.replicas,
+                other.offline_replicas,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"UpdateMetadataRequest.UpdateMetadataPartitionState(topic_name={self.topic_name!r}, partition_index={self.partition_index!r}, controller_epoch={self.controller_epoch!r}, leader={self.leader!r}, leader_epoch={self.leader_epoch!r}, isr={self.isr!r}, zk_version={self.zk_version!r}, replicas={self.replicas!r}, offline_replicas={self.offline_replicas!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -152,26 +217,50 @@ class UpdateMetadataRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class UpdateMetadataTopicState:
         """In newer versions of this RPC, each topic that we would like to update."""
 
+        __slots__ = ("partition_states", "topic_id", "topic_name", "unknown_tagged_fields")
+
         # Versions 5+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 7+; ignorable. The topic id.
-        topic_id: uuid.UUID = _ZERO_UUID
+        topic_id: uuid.UUID
         # Versions 5+. The partition that we would like to update.
-        partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = field(
-            default_factory=list
-        )
+        partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (5, 8), (1, 0), None, False),
             FieldSpec("topic_id", "uuid", (7, 8), (1, 0), None, True),
             FieldSpec("partition_states", "[]UpdateMetadataPartitionState", (5, 8), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            topic_id: uuid.UUID = _ZERO_UUID,
+            partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.topic_id = topic_id
+            self.partition_states = [] if partition_states is MISSING else partition_states
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, UpdateMetadataRequest.UpdateMetadataTopicState):
+                return NotImplemented
+            return (self.topic_name, self.topic_id, self.partition_states, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.topic_id,
+                other.partition_states,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"UpdateMetadataRequest.UpdateMetadataTopicState(topic_name={self.topic_name!r}, topic_id={self.topic_id!r}, partition_states={self.partition_states!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -238,20 +327,21 @@ class UpdateMetadataRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class UpdateMetadataEndpoint:
         """The broker endpoints."""
 
+        __slots__ = ("host", "listener", "port", "security_protocol", "unknown_tagged_fields")
+
         # Versions 1+. The port of this endpoint
-        port: int = 0
+        port: int
         # Versions 1+. The hostname of this endpoint
-        host: str = ""
+        host: str
         # Versions 3+; ignorable. The listener name.
-        listener: str = ""
+        listener: str
         # Versions 1+. The security protocol type.
-        security_protocol: int = 0
+        security_protocol: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("port", "int32", (1, 8), (1, 0), None, False),
@@ -259,6 +349,40 @@ class UpdateMetadataRequest:
             FieldSpec("listener", "string", (3, 8), (1, 0), None, True),
             FieldSpec("security_protocol", "int16", (1, 8), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            port: int = 0,
+            host: str = "",
+            listener: str = "",
+            security_protocol: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.port = port
+            self.host = host
+            self.listener = listener
+            self.security_protocol = security_protocol
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, UpdateMetadataRequest.UpdateMetadataEndpoint):
+                return NotImplemented
+            return (
+                self.port,
+                self.host,
+                self.listener,
+                self.security_protocol,
+                self.unknown_tagged_fields,
+            ) == (
+                other.port,
+                other.host,
+                other.listener,
+                other.security_protocol,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"UpdateMetadataRequest.UpdateMetadataEndpoint(port={self.port!r}, host={self.host!r}, listener={self.listener!r}, security_protocol={self.security_protocol!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -315,22 +439,23 @@ class UpdateMetadataRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class UpdateMetadataBroker:
         """The UpdateMetadataBroker struct of UpdateMetadataRequest."""
 
+        __slots__ = ("endpoints", "id", "rack", "unknown_tagged_fields", "v0_host", "v0_port")
+
         # Versions 0+. The broker id.
-        id: int = 0
+        id: int
         # Versions 0; ignorable. The broker hostname.
-        v0_host: str = ""
+        v0_host: str
         # Versions 0; ignorable. The broker port.
-        v0_port: int = 0
+        v0_port: int
         # Versions 1+; ignorable. The broker endpoints.
-        endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = field(default_factory=list)
+        endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint]
         # Versions 2+; nullable 0+; ignorable. The rack which this broker belongs to.
-        rack: str | None = ""
+        rack: str | None
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("id", "int32", (0, 8), (1, 0), None, False),
@@ -339,6 +464,44 @@ class UpdateMetadataRequest:
             FieldSpec("endpoints", "[]UpdateMetadataEndpoint", (1, 8), (1, 0), None, True),
             FieldSpec("rack", "string", (2, 8), (0, 8), None, True),
         )
+
+        def __init__(
+            self,
+            id: int = 0,
+            v0_host: str = "",
+            v0_port: int = 0,
+            endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = MISSING,
+            rack: str | None = "",
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.id = id
+            self.v0_host = v0_host
+            self.v0_port = v0_port
+            self.endpoints = [] if endpoints is MISSING else endpoints
+            self.rack = rack
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, UpdateMetadataRequest.UpdateMetadataBroker):
+                return NotImplemented
+            return (
+                self.id,
+                self.v0_host,
+                self.v0_port,
+                self.endpoints,
+                self.rack,
+                self.unknown_tagged_fields,
+            ) == (
+                other.id,
+                other.v0_host,
+                other.v0_port,
+                other.endpoints,
+                other.rack,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"UpdateMetadataRequest.UpdateMetadataBroker(id={self.id!r}, v0_host={self.v0_host!r}, v0_port={self.v0_port!r}, endpoints={self.endpoints!r}, rack={self.rack!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 6
@@ -395,27 +558,37 @@ class UpdateMetadataRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = (
+        "broker_epoch",
+        "controller_epoch",
+        "controller_id",
+        "is_k_raft_controller",
+        "live_brokers",
+        "topic_states",
+        "type",
+        "ungrouped_partition_states",
+        "unknown_tagged_fields",
+    )
+
     # Versions 0+. The controller id.
-    controller_id: int = 0
+    controller_id: int
     # Versions 8+. If KRaft controller id is used during migration. See KIP-866
-    is_k_raft_controller: bool = False
+    is_k_raft_controller: bool
     # Versions 8+; tag 0 (tagged 8+). Indicates if this request is a Full metadata snapshot (2),
     # Incremental (1), or Unknown (0). Using during ZK migration, see KIP-866
-    type: int = 0
+    type: int
     # Versions 0+. The controller epoch.
-    controller_epoch: int = 0
+    controller_epoch: int
     # Versions 5+; ignorable. The broker epoch.
-    broker_epoch: int = -1
+    broker_epoch: int
     # Versions 0-4. In older versions of this RPC, each partition that we would like to update.
-    ungrouped_partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = field(
-        default_factory=list
-    )
+    ungrouped_partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState]
     # Versions 5+. In newer versions of this RPC, each topic that we would like to update.
-    topic_states: list[UpdateMetadataRequest.UpdateMetadataTopicState] = field(default_factory=list)
+    topic_states: list[UpdateMetadataRequest.UpdateMetadataTopicState]
     # Versions 0+.
-    live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker] = field(default_factory=list)
+    live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("controller_id", "int32", (0, 8), (1, 0), None, False),
@@ -429,6 +602,58 @@ class UpdateMetadataRequest:
         FieldSpec("topic_states", "[]UpdateMetadataTopicState", (5, 8), (1, 0), None, False),
         FieldSpec("live_brokers", "[]UpdateMetadataBroker", (0, 8), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        controller_id: int = 0,
+        is_k_raft_controller: bool = False,
+        type: int = 0,
+        controller_epoch: int = 0,
+        broker_epoch: int = -1,
+        ungrouped_partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = MISSING,
+        topic_states: list[UpdateMetadataRequest.UpdateMetadataTopicState] = MISSING,
+        live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.type = type
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.ungrouped_partition_states = (
+            [] if ungrouped_partition_states is MISSING else ungrouped_partition_states
+        )
+        self.topic_states = [] if topic_states is MISSING else topic_states
+        self.live_brokers = [] if live_brokers is MISSING else live_brokers
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UpdateMetadataRequest):
+            return NotImplemented
+        return (
+            self.controller_id,
+            self.is_k_raft_controller,
+            self.type,
+            self.controller_epoch,
+            self.broker_epoch,
+            self.ungrouped_partition_states,
+            self.topic_states,
+            self.live_brokers,
+            self.unknown_tagged_fields,
+        ) == (
+            other.controller_id,
+            other.is_k_raft_controller,
+            other.type,
+            other.controller_epoch,
+            other.broker_epoch,
+            other.ungrouped_partition_states,
+            other.topic_states,
+            other.live_brokers,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"UpdateMetadataRequest(controller_id={self.controller_id!r}, is_k_raft_controller={self.is_k_raft_controller!r}, type={self.type!r}, controller_epoch={self.controller_epoch!r}, broker_epoch={self.broker_epoch!r}, ungrouped_partition_states={self.ungrouped_partition_states!r}, topic_states={self.topic_states!r}, live_brokers={self.live_brokers!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 8:
@@ -549,7 +774,6 @@ class UpdateMetadataRequest:
         return obj
 
 
-@dataclass(slots=True)
 class UpdateMetadataResponse:
     """UpdateMetadataResponse (API key 6, versions 0-8, flexible from version 6)."""
 
@@ -559,12 +783,33 @@ class UpdateMetadataResponse:
     MAX_VERSION: ClassVar[int] = 8
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
 
+    __slots__ = ("error_code", "unknown_tagged_fields")
+
     # Versions 0+. The error code, or 0 if there was no error.
-    error_code: int = 0
+    error_code: int
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("error_code", "int16", (0, 8), (1, 0), None, False),)
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UpdateMetadataResponse):
+            return NotImplemented
+        return (self.error_code, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"UpdateMetadataResponse(error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 8:

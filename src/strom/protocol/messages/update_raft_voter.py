@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class UpdateRaftVoterRequest:
     """UpdateRaftVoterRequest (API key 82, versions 0, flexible from version 0)."""
 
@@ -23,24 +28,50 @@ class UpdateRaftVoterRequest:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class Listener:
         """The endpoint that can be used to communicate with the leader"""
 
+        __slots__ = ("host", "name", "port", "unknown_tagged_fields")
+
         # Versions 0+. The name of the endpoint
-        name: str = ""
+        name: str
         # Versions 0+. The hostname
-        host: str = ""
+        host: str
         # Versions 0+. The port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 0), (1, 0), None, False),
             FieldSpec("host", "string", (0, 0), (1, 0), None, False),
             FieldSpec("port", "uint16", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, UpdateRaftVoterRequest.Listener):
+                return NotImplemented
+            return (self.name, self.host, self.port, self.unknown_tagged_fields) == (
+                other.name,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"UpdateRaftVoterRequest.Listener(name={self.name!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.name is None:
@@ -61,21 +92,44 @@ class UpdateRaftVoterRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class KRaftVersionFeature:
         """The range of versions of the protocol that the replica supports"""
 
+        __slots__ = ("max_supported_version", "min_supported_version", "unknown_tagged_fields")
+
         # Versions 0+. The minimum supported KRaft protocol version
-        min_supported_version: int = 0
+        min_supported_version: int
         # Versions 0+. The maximum supported KRaft protocol version
-        max_supported_version: int = 0
+        max_supported_version: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("min_supported_version", "int16", (0, 0), (1, 0), None, False),
             FieldSpec("max_supported_version", "int16", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            min_supported_version: int = 0,
+            max_supported_version: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.min_supported_version = min_supported_version
+            self.max_supported_version = max_supported_version
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, UpdateRaftVoterRequest.KRaftVersionFeature):
+                return NotImplemented
+            return (self.min_supported_version, self.max_supported_version, self.unknown_tagged_fields) == (
+                other.min_supported_version,
+                other.max_supported_version,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"UpdateRaftVoterRequest.KRaftVersionFeature(min_supported_version={self.min_supported_version!r}, max_supported_version={self.max_supported_version!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int16(self.min_supported_version)
@@ -90,22 +144,30 @@ class UpdateRaftVoterRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    # Versions 0+; nullable 0+.
-    cluster_id: str | None = ""
-    # Versions 0+. The current leader epoch of the partition, -1 for unknown leader epoch
-    current_leader_epoch: int = 0
-    # Versions 0+. The replica id of the voter getting updated in the topic partition
-    voter_id: int = 0
-    # Versions 0+. The directory id of the voter getting updated in the topic partition
-    voter_directory_id: uuid.UUID = _ZERO_UUID
-    # Versions 0+. The endpoint that can be used to communicate with the leader
-    listeners: list[UpdateRaftVoterRequest.Listener] = field(default_factory=list)
-    # Versions 0+. The range of versions of the protocol that the replica supports
-    k_raft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature = field(
-        default_factory=lambda: UpdateRaftVoterRequest.KRaftVersionFeature()
+    __slots__ = (
+        "cluster_id",
+        "current_leader_epoch",
+        "k_raft_version_feature",
+        "listeners",
+        "unknown_tagged_fields",
+        "voter_directory_id",
+        "voter_id",
     )
+
+    # Versions 0+; nullable 0+.
+    cluster_id: str | None
+    # Versions 0+. The current leader epoch of the partition, -1 for unknown leader epoch
+    current_leader_epoch: int
+    # Versions 0+. The replica id of the voter getting updated in the topic partition
+    voter_id: int
+    # Versions 0+. The directory id of the voter getting updated in the topic partition
+    voter_directory_id: uuid.UUID
+    # Versions 0+. The endpoint that can be used to communicate with the leader
+    listeners: list[UpdateRaftVoterRequest.Listener]
+    # Versions 0+. The range of versions of the protocol that the replica supports
+    k_raft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("cluster_id", "string", (0, 0), (0, 0), None, False),
@@ -115,6 +177,52 @@ class UpdateRaftVoterRequest:
         FieldSpec("listeners", "[]Listener", (0, 0), (1, 0), None, False),
         FieldSpec("k_raft_version_feature", "KRaftVersionFeature", (0, 0), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        cluster_id: str | None = "",
+        current_leader_epoch: int = 0,
+        voter_id: int = 0,
+        voter_directory_id: uuid.UUID = _ZERO_UUID,
+        listeners: list[UpdateRaftVoterRequest.Listener] = MISSING,
+        k_raft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.current_leader_epoch = current_leader_epoch
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.listeners = [] if listeners is MISSING else listeners
+        self.k_raft_version_feature = (
+            UpdateRaftVoterRequest.KRaftVersionFeature()
+            if k_raft_version_feature is MISSING
+            else k_raft_version_feature
+        )
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UpdateRaftVoterRequest):
+            return NotImplemented
+        return (
+            self.cluster_id,
+            self.current_leader_epoch,
+            self.voter_id,
+            self.voter_directory_id,
+            self.listeners,
+            self.k_raft_version_feature,
+            self.unknown_tagged_fields,
+        ) == (
+            other.cluster_id,
+            other.current_leader_epoch,
+            other.voter_id,
+            other.voter_directory_id,
+            other.listeners,
+            other.k_raft_version_feature,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"UpdateRaftVoterRequest(cluster_id={self.cluster_id!r}, current_leader_epoch={self.current_leader_epoch!r}, voter_id={self.voter_id!r}, voter_directory_id={self.voter_directory_id!r}, listeners={self.listeners!r}, k_raft_version_feature={self.k_raft_version_feature!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:
@@ -170,7 +278,6 @@ class UpdateRaftVoterRequest:
         return obj
 
 
-@dataclass(slots=True)
 class UpdateRaftVoterResponse:
     """UpdateRaftVoterResponse (API key 82, versions 0, flexible from version 0)."""
 
@@ -180,20 +287,21 @@ class UpdateRaftVoterResponse:
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class CurrentLeader:
         """The CurrentLeader struct of UpdateRaftVoterResponse."""
 
+        __slots__ = ("host", "leader_epoch", "leader_id", "port", "unknown_tagged_fields")
+
         # Versions 0+. The replica id of the current leader or -1 if the leader is unknown
-        leader_id: int = -1
+        leader_id: int
         # Versions 0+. The latest known leader epoch
-        leader_epoch: int = -1
+        leader_epoch: int
         # Versions 0+. The node's hostname
-        host: str = ""
+        host: str
         # Versions 0+. The node's port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("leader_id", "int32", (0, 0), (1, 0), None, False),
@@ -201,6 +309,34 @@ class UpdateRaftVoterResponse:
             FieldSpec("host", "string", (0, 0), (1, 0), None, False),
             FieldSpec("port", "int32", (0, 0), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            leader_id: int = -1,
+            leader_epoch: int = -1,
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, UpdateRaftVoterResponse.CurrentLeader):
+                return NotImplemented
+            return (self.leader_id, self.leader_epoch, self.host, self.port, self.unknown_tagged_fields) == (
+                other.leader_id,
+                other.leader_epoch,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"UpdateRaftVoterResponse.CurrentLeader(leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.leader_id)
@@ -221,23 +357,50 @@ class UpdateRaftVoterResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("current_leader", "error_code", "throttle_time_ms", "unknown_tagged_fields")
+
     # Versions 0+. The duration in milliseconds for which the request was throttled due to a quota
     # violation, or zero if the request did not violate any quota.
-    throttle_time_ms: int = 0
+    throttle_time_ms: int
     # Versions 0+. The error code, or 0 if there was no error
-    error_code: int = 0
+    error_code: int
     # Versions 0+; tag 0 (tagged 0+).
-    current_leader: UpdateRaftVoterResponse.CurrentLeader = field(
-        default_factory=lambda: UpdateRaftVoterResponse.CurrentLeader()
-    )
+    current_leader: UpdateRaftVoterResponse.CurrentLeader
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("throttle_time_ms", "int32", (0, 0), (1, 0), None, False),
         FieldSpec("error_code", "int16", (0, 0), (1, 0), None, False),
         FieldSpec("current_leader", "CurrentLeader", (0, 0), (1, 0), 0, False),
     )
+
+    def __init__(
+        self,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        current_leader: UpdateRaftVoterResponse.CurrentLeader = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.current_leader = (
+            UpdateRaftVoterResponse.CurrentLeader() if current_leader is MISSING else current_leader
+        )
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, UpdateRaftVoterResponse):
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.current_leader, self.unknown_tagged_fields) == (
+            other.throttle_time_ms,
+            other.error_code,
+            other.current_leader,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"UpdateRaftVoterResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, current_leader={self.current_leader!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 0:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from strom.protocol.primitives import (
+    MISSING,
     FieldSpec,
     Reader,
     UnsupportedVersionError,
@@ -20,7 +20,6 @@ from strom.protocol.primitives import (
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@dataclass(slots=True)
 class VoteRequest:
     """VoteRequest (API key 52, versions 0-1, flexible from version 0)."""
 
@@ -30,26 +29,36 @@ class VoteRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of VoteRequest."""
 
+        __slots__ = (
+            "candidate_directory_id",
+            "candidate_epoch",
+            "candidate_id",
+            "last_offset",
+            "last_offset_epoch",
+            "partition_index",
+            "unknown_tagged_fields",
+            "voter_directory_id",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The bumped epoch of the candidate sending the request
-        candidate_epoch: int = 0
+        candidate_epoch: int
         # Versions 0+. The replica id of the voter sending the request
-        candidate_id: int = 0
+        candidate_id: int
         # Versions 1+; ignorable. The directory id of the voter sending the request
-        candidate_directory_id: uuid.UUID = _ZERO_UUID
+        candidate_directory_id: uuid.UUID
         # Versions 1+; ignorable. The ID of the voter sending the request
-        voter_directory_id: uuid.UUID = _ZERO_UUID
+        voter_directory_id: uuid.UUID
         # Versions 0+. The epoch of the last record written to the metadata log
-        last_offset_epoch: int = 0
+        last_offset_epoch: int
         # Versions 0+. The offset of the last record written to the metadata log
-        last_offset: int = 0
+        last_offset: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 1), (1, 0), None, False),
@@ -60,6 +69,52 @@ class VoteRequest:
             FieldSpec("last_offset_epoch", "int32", (0, 1), (1, 0), None, False),
             FieldSpec("last_offset", "int64", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            candidate_epoch: int = 0,
+            candidate_id: int = 0,
+            candidate_directory_id: uuid.UUID = _ZERO_UUID,
+            voter_directory_id: uuid.UUID = _ZERO_UUID,
+            last_offset_epoch: int = 0,
+            last_offset: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.candidate_epoch = candidate_epoch
+            self.candidate_id = candidate_id
+            self.candidate_directory_id = candidate_directory_id
+            self.voter_directory_id = voter_directory_id
+            self.last_offset_epoch = last_offset_epoch
+            self.last_offset = last_offset
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, VoteRequest.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.candidate_epoch,
+                self.candidate_id,
+                self.candidate_directory_id,
+                self.voter_directory_id,
+                self.last_offset_epoch,
+                self.last_offset,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.candidate_epoch,
+                other.candidate_id,
+                other.candidate_directory_id,
+                other.voter_directory_id,
+                other.last_offset_epoch,
+                other.last_offset,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"VoteRequest.PartitionData(partition_index={self.partition_index!r}, candidate_epoch={self.candidate_epoch!r}, candidate_id={self.candidate_id!r}, candidate_directory_id={self.candidate_directory_id!r}, voter_directory_id={self.voter_directory_id!r}, last_offset_epoch={self.last_offset_epoch!r}, last_offset={self.last_offset!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -92,21 +147,44 @@ class VoteRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of VoteRequest."""
 
+        __slots__ = ("partitions", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+.
-        partitions: list[VoteRequest.PartitionData] = field(default_factory=list)
+        partitions: list[VoteRequest.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partitions: list[VoteRequest.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, VoteRequest.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"VoteRequest.TopicData(topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_name is None:
@@ -129,20 +207,47 @@ class VoteRequest:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("cluster_id", "topics", "unknown_tagged_fields", "voter_id")
+
     # Versions 0+; nullable 0+.
-    cluster_id: str | None = None
+    cluster_id: str | None
     # Versions 1+; ignorable. The replica id of the voter receiving the request
-    voter_id: int = -1
+    voter_id: int
     # Versions 0+.
-    topics: list[VoteRequest.TopicData] = field(default_factory=list)
+    topics: list[VoteRequest.TopicData]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("cluster_id", "string", (0, 1), (0, 1), None, False),
         FieldSpec("voter_id", "int32", (1, 1), (1, 0), None, True),
         FieldSpec("topics", "[]TopicData", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        voter_id: int = -1,
+        topics: list[VoteRequest.TopicData] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.topics = [] if topics is MISSING else topics
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, VoteRequest):
+            return NotImplemented
+        return (self.cluster_id, self.voter_id, self.topics, self.unknown_tagged_fields) == (
+            other.cluster_id,
+            other.voter_id,
+            other.topics,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"VoteRequest(cluster_id={self.cluster_id!r}, voter_id={self.voter_id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -190,7 +295,6 @@ class VoteRequest:
         return obj
 
 
-@dataclass(slots=True)
 class VoteResponse:
     """VoteResponse (API key 52, versions 0-1, flexible from version 0)."""
 
@@ -200,22 +304,30 @@ class VoteResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
 
-    @dataclass(slots=True)
     class PartitionData:
         """The PartitionData struct of VoteResponse."""
 
+        __slots__ = (
+            "error_code",
+            "leader_epoch",
+            "leader_id",
+            "partition_index",
+            "unknown_tagged_fields",
+            "vote_granted",
+        )
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+.
-        error_code: int = 0
+        error_code: int
         # Versions 0+. The ID of the current leader or -1 if the leader is unknown.
-        leader_id: int = 0
+        leader_id: int
         # Versions 0+. The latest known leader epoch
-        leader_epoch: int = 0
+        leader_epoch: int
         # Versions 0+. True if the vote was granted and false otherwise
-        vote_granted: bool = False
+        vote_granted: bool
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 1), (1, 0), None, False),
@@ -224,6 +336,44 @@ class VoteResponse:
             FieldSpec("leader_epoch", "int32", (0, 1), (1, 0), None, False),
             FieldSpec("vote_granted", "bool", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            leader_id: int = 0,
+            leader_epoch: int = 0,
+            vote_granted: bool = False,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.vote_granted = vote_granted
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, VoteResponse.PartitionData):
+                return NotImplemented
+            return (
+                self.partition_index,
+                self.error_code,
+                self.leader_id,
+                self.leader_epoch,
+                self.vote_granted,
+                self.unknown_tagged_fields,
+            ) == (
+                other.partition_index,
+                other.error_code,
+                other.leader_id,
+                other.leader_epoch,
+                other.vote_granted,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"VoteResponse.PartitionData(partition_index={self.partition_index!r}, error_code={self.error_code!r}, leader_id={self.leader_id!r}, leader_epoch={self.leader_epoch!r}, vote_granted={self.vote_granted!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             writer.int32(self.partition_index)
@@ -244,21 +394,44 @@ class VoteResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class TopicData:
         """The TopicData struct of VoteResponse."""
 
+        __slots__ = ("partitions", "topic_name", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        topic_name: str = ""
+        topic_name: str
         # Versions 0+.
-        partitions: list[VoteResponse.PartitionData] = field(default_factory=list)
+        partitions: list[VoteResponse.PartitionData]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("topic_name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partitions", "[]PartitionData", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            topic_name: str = "",
+            partitions: list[VoteResponse.PartitionData] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, VoteResponse.TopicData):
+                return NotImplemented
+            return (self.topic_name, self.partitions, self.unknown_tagged_fields) == (
+                other.topic_name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"VoteResponse.TopicData(topic_name={self.topic_name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if self.topic_name is None:
@@ -281,24 +454,50 @@ class VoteResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class NodeEndpoint:
         """Endpoints for all current-leaders enumerated in PartitionData"""
 
+        __slots__ = ("host", "node_id", "port", "unknown_tagged_fields")
+
         # Versions 1+. The ID of the associated node
-        node_id: int = 0
+        node_id: int
         # Versions 1+. The node's hostname
-        host: str = ""
+        host: str
         # Versions 1+. The node's port
-        port: int = 0
+        port: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("node_id", "int32", (1, 1), (1, 0), None, False),
             FieldSpec("host", "string", (1, 1), (1, 0), None, False),
             FieldSpec("port", "uint16", (1, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, VoteResponse.NodeEndpoint):
+                return NotImplemented
+            return (self.node_id, self.host, self.port, self.unknown_tagged_fields) == (
+                other.node_id,
+                other.host,
+                other.port,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"VoteResponse.NodeEndpoint(node_id={self.node_id!r}, host={self.host!r}, port={self.port!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             if version >= 1:
@@ -329,20 +528,47 @@ class VoteResponse:
             obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("error_code", "node_endpoints", "topics", "unknown_tagged_fields")
+
     # Versions 0+. The top level error code.
-    error_code: int = 0
+    error_code: int
     # Versions 0+.
-    topics: list[VoteResponse.TopicData] = field(default_factory=list)
+    topics: list[VoteResponse.TopicData]
     # Versions 1+; tag 0 (tagged 1+). Endpoints for all current-leaders enumerated in PartitionData
-    node_endpoints: list[VoteResponse.NodeEndpoint] = field(default_factory=list)
+    node_endpoints: list[VoteResponse.NodeEndpoint]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("error_code", "int16", (0, 1), (1, 0), None, False),
         FieldSpec("topics", "[]TopicData", (0, 1), (1, 0), None, False),
         FieldSpec("node_endpoints", "[]NodeEndpoint", (1, 1), (1, 0), 0, False),
     )
+
+    def __init__(
+        self,
+        error_code: int = 0,
+        topics: list[VoteResponse.TopicData] = MISSING,
+        node_endpoints: list[VoteResponse.NodeEndpoint] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.error_code = error_code
+        self.topics = [] if topics is MISSING else topics
+        self.node_endpoints = [] if node_endpoints is MISSING else node_endpoints
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, VoteResponse):
+            return NotImplemented
+        return (self.error_code, self.topics, self.node_endpoints, self.unknown_tagged_fields) == (
+            other.error_code,
+            other.topics,
+            other.node_endpoints,
+            other.unknown_tagged_fields,
+        )
+
+    def __repr__(self) -> str:
+        return f"VoteResponse(error_code={self.error_code!r}, topics={self.topics!r}, node_endpoints={self.node_endpoints!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import FieldSpec, Reader, UnsupportedVersionError, Writer, null_field_error
+from strom.protocol.primitives import (
+    MISSING,
+    FieldSpec,
+    Reader,
+    UnsupportedVersionError,
+    Writer,
+    null_field_error,
+)
 
 
-@dataclass(slots=True)
 class WriteTxnMarkersRequest:
     """WriteTxnMarkersRequest (API key 27, versions 0-1, flexible from version 1)."""
 
@@ -20,21 +25,44 @@ class WriteTxnMarkersRequest:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class WritableTxnMarkerTopic:
         """Each topic that we want to write transaction marker(s) for."""
 
+        __slots__ = ("name", "partition_indexes", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The indexes of the partitions to write transaction markers for.
-        partition_indexes: list[int] = field(default_factory=list)
+        partition_indexes: list[int]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partition_indexes", "[]int32", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partition_indexes: list[int] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partition_indexes = [] if partition_indexes is MISSING else partition_indexes
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, WriteTxnMarkersRequest.WritableTxnMarkerTopic):
+                return NotImplemented
+            return (self.name, self.partition_indexes, self.unknown_tagged_fields) == (
+                other.name,
+                other.partition_indexes,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"WriteTxnMarkersRequest.WritableTxnMarkerTopic(name={self.name!r}, partition_indexes={self.partition_indexes!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -77,24 +105,32 @@ class WriteTxnMarkersRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class WritableTxnMarker:
         """The transaction markers to be written."""
 
+        __slots__ = (
+            "coordinator_epoch",
+            "producer_epoch",
+            "producer_id",
+            "topics",
+            "transaction_result",
+            "unknown_tagged_fields",
+        )
+
         # Versions 0+. The current producer ID.
-        producer_id: int = 0
+        producer_id: int
         # Versions 0+. The current epoch associated with the producer ID.
-        producer_epoch: int = 0
+        producer_epoch: int
         # Versions 0+. The result of the transaction to write to the partitions (false = ABORT, true =
         # COMMIT).
-        transaction_result: bool = False
+        transaction_result: bool
         # Versions 0+. Each topic that we want to write transaction marker(s) for.
-        topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = field(default_factory=list)
+        topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic]
         # Versions 0+. Epoch associated with the transaction state partition hosted by this transaction
         # coordinator
-        coordinator_epoch: int = 0
+        coordinator_epoch: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("producer_id", "int64", (0, 1), (1, 0), None, False),
@@ -103,6 +139,44 @@ class WriteTxnMarkersRequest:
             FieldSpec("topics", "[]WritableTxnMarkerTopic", (0, 1), (1, 0), None, False),
             FieldSpec("coordinator_epoch", "int32", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            producer_id: int = 0,
+            producer_epoch: int = 0,
+            transaction_result: bool = False,
+            topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = MISSING,
+            coordinator_epoch: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.producer_id = producer_id
+            self.producer_epoch = producer_epoch
+            self.transaction_result = transaction_result
+            self.topics = [] if topics is MISSING else topics
+            self.coordinator_epoch = coordinator_epoch
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, WriteTxnMarkersRequest.WritableTxnMarker):
+                return NotImplemented
+            return (
+                self.producer_id,
+                self.producer_epoch,
+                self.transaction_result,
+                self.topics,
+                self.coordinator_epoch,
+                self.unknown_tagged_fields,
+            ) == (
+                other.producer_id,
+                other.producer_epoch,
+                other.transaction_result,
+                other.topics,
+                other.coordinator_epoch,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"WriteTxnMarkersRequest.WritableTxnMarker(producer_id={self.producer_id!r}, producer_epoch={self.producer_epoch!r}, transaction_result={self.transaction_result!r}, topics={self.topics!r}, coordinator_epoch={self.coordinator_epoch!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -143,14 +217,32 @@ class WriteTxnMarkersRequest:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("markers", "unknown_tagged_fields")
+
     # Versions 0+. The transaction markers to be written.
-    markers: list[WriteTxnMarkersRequest.WritableTxnMarker] = field(default_factory=list)
+    markers: list[WriteTxnMarkersRequest.WritableTxnMarker]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("markers", "[]WritableTxnMarker", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        markers: list[WriteTxnMarkersRequest.WritableTxnMarker] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.markers = [] if markers is MISSING else markers
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WriteTxnMarkersRequest):
+            return NotImplemented
+        return (self.markers, self.unknown_tagged_fields) == (other.markers, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"WriteTxnMarkersRequest(markers={self.markers!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
@@ -206,7 +298,6 @@ class WriteTxnMarkersRequest:
         return obj
 
 
-@dataclass(slots=True)
 class WriteTxnMarkersResponse:
     """WriteTxnMarkersResponse (API key 27, versions 0-1, flexible from version 1)."""
 
@@ -216,21 +307,44 @@ class WriteTxnMarkersResponse:
     MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
 
-    @dataclass(slots=True)
     class WritableTxnMarkerPartitionResult:
         """The results by partition."""
 
+        __slots__ = ("error_code", "partition_index", "unknown_tagged_fields")
+
         # Versions 0+. The partition index.
-        partition_index: int = 0
+        partition_index: int
         # Versions 0+. The error code, or 0 if there was no error.
-        error_code: int = 0
+        error_code: int
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("partition_index", "int32", (0, 1), (1, 0), None, False),
             FieldSpec("error_code", "int16", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            partition_index: int = 0,
+            error_code: int = 0,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.partition_index = partition_index
+            self.error_code = error_code
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult):
+                return NotImplemented
+            return (self.partition_index, self.error_code, self.unknown_tagged_fields) == (
+                other.partition_index,
+                other.error_code,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult(partition_index={self.partition_index!r}, error_code={self.error_code!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -249,23 +363,44 @@ class WriteTxnMarkersResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class WritableTxnMarkerTopicResult:
         """The results by topic."""
 
+        __slots__ = ("name", "partitions", "unknown_tagged_fields")
+
         # Versions 0+. The topic name.
-        name: str = ""
+        name: str
         # Versions 0+. The results by partition.
-        partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = field(
-            default_factory=list
-        )
+        partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("name", "string", (0, 1), (1, 0), None, False),
             FieldSpec("partitions", "[]WritableTxnMarkerPartitionResult", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            name: str = "",
+            partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.name = name
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, WriteTxnMarkersResponse.WritableTxnMarkerTopicResult):
+                return NotImplemented
+            return (self.name, self.partitions, self.unknown_tagged_fields) == (
+                other.name,
+                other.partitions,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"WriteTxnMarkersResponse.WritableTxnMarkerTopicResult(name={self.name!r}, partitions={self.partitions!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -312,21 +447,44 @@ class WriteTxnMarkersResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
-    @dataclass(slots=True)
     class WritableTxnMarkerResult:
         """The results for writing makers."""
 
+        __slots__ = ("producer_id", "topics", "unknown_tagged_fields")
+
         # Versions 0+. The current producer ID in use by the transactional ID.
-        producer_id: int = 0
+        producer_id: int
         # Versions 0+. The results by topic.
-        topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = field(default_factory=list)
+        topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult]
         # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+        unknown_tagged_fields: dict[int, bytes]
 
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec("producer_id", "int64", (0, 1), (1, 0), None, False),
             FieldSpec("topics", "[]WritableTxnMarkerTopicResult", (0, 1), (1, 0), None, False),
         )
+
+        def __init__(
+            self,
+            producer_id: int = 0,
+            topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = MISSING,
+            unknown_tagged_fields: dict[int, bytes] = MISSING,
+        ) -> None:
+            self.producer_id = producer_id
+            self.topics = [] if topics is MISSING else topics
+            self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, WriteTxnMarkersResponse.WritableTxnMarkerResult):
+                return NotImplemented
+            return (self.producer_id, self.topics, self.unknown_tagged_fields) == (
+                other.producer_id,
+                other.topics,
+                other.unknown_tagged_fields,
+            )
+
+        def __repr__(self) -> str:
+            return f"WriteTxnMarkersResponse.WritableTxnMarkerResult(producer_id={self.producer_id!r}, topics={self.topics!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
         def write(self, writer: Writer, version: int) -> None:
             flexible = version >= 1
@@ -361,14 +519,32 @@ class WriteTxnMarkersResponse:
                 obj.unknown_tagged_fields = reader.tagged_fields()
             return obj
 
+    __slots__ = ("markers", "unknown_tagged_fields")
+
     # Versions 0+. The results for writing makers.
-    markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = field(default_factory=list)
+    markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult]
     # Tagged fields this version does not know, kept as raw bytes so they survive a round trip.
-    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+    unknown_tagged_fields: dict[int, bytes]
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec("markers", "[]WritableTxnMarkerResult", (0, 1), (1, 0), None, False),
     )
+
+    def __init__(
+        self,
+        markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = MISSING,
+        unknown_tagged_fields: dict[int, bytes] = MISSING,
+    ) -> None:
+        self.markers = [] if markers is MISSING else markers
+        self.unknown_tagged_fields = {} if unknown_tagged_fields is MISSING else unknown_tagged_fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WriteTxnMarkersResponse):
+            return NotImplemented
+        return (self.markers, self.unknown_tagged_fields) == (other.markers, other.unknown_tagged_fields)
+
+    def __repr__(self) -> str:
+        return f"WriteTxnMarkersResponse(markers={self.markers!r}, unknown_tagged_fields={self.unknown_tagged_fields!r})"
 
     def write(self, writer: Writer, version: int) -> None:
         if not 0 <= version <= 1:
