@@ -116,12 +116,8 @@ class ProducerStateTable:
     def _check_one(header: BatchHeader, entry: ProducerEntry | None) -> ProducerEntry:
         producer_id = header.producer_id
         if entry is None:
-            # A producer never seen must start at 0: anything else means batches were lost.
-            if header.base_sequence != 0:
-                raise OutOfOrderSequenceError(
-                    f"producer {producer_id} is unknown here and its first batch has sequence "
-                    f"{header.base_sequence}, expected 0"
-                )
+            # A producer not known here is accepted at any sequence, as Kafka does since KIP-360:
+            # its earlier batches may be gone with segments that retention or DeleteRecords removed.
             return ProducerEntry(header.producer_epoch)
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpochError(

@@ -234,13 +234,15 @@ class Segment:
     def read_bytes(self, position: int, size_bytes: int) -> bytes:
         return os.pread(self._log_fd, size_bytes, position)
 
-    def scan_headers(self, position: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    def scan_headers(
+        self, position: int, end: int | None = None, *, window_bytes: int = SCAN_WINDOW_BYTES
+    ) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from ``position`` (a batch start) to ``end``.
 
         The log was validated when written or recovered, so headers are trusted here.
         """
         stop = self.size_bytes if end is None else end
-        reader = _WindowReader(self._log_fd, stop)
+        reader = _WindowReader(self._log_fd, stop, window_bytes)
         while stop - position >= HEADER_BYTES:
             header = BatchHeader._make(HEADER.unpack_from(reader.read(position, HEADER_BYTES)))
             yield position, header
@@ -257,7 +259,9 @@ class Segment:
             return None
         slot = bisect_right(self._index_offsets, offset) - 1
         start = self._index_positions[slot] if slot >= 0 else 0
-        for position, header in self.scan_headers(start):
+        # The batch is at most one index interval away: a small read-ahead finds it in one pread.
+        window_bytes = min(SCAN_WINDOW_BYTES, max(self.index_interval_bytes * 2, 8192))
+        for position, header in self.scan_headers(start, window_bytes=window_bytes):
             if header.last_offset >= offset:
                 return position, header
         return None
@@ -372,8 +376,9 @@ class Segment:
 class _WindowReader:
     """Serves small reads of a file from a window read ahead with one pread."""
 
-    def __init__(self, fd: int, file_end: int) -> None:
+    def __init__(self, fd: int, file_end: int, window_bytes: int = SCAN_WINDOW_BYTES) -> None:
         self._fd = fd
+        self._window_bytes = window_bytes
         self._file_end = file_end
         self._window = b""
         self._window_start = 0
@@ -381,7 +386,7 @@ class _WindowReader:
     def read(self, position: int, size_bytes: int) -> bytes | memoryview:
         offset = position - self._window_start
         if offset < 0 or offset + size_bytes > len(self._window):
-            want = max(size_bytes, min(SCAN_WINDOW_BYTES, self._file_end - position))
+            want = max(size_bytes, min(self._window_bytes, self._file_end - position))
             self._window = os.pread(self._fd, want, position)
             self._window_start = position
             offset = 0

@@ -45,9 +45,15 @@ def test_gap_in_sequence_is_out_of_order(open_log: OpenLog) -> None:
     append(log, idempotent(3, 0))
     with pytest.raises(OutOfOrderSequenceError):
         append(log, idempotent(1, 4))
-    with pytest.raises(OutOfOrderSequenceError):
-        append(log, idempotent(1, 5, producer_id=2))  # unknown producer must start at 0
     assert log.log_end_offset == 3
+
+
+def test_an_unknown_producer_may_start_at_any_sequence(open_log: OpenLog) -> None:
+    log = open_log()
+    append(log, idempotent(1, 41, producer_id=2))  # its earlier batches may have been deleted
+    assert log.producer_state(2) == (0, 41)
+    with pytest.raises(OutOfOrderSequenceError):
+        append(log, idempotent(1, 43, producer_id=2))
 
 
 def test_epochs_fence_older_producers_and_restart_sequences(open_log: OpenLog) -> None:
