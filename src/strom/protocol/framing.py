@@ -1,0 +1,79 @@
+"""Sans-I/O framing: every Kafka request and response is a big-endian int32 size, then that many bytes.
+
+`FrameDecoder.feed()` takes whatever the socket delivered and returns the complete frame bodies.
+A declared size above the limit is refused as soon as the four size bytes are in, before any of
+the body is buffered, so a peer cannot make the broker allocate its claimed 2 GiB.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from strom.base import limits
+from strom.protocol.primitives import DecodeError
+
+__all__ = ["FrameDecoder", "FrameTooLargeError", "encode_frame"]
+
+_SIZE = struct.Struct(">i")
+_SIZE_BYTES = _SIZE.size
+
+# Consumed bytes at the front of the buffer are dropped only once they are this many and at least
+# half the buffer, so a burst of small frames costs O(n) copying in total, not O(n^2).
+_COMPACT_BYTES_MIN = 64 * 1024
+
+
+class FrameTooLargeError(DecodeError):
+    """A frame declared a size above the configured maximum."""
+
+    def __init__(self, size_bytes: int, frame_bytes_max: int) -> None:
+        super().__init__(f"frame of {size_bytes} bytes exceeds the maximum of {frame_bytes_max}")
+        self.size_bytes = size_bytes
+        self.frame_bytes_max = frame_bytes_max
+
+
+class FrameDecoder:
+    """Splits a byte stream into frame bodies. Once it has raised, the stream is unusable."""
+
+    __slots__ = ("_buffer", "_start", "frame_bytes_max")
+
+    def __init__(self, frame_bytes_max: int = limits.frame_bytes_max) -> None:
+        self.frame_bytes_max = frame_bytes_max
+        self._buffer = bytearray()
+        self._start = 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet returned as part of a frame."""
+        return len(self._buffer) - self._start
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Adds received bytes; returns every frame body now complete (without its size prefix)."""
+        buffer = self._buffer
+        buffer += data
+        frames: list[bytes] = []
+        start = self._start
+        end = len(buffer)
+        while end - start >= _SIZE_BYTES:
+            (size,) = _SIZE.unpack_from(buffer, start)
+            if size < limits.frame_bytes_min:
+                raise DecodeError(f"frame size {size} is below the minimum of {limits.frame_bytes_min}")
+            if size > self.frame_bytes_max:
+                raise FrameTooLargeError(size, self.frame_bytes_max)
+            if end - start - _SIZE_BYTES < size:
+                break
+            body_start = start + _SIZE_BYTES
+            frames.append(bytes(buffer[body_start : body_start + size]))
+            start = body_start + size
+        if start == end:
+            buffer.clear()
+            start = 0
+        elif start >= _COMPACT_BYTES_MIN and start * 2 >= end:
+            del buffer[:start]
+            start = 0
+        self._start = start
+        return frames
+
+
+def encode_frame(body: bytes | bytearray | memoryview) -> bytes:
+    """Prefixes a body with its int32 size."""
+    return _SIZE.pack(len(body)) + bytes(body)

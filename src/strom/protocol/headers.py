@@ -1,0 +1,117 @@
+"""Request and response headers, and which header version goes with which API version.
+
+A request sent with a flexible version of its API carries request header v2 (tagged fields) and
+gets response header v1; otherwise v1 / v0. Two exceptions: ApiVersions responses always use
+response header v0 (a client that does not know the broker's versions yet must still be able to
+parse the answer), and ControlledShutdown v0 requests use request header v0 (no client id).
+The header classes are generated from RequestHeader.json / ResponseHeader.json.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from strom.protocol.messages import REQUESTS
+from strom.protocol.messages.request_header import RequestHeader
+from strom.protocol.messages.response_header import ResponseHeader
+from strom.protocol.primitives import DecodeError, Reader, Writer
+
+__all__ = [
+    "RequestHeader",
+    "ResponseHeader",
+    "decode_request_header",
+    "decode_response_header",
+    "encode_request",
+    "encode_response",
+    "request_header_version",
+    "response_header_version",
+]
+
+API_VERSIONS_KEY = 18
+CONTROLLED_SHUTDOWN_KEY = 7
+_SIZE_PREFIX = struct.Struct(">i")
+_API_KEY_AND_VERSION = struct.Struct(">hh")
+
+
+def _is_flexible(api_key: int, api_version: int) -> bool:
+    request_class = REQUESTS.get(api_key)
+    if request_class is None:
+        return False
+    flexible_min: int | None = request_class.FLEXIBLE_MIN_VERSION
+    return flexible_min is not None and api_version >= flexible_min
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """The request header version a request of this API version carries (0, 1 or 2)."""
+    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+        return 0
+    return 2 if _is_flexible(api_key, api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """The response header version the answer to such a request carries (0 or 1)."""
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    return 1 if _is_flexible(api_key, api_version) else 0
+
+
+def decode_request_header(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, int]:
+    """Parses the header at the start of a request frame body (no size prefix).
+
+    Returns the header and the offset where the request body starts. The api key and version are
+    read first to choose the header version; an api key we do not know is still parsed as header
+    v1 so the broker can answer it with UNSUPPORTED_VERSION.
+    """
+    reader = Reader(frame)
+    if reader.remaining < _API_KEY_AND_VERSION.size:
+        raise DecodeError(f"request of {reader.remaining} bytes is too short for a header")
+    api_key, api_version = _API_KEY_AND_VERSION.unpack_from(reader.raw(_API_KEY_AND_VERSION.size))
+    reader.pos = 0
+    header = RequestHeader.read(reader, request_header_version(api_key, api_version))
+    return header, reader.pos
+
+
+def decode_response_header(
+    frame: bytes | bytearray | memoryview, api_key: int, api_version: int
+) -> tuple[ResponseHeader, int]:
+    """Parses the header of a response frame body; returns it and where the body starts."""
+    reader = Reader(frame)
+    header = ResponseHeader.read(reader, response_header_version(api_key, api_version))
+    return header, reader.pos
+
+
+def _framed(writer: Writer) -> bytes:
+    return _SIZE_PREFIX.pack(len(writer)) + writer.getvalue()
+
+
+def encode_response(
+    correlation_id: int, api_key: int, api_version: int, body_bytes: bytes | bytearray | memoryview
+) -> bytes:
+    """A whole response frame: 4-byte size, response header, body."""
+    writer = Writer()
+    ResponseHeader(correlation_id=correlation_id).write(writer, response_header_version(api_key, api_version))
+    writer.raw(body_bytes)
+    return _framed(writer)
+
+
+def encode_request(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    client_id: str | None,
+    body_bytes: bytes | bytearray | memoryview,
+) -> bytes:
+    """A whole request frame: 4-byte size, request header, body."""
+    writer = Writer()
+    header = RequestHeader(
+        request_api_key=api_key,
+        request_api_version=api_version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    version = request_header_version(api_key, api_version)
+    if version == 0:
+        header.client_id = ""
+    header.write(writer, version)
+    writer.raw(body_bytes)
+    return _framed(writer)
