@@ -1,0 +1,314 @@
+"""Broker configuration: Kafka's key names, from a properties file plus ``--set key=value``.
+
+Every supported key is declared once in ``BROKER_CONFIG_KEYS`` with its type, default and meaning;
+``strom broker --help-config`` prints that table, and an unknown key is an error, never silently
+ignored. Log defaults (``log.*``) become the default ``LogConfig`` for every topic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.base import limits
+from strom.storage import ConfigError, LogConfig
+
+
+class BrokerConfigError(ValueError):
+    """A configuration key is unknown or its value does not parse; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    kind: str  # "int", "long", "bool", "string", "list"
+    default: str
+    doc: str
+
+
+_KEYS = [
+    ConfigKey("broker.id", "int", "0", "This broker's node id, shown to clients in metadata."),
+    ConfigKey("node.id", "int", "0", "Synonym of broker.id."),
+    ConfigKey(
+        "cluster.id",
+        "string",
+        "",
+        "The cluster id reported to clients; generated and kept in the data directory when empty.",
+    ),
+    ConfigKey("listeners", "string", "", "Accepted for compatibility; use --host and --port."),
+    ConfigKey(
+        "advertised.host.name", "string", "", "Host clients are told to connect to (default: the bind host)."
+    ),
+    ConfigKey("advertised.port", "int", "0", "Port clients are told to connect to (default: the bind port)."),
+    ConfigKey("log.dirs", "string", "", "Data directory (same as --data-dir)."),
+    ConfigKey("log.dir", "string", "", "Synonym of log.dirs."),
+    ConfigKey(
+        "socket.request.max.bytes",
+        "int",
+        str(limits.frame_bytes_max),
+        "Largest request frame accepted; larger frames are refused before they are buffered and the connection is closed.",
+    ),
+    ConfigKey(
+        "message.max.bytes",
+        "int",
+        "1048588",
+        "Largest record batch accepted (topic override: max.message.bytes).",
+    ),
+    ConfigKey(
+        "auto.create.topics.enable",
+        "bool",
+        "true",
+        "Create a topic when a client asks metadata for it (or produces to it).",
+    ),
+    ConfigKey(
+        "num.partitions",
+        "int",
+        "1",
+        "Partitions of an auto-created topic, and of CreateTopics asking for the default.",
+    ),
+    ConfigKey(
+        "default.replication.factor",
+        "int",
+        "1",
+        "Replication factor of auto-created topics (a single broker keeps one replica).",
+    ),
+    ConfigKey("delete.topic.enable", "bool", "true", "Allow DeleteTopics."),
+    ConfigKey(
+        "log.segment.bytes",
+        "int",
+        "1073741824",
+        "Roll a new segment when the active one would exceed this size (topic: segment.bytes).",
+    ),
+    ConfigKey(
+        "log.roll.ms",
+        "long",
+        "",
+        "Roll a new segment after this many ms (topic: segment.ms); overrides log.roll.hours.",
+    ),
+    ConfigKey("log.roll.hours", "int", "168", "Roll a new segment after this many hours."),
+    ConfigKey(
+        "log.retention.ms",
+        "long",
+        "",
+        "Delete segments older than this (topic: retention.ms); -1 keeps forever. Overrides minutes/hours.",
+    ),
+    ConfigKey("log.retention.minutes", "int", "", "Retention in minutes; overrides log.retention.hours."),
+    ConfigKey("log.retention.hours", "int", "168", "Retention in hours."),
+    ConfigKey(
+        "log.retention.bytes",
+        "long",
+        "-1",
+        "Delete the oldest segments while a partition exceeds this size (topic: retention.bytes).",
+    ),
+    ConfigKey("log.retention.check.interval.ms", "long", "300000", "How often retention and compaction run."),
+    ConfigKey(
+        "log.cleanup.policy", "list", "delete", "delete, compact or compact,delete (topic: cleanup.policy)."
+    ),
+    ConfigKey(
+        "log.cleaner.delete.retention.ms",
+        "long",
+        "86400000",
+        "How long tombstones stay in a compacted log (topic: delete.retention.ms).",
+    ),
+    ConfigKey(
+        "log.cleaner.min.compaction.lag.ms",
+        "long",
+        "0",
+        "Records younger than this are not compacted (topic: min.compaction.lag.ms).",
+    ),
+    ConfigKey(
+        "log.flush.interval.messages",
+        "long",
+        str(2**63 - 1),
+        "fsync a partition after this many appended messages (topic: flush.messages).",
+    ),
+    ConfigKey(
+        "log.flush.interval.ms",
+        "long",
+        "",
+        "fsync a partition when its oldest unflushed message is this old (topic: flush.ms).",
+    ),
+    ConfigKey(
+        "log.flush.scheduler.interval.ms", "long", "1000", "How often the time-based flush policy is checked."
+    ),
+    ConfigKey(
+        "log.index.interval.bytes",
+        "int",
+        "4096",
+        "Bytes of log between two sparse index entries (topic: index.interval.bytes).",
+    ),
+    ConfigKey(
+        "log.message.timestamp.type",
+        "string",
+        "CreateTime",
+        "CreateTime or LogAppendTime (topic: message.timestamp.type).",
+    ),
+    ConfigKey("offsets.topic.num.partitions", "int", "50", "Partitions of __consumer_offsets."),
+    ConfigKey(
+        "group.initial.rebalance.delay.ms", "long", "3000", "Delay before the first rebalance of a new group."
+    ),
+    ConfigKey(
+        "group.min.session.timeout.ms", "int", "6000", "Smallest session timeout a member may ask for."
+    ),
+    ConfigKey(
+        "group.max.session.timeout.ms", "int", "1800000", "Largest session timeout a member may ask for."
+    ),
+    ConfigKey("group.max.size", "int", str(2**31 - 1), "Most members a group may have."),
+    ConfigKey(
+        "offsets.retention.minutes", "int", "10080", "How long committed offsets of an empty group are kept."
+    ),
+    ConfigKey(
+        "producer.id.expiration.ms",
+        "long",
+        "86400000",
+        "Accepted for compatibility; producer state is kept while its batches are in the log.",
+    ),
+]
+
+BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
+
+
+def _parse(key: ConfigKey, raw: str) -> int | bool | str:
+    value = raw.strip()
+    if key.kind in ("int", "long"):
+        try:
+            return int(value)
+        except ValueError:
+            raise BrokerConfigError(f"{key.name}: {raw!r} is not an integer") from None
+    if key.kind == "bool":
+        if value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise BrokerConfigError(f"{key.name}: {raw!r} is not true or false")
+    return value
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Read a Java-style properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+    properties: dict[str, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        separator = min((i for i in (stripped.find("="), stripped.find(":")) if i >= 0), default=-1)
+        if separator <= 0:
+            raise BrokerConfigError(f"{path}:{number}: expected key=value, got {line!r}")
+        properties[stripped[:separator].strip()] = stripped[separator + 1 :].strip()
+    return properties
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    data_dir: Path = Path("./data")
+    values: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.values) - set(BROKER_CONFIG_KEYS))
+        if unknown:
+            raise BrokerConfigError(
+                "unknown configuration key(s): "
+                + ", ".join(unknown)
+                + " (strom broker --help-config lists the supported keys)"
+            )
+        for name, raw in self.values.items():
+            _parse(BROKER_CONFIG_KEYS[name], raw)
+        self.log_defaults()  # validates the log.* values now, not at first use
+
+    def get(self, name: str) -> int | bool | str:
+        key = BROKER_CONFIG_KEYS[name]
+        raw = self.values.get(name, key.default)
+        return _parse(key, raw)
+
+    def is_set(self, name: str) -> bool:
+        return bool(self.values.get(name, BROKER_CONFIG_KEYS[name].default).strip())
+
+    def get_int(self, name: str) -> int:
+        value = self.get(name)
+        assert isinstance(value, int) and not isinstance(value, bool), name
+        return value
+
+    def get_bool(self, name: str) -> bool:
+        value = self.get(name)
+        assert isinstance(value, bool), name
+        return value
+
+    def get_str(self, name: str) -> str:
+        return str(self.get(name))
+
+    @property
+    def node_id(self) -> int:
+        return self.get_int("node.id") if "node.id" in self.values else self.get_int("broker.id")
+
+    @property
+    def advertised_host(self) -> str:
+        return self.get_str("advertised.host.name") or self.host
+
+    @property
+    def advertised_port(self) -> int:
+        return self.get_int("advertised.port") or self.port
+
+    @property
+    def frame_bytes_max(self) -> int:
+        return self.get_int("socket.request.max.bytes")
+
+    def retention_ms(self) -> int:
+        if self.is_set("log.retention.ms"):
+            return self.get_int("log.retention.ms")
+        if self.is_set("log.retention.minutes"):
+            return self.get_int("log.retention.minutes") * 60_000
+        return self.get_int("log.retention.hours") * 3_600_000
+
+    def segment_ms(self) -> int:
+        if self.is_set("log.roll.ms"):
+            return self.get_int("log.roll.ms")
+        return self.get_int("log.roll.hours") * 3_600_000
+
+    def log_defaults(self) -> LogConfig:
+        """The LogConfig every topic starts from (topic overrides apply on top)."""
+        properties = {
+            "segment.bytes": str(self.get_int("log.segment.bytes")),
+            "segment.ms": str(self.segment_ms()),
+            "retention.ms": str(self.retention_ms()),
+            "retention.bytes": str(self.get_int("log.retention.bytes")),
+            "cleanup.policy": self.get_str("log.cleanup.policy"),
+            "delete.retention.ms": str(self.get_int("log.cleaner.delete.retention.ms")),
+            "min.compaction.lag.ms": str(self.get_int("log.cleaner.min.compaction.lag.ms")),
+            "flush.messages": str(self.get_int("log.flush.interval.messages")),
+            "index.interval.bytes": str(self.get_int("log.index.interval.bytes")),
+            "max.message.bytes": str(self.get_int("message.max.bytes")),
+            "message.timestamp.type": self.get_str("log.message.timestamp.type"),
+        }
+        if self.is_set("log.flush.interval.ms"):
+            properties["flush.ms"] = str(self.get_int("log.flush.interval.ms"))
+        try:
+            return LogConfig.from_properties(properties)
+        except (ValueError, ConfigError) as error:
+            raise BrokerConfigError(str(error)) from None
+
+    def cluster_id(self) -> str:
+        """The configured cluster id, else one generated once and kept in the data directory."""
+        configured = self.get_str("cluster.id")
+        if configured:
+            return configured
+        path = self.data_dir / "cluster.id"
+        if path.exists():
+            return path.read_text(encoding="utf-8").strip()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        generated = uuid.uuid4().hex[:22]
+        path.write_text(generated + "\n", encoding="utf-8")
+        return generated
+
+
+def help_config_text() -> str:
+    """The table printed by ``strom broker --help-config``."""
+    width = max(len(name) for name in BROKER_CONFIG_KEYS)
+    lines = ["Broker configuration keys (Kafka's names; --config FILE and --set key=value):", ""]
+    for key in _KEYS:
+        default = key.default if key.default else "(unset)"
+        lines.append(f"  {key.name:<{width}}  {key.kind:<6}  default {default}")
+        lines.append(f"  {'':<{width}}  {key.doc}")
+    return "\n".join(lines)

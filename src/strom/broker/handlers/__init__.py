@@ -1,0 +1,22 @@
+"""One module per API. Importing a module registers its handler in ``strom.broker.registry``."""
+
+from __future__ import annotations
+
+from strom.broker.handlers import api_versions
+
+__all__ = ["api_versions", "register_all"]
+
+
+def register_all() -> None:
+    """Import every handler module (each registers itself once, at import)."""
+    from strom.broker.handlers import (  # noqa: F401
+        cluster,
+        configs,
+        fetch,
+        list_offsets,
+        metadata,
+        produce,
+        producer_ids,
+        records,
+        topics,
+    )

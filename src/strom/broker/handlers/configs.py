@@ -1,0 +1,180 @@
+"""DescribeConfigs 0-4, AlterConfigs 0-2 and IncrementalAlterConfigs 0-1 for topics (and the
+broker's static configuration, read-only)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from strom.broker.context import RequestContext
+from strom.broker.refused import Refused
+from strom.broker.registry import handles
+from strom.broker.state import BrokerState
+from strom.broker.topic_configs import ConfigEntry, broker_config_entries, topic_config_entries
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
+from strom.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
+from strom.protocol.messages.incremental_alter_configs import (
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from strom.storage import TOPIC_CONFIG_KEYS, ConfigError, LogConfig
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+OPERATION_SET = 0
+OPERATION_DELETE = 1
+OPERATION_APPEND = 2
+OPERATION_SUBTRACT = 3
+LIST_KEYS = frozenset({"cleanup.policy"})
+
+
+def _entries(state: BrokerState, resource_type: int, name: str) -> list[ConfigEntry]:
+    if resource_type == RESOURCE_TOPIC:
+        topic = state.logs.topic(name)
+        if topic is None:
+            raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+        return topic_config_entries(state, topic)
+    if resource_type == RESOURCE_BROKER:
+        if name not in ("", str(state.node_id)):
+            raise Refused(ErrorCode.INVALID_REQUEST, f"this is broker {state.node_id}, not '{name}'")
+        return broker_config_entries(state)
+    raise Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported")
+
+
+@handles(DescribeConfigsRequest, DescribeConfigsResponse, 0, 4)
+async def handle_describe_configs(
+    context: RequestContext, request: DescribeConfigsRequest
+) -> DescribeConfigsResponse:
+    version = context.api_version
+    results: list[DescribeConfigsResponse.DescribeConfigsResult] = []
+    for resource in request.resources:
+        result = DescribeConfigsResponse.DescribeConfigsResult(
+            resource_type=resource.resource_type, resource_name=resource.resource_name, error_message=None
+        )
+        results.append(result)
+        try:
+            entries = _entries(context.broker, resource.resource_type, resource.resource_name)
+        except Refused as refused:
+            result.error_code = refused.error
+            result.error_message = refused.message
+            continue
+        wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        for entry in entries:
+            if wanted is not None and entry.name not in wanted:
+                continue
+            config = DescribeConfigsResponse.DescribeConfigsResourceResult(
+                name=entry.name, value=entry.value, read_only=entry.read_only, is_sensitive=False
+            )
+            if version == 0:
+                config.is_default = entry.source not in (1, 4)
+            else:
+                config.config_source = entry.source
+                if request.include_synonyms:
+                    config.synonyms = [
+                        DescribeConfigsResponse.DescribeConfigsSynonym(name=name, value=value, source=source)
+                        for name, value, source in entry.synonyms
+                    ]
+            if version >= 3:
+                config.config_type = entry.config_type
+                config.documentation = entry.documentation if request.include_documentation else None
+            result.configs.append(config)
+    return DescribeConfigsResponse(results=results)
+
+
+def _apply_topic_overrides(
+    state: BrokerState, name: str, overrides: Mapping[str, str], validate_only: bool
+) -> None:
+    topic = state.logs.topic(name)
+    if topic is None:
+        raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+    unknown = sorted(set(overrides) - set(TOPIC_CONFIG_KEYS))
+    if unknown:
+        raise Refused(ErrorCode.INVALID_CONFIG, f"unknown topic config(s): {', '.join(unknown)}")
+    try:
+        LogConfig.from_properties(overrides, base=state.config.log_defaults())
+        if not validate_only:
+            state.logs.alter_topic_config(name, overrides)
+    except ConfigError as error:
+        raise Refused(ErrorCode.INVALID_CONFIG, str(error)) from None
+
+
+def _check_resource(state: BrokerState, resource_type: int, name: str) -> None:
+    if resource_type == RESOURCE_BROKER:
+        raise Refused(
+            ErrorCode.INVALID_REQUEST,
+            "broker configuration is static: set it with --config or --set and restart",
+        )
+    if resource_type != RESOURCE_TOPIC:
+        raise Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported")
+
+
+@handles(AlterConfigsRequest, AlterConfigsResponse, 0, 2)
+async def handle_alter_configs(context: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    """Non-incremental: the given set replaces every override of the topic."""
+    state = context.broker
+    responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = []
+    for resource in request.resources:
+        response = AlterConfigsResponse.AlterConfigsResourceResponse(
+            resource_type=resource.resource_type, resource_name=resource.resource_name, error_message=None
+        )
+        responses.append(response)
+        try:
+            _check_resource(state, resource.resource_type, resource.resource_name)
+            overrides = {entry.name: entry.value for entry in resource.configs if entry.value is not None}
+            _apply_topic_overrides(state, resource.resource_name, overrides, request.validate_only)
+        except Refused as refused:
+            response.error_code = refused.error
+            response.error_message = refused.message
+    return AlterConfigsResponse(responses=responses)
+
+
+def _incremental(current: dict[str, str], config: IncrementalAlterConfigsRequest.AlterableConfig) -> None:
+    name, value = config.name, config.value
+    if config.config_operation == OPERATION_SET:
+        if value is None:
+            raise Refused(ErrorCode.INVALID_CONFIG, f"SET of {name} needs a value")
+        current[name] = value
+    elif config.config_operation == OPERATION_DELETE:
+        current.pop(name, None)
+    elif config.config_operation in (OPERATION_APPEND, OPERATION_SUBTRACT):
+        if name not in LIST_KEYS:
+            raise Refused(ErrorCode.INVALID_CONFIG, f"{name} is not a list; APPEND/SUBTRACT do not apply")
+        items = [item for item in current.get(name, "").split(",") if item]
+        for item in (value or "").split(","):
+            if not item:
+                continue
+            if config.config_operation == OPERATION_APPEND and item not in items:
+                items.append(item)
+            elif config.config_operation == OPERATION_SUBTRACT and item in items:
+                items.remove(item)
+        current[name] = ",".join(items)
+    else:
+        raise Refused(ErrorCode.INVALID_REQUEST, f"unknown config operation {config.config_operation}")
+
+
+@handles(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1)
+async def handle_incremental_alter_configs(
+    context: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    state = context.broker
+    responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = []
+    for resource in request.resources:
+        response = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+            resource_type=resource.resource_type, resource_name=resource.resource_name, error_message=None
+        )
+        responses.append(response)
+        try:
+            _check_resource(state, resource.resource_type, resource.resource_name)
+            topic = state.logs.topic(resource.resource_name)
+            if topic is None:
+                raise Refused(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{resource.resource_name}' does not exist"
+                )
+            overrides = dict(topic.overrides)
+            for config in resource.configs:
+                _incremental(overrides, config)
+            _apply_topic_overrides(state, resource.resource_name, overrides, request.validate_only)
+        except Refused as refused:
+            response.error_code = refused.error
+            response.error_message = refused.message
+    return IncrementalAlterConfigsResponse(responses=responses)

@@ -1,0 +1,95 @@
+"""ListOffsets 1-8: earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local (-4, v8+)
+and the first offset whose timestamp is at or after a given time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from strom.broker.context import RequestContext
+from strom.broker.registry import handles
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from strom.protocol.records import AbsoluteRecord, CorruptBatchError, iter_batches
+from strom.storage import OffsetOutOfRangeError, PartitionLog
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LEADER_EPOCH = 0
+
+Partition = ListOffsetsResponse.ListOffsetsPartitionResponse
+
+
+def _lookup(partition_log: PartitionLog, timestamp: int, version: int) -> tuple[ErrorCode, int, int]:
+    """(error, offset, timestamp) for one partition."""
+    if timestamp == LATEST:
+        return ErrorCode.NONE, partition_log.high_watermark, -1
+    if timestamp == EARLIEST or (timestamp == EARLIEST_LOCAL and version >= 8):
+        return ErrorCode.NONE, partition_log.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP and version >= 7:
+        offset, max_timestamp = partition_log.max_timestamp()
+        if offset < 0:
+            return ErrorCode.NONE, -1, -1
+        exact = _first_record_at(
+            partition_log, offset, lambda record: record.timestamp == max_timestamp, whole_batch=True
+        )
+        return ErrorCode.NONE, *(exact or (offset, max_timestamp))
+    if timestamp < 0:
+        return ErrorCode.UNSUPPORTED_VERSION, -1, -1
+    found = partition_log.offset_for_timestamp(timestamp)
+    if found is None:
+        return ErrorCode.NONE, -1, -1
+    exact = _first_record_at(partition_log, found[0], lambda record: record.timestamp >= timestamp)
+    return ErrorCode.NONE, *(exact or found)
+
+
+def _first_record_at(
+    partition_log: PartitionLog,
+    offset: int,
+    matches: Callable[[AbsoluteRecord], bool],
+    whole_batch: bool = False,
+) -> tuple[int, int] | None:
+    """The log answers at batch granularity; the protocol wants the record. Decode the one batch
+    that holds ``offset`` (this is where the semantics demand a decode) and pick the record."""
+    try:
+        data = partition_log.read(offset, 1, min_one_batch=True).records
+        batches = list(iter_batches(data))
+    except (OffsetOutOfRangeError, CorruptBatchError):
+        return None
+    for batch in batches[:1]:
+        for record in batch.absolute_records():
+            if (
+                (whole_batch or record.offset >= offset)
+                and record.offset >= partition_log.log_start_offset
+                and matches(record)
+            ):
+                return record.offset, record.timestamp
+    return None
+
+
+@handles(ListOffsetsRequest, ListOffsetsResponse, 1, 8)
+async def handle_list_offsets(context: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    state = context.broker
+    version = context.api_version
+    topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
+    for topic in request.topics:
+        partitions: list[Partition] = []
+        for wanted in topic.partitions:
+            partition = Partition(partition_index=wanted.partition_index, timestamp=-1, offset=-1)
+            partitions.append(partition)
+            partition_log = state.logs.log(topic.name, wanted.partition_index)
+            if partition_log is None:
+                partition.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if wanted.current_leader_epoch > LEADER_EPOCH:
+                partition.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                continue
+            error, offset, timestamp = _lookup(partition_log, wanted.timestamp, version)
+            partition.error_code = error
+            partition.offset = offset
+            partition.timestamp = timestamp
+            if version >= 4:
+                partition.leader_epoch = LEADER_EPOCH if offset >= 0 else -1
+        topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+    return ListOffsetsResponse(topics=topics)

@@ -1,0 +1,143 @@
+"""Produce 3-11 (record batch format v2; acks 0, 1 and -1).
+
+The hot path does per-batch work only: the batch headers and CRC-32C are validated, the log
+assigns offsets by rewriting each batch's base offset, and the bytes are appended as they came.
+Records are decoded only where the semantics demand it (null keys on a compacted topic). With a
+single replica, acks=-1 is satisfied by the leader's append, exactly like acks=1.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from strom.broker.context import RequestContext
+from strom.broker.refused import Refused
+from strom.broker.registry import handles
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
+from strom.protocol.records.header import MAGIC_OFFSET, CorruptBatchError, validate_batches
+from strom.storage import (
+    DuplicateSequenceError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    PartitionLog,
+    RecordTooLargeError,
+    StorageError,
+    UnknownProducerIdError,
+)
+
+log = logging.getLogger("strom.broker.produce")
+
+ZSTD = 4
+ZSTD_MIN_PRODUCE_VERSION = 7
+VALID_ACKS = (-1, 0, 1)
+
+Partition = ProduceResponse.PartitionProduceResponse
+
+
+def _null_key_present(records: bytearray) -> bool:
+    from strom.protocol.records import iter_records
+
+    return any(record.key is None for record in iter_records(bytes(records)))
+
+
+async def _append(
+    context: RequestContext, partition_log: PartitionLog, data: bytes | bytearray | memoryview | None
+) -> Partition:
+    state = context.broker
+    if data is None or len(data) == 0:
+        raise Refused(ErrorCode.CORRUPT_MESSAGE, "no records in the request")
+    if len(data) > MAGIC_OFFSET and data[MAGIC_OFFSET] != 2:
+        raise Refused(
+            ErrorCode.INVALID_RECORD,
+            f"produce v{context.api_version} takes record batches of magic 2, got magic {data[MAGIC_OFFSET]}",
+        )
+    records = bytearray(data)
+    try:
+        headers = validate_batches(records)
+    except CorruptBatchError as error:
+        raise Refused(ErrorCode.CORRUPT_MESSAGE, str(error)) from None
+    config = partition_log.config
+    for header in headers:
+        if header.size_bytes > config.max_message_bytes:
+            raise Refused(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"batch of {header.size_bytes} bytes exceeds max.message.bytes {config.max_message_bytes}",
+            )
+        if header.compression == ZSTD and context.api_version < ZSTD_MIN_PRODUCE_VERSION:
+            raise Refused(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs produce v7 or later")
+    if len(records) > config.segment_bytes:
+        raise Refused(
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+            f"{len(records)} bytes of records exceed segment.bytes {config.segment_bytes}",
+        )
+    if "compact" in config.cleanup_policy and _null_key_present(records):
+        raise Refused(ErrorCode.INVALID_RECORD, "compacted topics refuse records without a key")
+    now_ms = state.clock.wall_ms()
+    try:
+        result = partition_log.append(records, headers, now_ms)
+    except DuplicateSequenceError as duplicate:
+        # A retry of a batch already in the log: answered with where it went the first time.
+        return Partition(
+            error_code=ErrorCode.NONE,
+            base_offset=duplicate.base_offset,
+            log_start_offset=partition_log.log_start_offset,
+        )
+    except OutOfOrderSequenceError as error:
+        raise Refused(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, str(error)) from None
+    except InvalidProducerEpochError as error:
+        raise Refused(ErrorCode.INVALID_PRODUCER_EPOCH, str(error)) from None
+    except UnknownProducerIdError as error:
+        raise Refused(ErrorCode.UNKNOWN_PRODUCER_ID, str(error)) from None
+    except RecordTooLargeError as error:
+        raise Refused(ErrorCode.MESSAGE_TOO_LARGE, str(error)) from None
+    state.notify_append(partition_log.topic, partition_log.partition)
+    if partition_log.needs_flush(now_ms):
+        await state.flush(partition_log)
+    return Partition(
+        error_code=ErrorCode.NONE,
+        base_offset=result.base_offset,
+        log_append_time_ms=result.log_append_time_ms,
+        log_start_offset=result.log_start_offset,
+    )
+
+
+@handles(ProduceRequest, ProduceResponse, 3, 11)
+async def handle_produce(context: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    state = context.broker
+    responses: list[ProduceResponse.TopicProduceResponse] = []
+    acks_valid = request.acks in VALID_ACKS
+    for topic_data in request.topic_data:
+        partitions: list[Partition] = []
+        topic = state.logs.topic(topic_data.name)
+        for partition_data in topic_data.partition_data:
+            index = partition_data.index
+            try:
+                if not acks_valid:
+                    raise Refused(
+                        ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {request.acks}"
+                    )
+                partition_log = state.logs.log(topic_data.name, index) if topic is not None else None
+                if partition_log is None:
+                    raise Refused(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"this broker has no partition {topic_data.name}-{index}",
+                    )
+                partition = await _append(context, partition_log, partition_data.records)
+            except Refused as refused:
+                partition = Partition(error_code=refused.error, base_offset=-1, log_start_offset=-1)
+                if context.api_version >= 8:
+                    partition.error_message = refused.message
+            except StorageError as error:
+                log.error("append to %s-%d failed: %s", topic_data.name, index, error)
+                partition = Partition(error_code=ErrorCode.KAFKA_STORAGE_ERROR, base_offset=-1)
+                if context.api_version >= 8:
+                    partition.error_message = str(error)
+            partition.index = index
+            partitions.append(partition)
+        responses.append(
+            ProduceResponse.TopicProduceResponse(name=topic_data.name, partition_responses=partitions)
+        )
+    if request.acks == 0:
+        return None
+    return ProduceResponse(responses=responses)

@@ -1,0 +1,39 @@
+"""DeleteRecords 0-2: move a partition's log start offset forward (offset -1: the high watermark)."""
+
+from __future__ import annotations
+
+from strom.broker.context import RequestContext
+from strom.broker.registry import handles
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
+
+HIGH_WATERMARK = -1
+
+Partition = DeleteRecordsResponse.DeleteRecordsPartitionResult
+
+
+@handles(DeleteRecordsRequest, DeleteRecordsResponse, 0, 2)
+async def handle_delete_records(
+    context: RequestContext, request: DeleteRecordsRequest
+) -> DeleteRecordsResponse:
+    state = context.broker
+    topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = []
+    for topic in request.topics:
+        partitions: list[Partition] = []
+        for wanted in topic.partitions:
+            partition = Partition(partition_index=wanted.partition_index, low_watermark=-1)
+            partitions.append(partition)
+            partition_log = state.logs.log(topic.name, wanted.partition_index)
+            if partition_log is None:
+                partition.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offset = partition_log.high_watermark if wanted.offset == HIGH_WATERMARK else wanted.offset
+            if not 0 <= offset <= partition_log.high_watermark:
+                partition.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                partition.low_watermark = partition_log.log_start_offset
+                continue
+            partition.low_watermark = partition_log.delete_records_before(offset)
+            # The new start offset is durable before the client is told, like an append.
+            await state.flush(partition_log)
+        topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=topic.name, partitions=partitions))
+    return DeleteRecordsResponse(topics=topics)

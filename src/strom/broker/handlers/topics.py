@@ -1,0 +1,201 @@
+"""CreateTopics 0-7, DeleteTopics 0-6 and CreatePartitions 0-3.
+
+One broker holds one replica of everything: a replication factor above 1 or a replica assignment
+naming another broker is refused with INVALID_REPLICATION_FACTOR / INVALID_REPLICA_ASSIGNMENT
+rather than quietly ignored.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from strom.base import limits
+from strom.broker.context import RequestContext
+from strom.broker.refused import Refused
+from strom.broker.registry import handles
+from strom.broker.state import BrokerState
+from strom.broker.topic_configs import topic_config_entries
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
+from strom.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from strom.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from strom.storage import ConfigError, InvalidPartitionsError, InvalidTopicError, validate_topic_name
+
+ZERO_UUID = uuid.UUID(int=0)
+DEFAULT_FROM_BROKER = -1
+INTERNAL_PREFIX = "__"
+
+
+def _check_replicas(state: BrokerState, replication_factor: int, broker_ids: list[list[int]]) -> None:
+    if replication_factor not in (DEFAULT_FROM_BROKER, 1):
+        raise Refused(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {replication_factor} is larger than the 1 available broker",
+        )
+    for replicas in broker_ids:
+        if replicas != [state.node_id]:
+            raise Refused(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"replica assignment {replicas} names brokers other than {state.node_id}",
+            )
+
+
+def _create_one(
+    state: BrokerState, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool
+) -> CreateTopicsResponse.CreatableTopicResult:
+    problem = validate_topic_name(topic.name)
+    if problem is not None:
+        raise Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+    if state.logs.topic(topic.name) is not None:
+        raise Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{topic.name}' already exists")
+    if topic.assignments and (
+        topic.num_partitions != DEFAULT_FROM_BROKER or topic.replication_factor != DEFAULT_FROM_BROKER
+    ):
+        raise Refused(
+            ErrorCode.INVALID_REQUEST,
+            "give either a replica assignment or a partition count and replication factor, not both",
+        )
+    partitions = topic.num_partitions
+    if topic.assignments:
+        partitions = len(topic.assignments)
+        if sorted(assignment.partition_index for assignment in topic.assignments) != list(range(partitions)):
+            raise Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partition indexes must be 0..n-1")
+    elif partitions == DEFAULT_FROM_BROKER:
+        partitions = state.config.get_int("num.partitions")
+    if not 1 <= partitions <= limits.partitions_per_topic_max:
+        raise Refused(
+            ErrorCode.INVALID_PARTITIONS,
+            f"number of partitions must be between 1 and {limits.partitions_per_topic_max}, not {partitions}",
+        )
+    _check_replicas(state, topic.replication_factor, [a.broker_ids for a in topic.assignments])
+    overrides: dict[str, str] = {}
+    for entry in topic.configs:
+        if entry.value is None:
+            continue
+        overrides[entry.name] = entry.value
+    try:
+        created = state.logs.create_topic(topic.name, partitions, overrides, validate_only=validate_only)
+    except ConfigError as error:
+        raise Refused(ErrorCode.INVALID_CONFIG, str(error)) from None
+    except InvalidTopicError as error:
+        raise Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, str(error)) from None
+    except InvalidPartitionsError as error:
+        raise Refused(ErrorCode.INVALID_PARTITIONS, str(error)) from None
+    return CreateTopicsResponse.CreatableTopicResult(
+        name=topic.name,
+        topic_id=created.topic_id if not validate_only else ZERO_UUID,
+        error_code=ErrorCode.NONE,
+        num_partitions=partitions,
+        replication_factor=1,
+        configs=[
+            CreateTopicsResponse.CreatableTopicConfigs(
+                name=entry.name,
+                value=entry.value,
+                read_only=entry.read_only,
+                config_source=entry.source,
+                is_sensitive=False,
+            )
+            for entry in topic_config_entries(state, created)
+        ],
+    )
+
+
+@handles(CreateTopicsRequest, CreateTopicsResponse, 0, 7)
+async def handle_create_topics(context: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    state = context.broker
+    results: list[CreateTopicsResponse.CreatableTopicResult] = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        if topic.name in seen:
+            results.append(
+                CreateTopicsResponse.CreatableTopicResult(
+                    name=topic.name,
+                    error_code=ErrorCode.INVALID_REQUEST,
+                    error_message=f"topic '{topic.name}' appears more than once in the request",
+                )
+            )
+            continue
+        seen.add(topic.name)
+        try:
+            result = _create_one(state, topic, request.validate_only)
+        except Refused as refused:
+            result = CreateTopicsResponse.CreatableTopicResult(
+                name=topic.name, error_code=refused.error, error_message=refused.message, configs=None
+            )
+        if context.api_version < 5:
+            result.num_partitions = -1
+            result.replication_factor = -1
+            result.configs = []
+        if context.api_version < 1:
+            result.error_message = None
+        results.append(result)
+    return CreateTopicsResponse(topics=results)
+
+
+@handles(DeleteTopicsRequest, DeleteTopicsResponse, 0, 6)
+async def handle_delete_topics(context: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    state = context.broker
+    version = context.api_version
+    wanted: list[tuple[str | None, uuid.UUID]] = (
+        [(topic.name, topic.topic_id) for topic in request.topics]
+        if version >= 6
+        else [(name, ZERO_UUID) for name in request.topic_names]
+    )
+    results: list[DeleteTopicsResponse.DeletableTopicResult] = []
+    for name, topic_id in wanted:
+        found = state.logs.topic(name) if name is not None else state.logs.topic_by_id(topic_id)
+        result = DeleteTopicsResponse.DeletableTopicResult(name=name)
+        if version >= 6:
+            result.topic_id = topic_id
+        if found is None:
+            result.error_code = (
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+            )
+        elif not state.config.get_bool("delete.topic.enable"):
+            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+        elif found.internal:
+            result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+        else:
+            state.logs.delete_topic(found.name)
+            result.name = found.name
+            if version >= 6:
+                result.topic_id = found.topic_id
+        results.append(result)
+    return DeleteTopicsResponse(responses=results)
+
+
+@handles(CreatePartitionsRequest, CreatePartitionsResponse, 0, 3)
+async def handle_create_partitions(
+    context: RequestContext, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
+    state = context.broker
+    results: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = []
+    for topic in request.topics:
+        result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_message=None)
+        results.append(result)
+        existing = state.logs.topic(topic.name)
+        try:
+            if existing is None:
+                raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic.name}' does not exist")
+            if topic.count <= existing.partitions:
+                raise Refused(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"topic has {existing.partitions} partitions; the new count {topic.count} must be larger",
+                )
+            if topic.count > limits.partitions_per_topic_max:
+                raise Refused(
+                    ErrorCode.INVALID_PARTITIONS, f"at most {limits.partitions_per_topic_max} partitions"
+                )
+            if topic.assignments is not None:
+                if len(topic.assignments) != topic.count - existing.partitions:
+                    raise Refused(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        "one assignment is needed for each new partition",
+                    )
+                _check_replicas(state, DEFAULT_FROM_BROKER, [a.broker_ids for a in topic.assignments])
+            if not request.validate_only:
+                state.logs.create_partitions(topic.name, topic.count)
+        except Refused as refused:
+            result.error_code = refused.error
+            result.error_message = refused.message
+    return CreatePartitionsResponse(results=results)

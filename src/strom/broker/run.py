@@ -1,0 +1,25 @@
+"""Run a broker in this process until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import logging
+
+from strom.broker.config import BrokerConfig
+from strom.broker.server import BrokerServer
+
+log = logging.getLogger("strom.broker")
+
+
+def run_broker(config: BrokerConfig) -> int:
+    import uvloop
+
+    async def main() -> None:
+        server = BrokerServer(config)
+        await server.serve_until_signalled()
+
+    try:
+        uvloop.run(main())
+    except OSError as error:
+        log.error("cannot start the broker: %s", error)
+        return 1
+    return 0

@@ -1,0 +1,222 @@
+"""The asyncio shell: accept connections, cut frames, dispatch to handlers, write responses in order.
+
+Requests on one connection are handled one at a time and answered in the order they came (as Kafka
+does: a connection is muted while its request is in progress, so a long-polling fetch delays only
+its own connection). While a request is handled the connection is not read, so a pipelining client
+is held back by TCP, not by our memory. Everything a peer can get wrong ends at ``dispatch``: a
+malformed frame closes that connection with a log line; an unsupported API or version is answered
+with UNSUPPORTED_VERSION where the protocol allows it; everyone else keeps being served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import signal
+from typing import Any
+
+from strom.base.clock import Clock, SystemClock
+from strom.broker import handlers
+from strom.broker.config import BrokerConfig
+from strom.broker.context import RequestContext
+from strom.broker.registry import HANDLERS
+from strom.broker.state import BrokerState
+from strom.protocol.errors import ErrorCode
+from strom.protocol.framing import FrameDecoder, FrameTooLargeError
+from strom.protocol.headers import decode_request_header, encode_response
+from strom.protocol.messages.api_versions import ApiVersionsRequest
+from strom.protocol.primitives import DecodeError
+
+log = logging.getLogger("strom.broker")
+
+READ_CHUNK_BYTES = 256 * 1024
+# Above this many buffered response bytes we wait for the socket to drain before reading more.
+WRITE_BUFFER_BYTES_HIGH = 8 * 1024 * 1024
+API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+
+
+class CloseConnection(Exception):
+    """The peer sent something we cannot answer; the connection is closed (after a log line)."""
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.state = BrokerState(config, clock or SystemClock())
+        self._server: asyncio.Server | None = None
+        self._connection_ids = itertools.count(1)
+        self._connections: set[asyncio.Task[None]] = set()
+        self._background: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        handlers.register_all()
+
+    async def start(self) -> None:
+        self.state.load()
+        self._server = await asyncio.start_server(
+            self._serve_connection, self.config.host, self.config.port, reuse_address=True
+        )
+        sockets: list[Any] = list(self._server.sockets or [])
+        bound = ", ".join(str(sock.getsockname()[:2]) for sock in sockets)
+        log.info(
+            "strom broker %d listening on %s, data in %s", self.state.node_id, bound, self.config.data_dir
+        )
+        self._background.append(asyncio.create_task(self._housekeeping_loop()))
+        self._background.append(asyncio.create_task(self._flush_loop()))
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None and self._server.sockets
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        log.info("strom broker shutting down")
+        self._server.close()
+        for task in [*self._background, *self._connections]:
+            task.cancel()
+        await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+        for partition_log in self.state.logs.logs():
+            partition_log.flush()
+        self.state.close()
+        self._stopped.set()
+        log.info("strom broker stopped")
+
+    async def serve_until_signalled(self) -> None:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        stop_requested = asyncio.Event()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signal_number, stop_requested.set)
+        await stop_requested.wait()
+        await self.stop()
+
+    # -- background work --------------------------------------------------------------------------
+
+    async def _housekeeping_loop(self) -> None:
+        interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                for line in self.state.logs.run_housekeeping(self.state.clock.wall_ms()):
+                    log.info("%s", line)
+            except Exception:
+                log.exception("housekeeping failed; will retry at the next interval")
+
+    async def _flush_loop(self) -> None:
+        interval_s = self.config.get_int("log.flush.scheduler.interval.ms") / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.state.flush_due()
+            except Exception:
+                log.exception("scheduled flush failed; will retry")
+
+    # -- connections ------------------------------------------------------------------------------
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        connection_id = next(self._connection_ids)
+        peer = writer.get_extra_info("peername")
+        client_host = str(peer[0]) if peer else "?"
+        decoder = FrameDecoder(self.config.frame_bytes_max)
+        try:
+            while True:
+                data = await reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    break
+                try:
+                    frames = decoder.feed(data)
+                except FrameTooLargeError as error:
+                    log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
+                    break
+                except DecodeError as error:
+                    log.warning(
+                        "closing connection %d from %s: malformed frame: %s",
+                        connection_id,
+                        client_host,
+                        error,
+                    )
+                    break
+                for frame in frames:
+                    response = await self._dispatch(frame, client_host, connection_id)
+                    if response is not None:
+                        writer.write(response)
+                if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_HIGH:
+                    await writer.drain()
+        except CloseConnection as error:
+            log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "closing connection %d from %s after an unexpected error", connection_id, client_host
+            )
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _dispatch(
+        self, frame: bytes | memoryview, client_host: str, connection_id: int
+    ) -> bytes | None:
+        try:
+            header, body_offset = decode_request_header(frame)
+        except DecodeError as error:
+            raise CloseConnection(f"malformed request header: {error}") from None
+        api_key, version, correlation_id = (
+            header.request_api_key,
+            header.request_api_version,
+            header.correlation_id,
+        )
+        handler = HANDLERS.get(api_key)
+        if handler is None or not handler.min_version <= version <= handler.max_version:
+            return self._unsupported(api_key, version, correlation_id)
+        try:
+            request = handler.request_type.decode(  # type: ignore[attr-defined]
+                memoryview(frame)[body_offset:], version
+            )
+        except DecodeError as error:
+            raise CloseConnection(f"malformed {handler.name} v{version} request: {error}") from None
+        context = RequestContext(
+            broker=self.state,
+            api_key=api_key,
+            api_version=version,
+            correlation_id=correlation_id,
+            client_id=header.client_id,
+            client_host=client_host,
+            connection_id=connection_id,
+        )
+        response = await handler.handle(context, request)
+        if response is None:
+            return None
+        return encode_response(correlation_id, api_key, version, response.encode(version))
+
+    def _unsupported(self, api_key: int, version: int, correlation_id: int) -> bytes:
+        """Answer an API or version we do not implement the way Kafka does.
+
+        ApiVersions: a v0 response with UNSUPPORTED_VERSION and our version table, so the client
+        retries with a version we have. Other APIs: if the response schema exists at that version,
+        a response whose top-level error code says UNSUPPORTED_VERSION; otherwise the connection
+        is closed (there is no way to frame an answer the client could parse).
+        """
+        if api_key == API_VERSIONS_KEY:
+            body = handlers.api_versions.build_response(ErrorCode.UNSUPPORTED_VERSION, 0).encode(0)
+            return encode_response(correlation_id, api_key, 0, body)
+        handler = HANDLERS.get(api_key)
+        response_type: Any = handler.response_type if handler else None
+        if response_type is not None and response_type.MIN_VERSION <= version <= response_type.MAX_VERSION:
+            response = response_type()
+            if hasattr(response, "error_code"):
+                response.error_code = ErrorCode.UNSUPPORTED_VERSION
+                return encode_response(correlation_id, api_key, version, response.encode(version))
+        raise CloseConnection(f"unsupported API key {api_key} version {version}")

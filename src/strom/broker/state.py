@@ -1,0 +1,124 @@
+"""The broker's state, owned by its one event loop: logs, topics, producer ids, waiters.
+
+Handlers reach everything through ``BrokerState``. Nothing here blocks the loop: fsync runs in a
+worker thread (``flush``), and fetch long-polls wait on futures that ``notify_append`` completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from strom.base.clock import Clock
+from strom.broker.config import BrokerConfig
+from strom.storage import LogManager, PartitionLog
+
+log = logging.getLogger("strom.broker")
+
+TopicPartition = tuple[str, int]
+
+# Producer ids are handed out from blocks reserved on disk first, so a restart never reuses one.
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+class ProducerIdAllocator:
+    """Allocates producer ids that stay unique across restarts (a block is persisted before use)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._next = 0
+        self._block_end = 0
+        if path.exists():
+            self._next = int(json.loads(path.read_text(encoding="utf-8"))["next_block_start"])
+            self._block_end = self._next
+
+    def allocate(self) -> int:
+        if self._next >= self._block_end:
+            self._block_end = self._next + PRODUCER_ID_BLOCK_SIZE
+            temporary = self._path.with_suffix(".tmp")
+            temporary.write_text(json.dumps({"next_block_start": self._block_end}), encoding="utf-8")
+            with open(temporary, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temporary, self._path)
+        producer_id = self._next
+        self._next += 1
+        return producer_id
+
+
+class BrokerState:
+    def __init__(self, config: BrokerConfig, clock: Clock) -> None:
+        self.config = config
+        self.clock = clock
+        self.node_id = config.node_id
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = config.cluster_id()
+        self.logs = LogManager(config.data_dir, config.log_defaults(), clock)
+        self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_ids.json")
+        self._append_waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self._flush_locks: dict[TopicPartition, asyncio.Lock] = {}
+        self._disk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-fsync")
+
+    def load(self) -> None:
+        for line in self.logs.load():
+            log.info("%s", line)
+
+    def close(self) -> None:
+        self._disk_executor.shutdown(wait=True)
+        self.logs.close()
+
+    # -- long polls -------------------------------------------------------------------------------
+
+    def notify_append(self, topic: str, partition: int) -> None:
+        """Wake every fetch waiting on this partition."""
+        waiters = self._append_waiters.pop((topic, partition), None)
+        if waiters:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def wait_for_append(self, partitions: Iterable[TopicPartition], timeout_ms: int) -> None:
+        """Return when one of ``partitions`` is appended to, or after ``timeout_ms``."""
+        if timeout_ms <= 0:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = list(partitions)
+        for key in keys:
+            self._append_waiters.setdefault(key, set()).add(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_ms / 1000)
+        except TimeoutError:
+            pass
+        finally:
+            for key in keys:
+                waiters = self._append_waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._append_waiters[key]
+
+    # -- durability -------------------------------------------------------------------------------
+
+    async def flush(self, partition_log: PartitionLog) -> None:
+        """fsync ``partition_log`` in the worker thread; concurrent calls for one log serialize."""
+        key = (partition_log.topic, partition_log.partition)
+        lock = self._flush_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            await asyncio.get_running_loop().run_in_executor(self._disk_executor, partition_log.flush)
+
+    async def flush_due(self) -> None:
+        """The time-based flush policy: fsync every log whose flush.ms has passed."""
+        now_ms = self.clock.wall_ms()
+        for partition_log in self.logs.logs_needing_flush(now_ms):
+            await self.flush(partition_log)
+
+    async def run_in_disk_thread(self, function: object, *args: object) -> object:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._disk_executor,
+            function,  # type: ignore[arg-type]
+            *args,
+        )

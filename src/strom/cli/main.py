@@ -1,0 +1,90 @@
+"""The ``strom`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _broker(arguments: argparse.Namespace) -> int:
+    from strom.broker.config import BrokerConfig, BrokerConfigError, help_config_text, read_properties
+
+    if arguments.help_config:
+        print(help_config_text())
+        return 0
+    values: dict[str, str] = {}
+    try:
+        if arguments.config:
+            values.update(read_properties(Path(arguments.config)))
+        for assignment in arguments.set or []:
+            key, separator, value = assignment.partition("=")
+            if not separator or not key.strip():
+                raise BrokerConfigError(f"--set takes key=value, got {assignment!r}")
+            values[key.strip()] = value.strip()
+        data_dir = arguments.data_dir or values.get("log.dirs") or values.get("log.dir") or "./data"
+        config = BrokerConfig(
+            host=arguments.host, port=arguments.port, data_dir=Path(data_dir), values=values
+        )
+    except (BrokerConfigError, OSError) as error:
+        print(f"strom broker: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=getattr(logging, arguments.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from strom.broker.run import run_broker
+
+    return run_broker(config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="strom",
+        description="strom: a Kafka-compatible streaming platform (broker, clients, tools).",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    broker = commands.add_parser(
+        "broker",
+        help="run a broker",
+        description="Run a single strom broker that speaks the Kafka protocol. Stops cleanly on SIGTERM or SIGINT.",
+    )
+    broker.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    broker.add_argument(
+        "--port", type=int, default=9092, help="port to listen on (default 9092; 0 picks a free one)"
+    )
+    broker.add_argument(
+        "--data-dir", default=None, help="directory for the logs (default ./data, or log.dirs)"
+    )
+    broker.add_argument(
+        "--config", default=None, metavar="FILE", help="a properties file with Kafka's key names"
+    )
+    broker.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="one configuration key (repeatable; wins over --config)",
+    )
+    broker.add_argument("--help-config", action="store_true", help="list every configuration key and exit")
+    broker.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
+    broker.set_defaults(run=_broker)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    result: int = arguments.run(arguments)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
