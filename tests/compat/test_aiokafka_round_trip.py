@@ -50,7 +50,14 @@ async def _produce(bootstrap: str, topic: str, codec: str) -> list[SentRecord]:
         for record, future in futures:
             metadata = await asyncio.wait_for(future, DELIVERY_TIMEOUT_S)
             sent.append(
-                SentRecord(record.sequence, record.key, record.value, record.headers, metadata.partition, metadata.offset)
+                SentRecord(
+                    record.sequence,
+                    record.key,
+                    record.value,
+                    record.headers,
+                    metadata.partition,
+                    metadata.offset,
+                )
             )
         return sent
     finally:
@@ -74,12 +81,18 @@ async def _read_all(bootstrap: str, topic: str, partitions: int, expected_count:
         read: list[ReadRecord] = []
         deadline = time.monotonic() + CONSUME_TIMEOUT_S
         while len(read) < expected_count:
-            assert time.monotonic() < deadline, f"read {len(read)} of {expected_count} in {CONSUME_TIMEOUT_S} s"
+            assert time.monotonic() < deadline, (
+                f"read {len(read)} of {expected_count} in {CONSUME_TIMEOUT_S} s"
+            )
             batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
             for messages in batches.values():
                 read.extend(
                     ReadRecord(
-                        message.partition, message.offset, message.key, message.value, normalize_headers(message.headers)
+                        message.partition,
+                        message.offset,
+                        message.key,
+                        message.value,
+                        normalize_headers(message.headers),
                     )
                     for message in messages
                 )
@@ -92,7 +105,11 @@ async def _read_all(bootstrap: str, topic: str, partitions: int, expected_count:
 
 
 def test_aiokafka_has_every_codec() -> None:
-    assert (aiokafka.codec.has_gzip(), aiokafka.codec.has_snappy(), aiokafka.codec.has_lz4()) == (True, True, True)
+    assert (aiokafka.codec.has_gzip(), aiokafka.codec.has_snappy(), aiokafka.codec.has_lz4()) == (
+        True,
+        True,
+        True,
+    )
     assert aiokafka.codec.has_zstd()
 
 

@@ -8,15 +8,6 @@ import warnings
 
 import pytest
 
-# kafka-python 3 loads its protocol schemas with importlib.resources.read_text/open_text, deprecated in 3.11;
-# the suite turns warnings into errors, so the import (and any lazy schema load) is let through here.
-KAFKA_PYTHON_WARNING = "(read|open)_text is deprecated"
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message=KAFKA_PYTHON_WARNING, category=DeprecationWarning)
-    import kafka.codec
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.admin import KafkaAdminClient, NewTopic
-
 from tests.compat.conftest import BrokerProcess
 from tests.compat.support import (
     CODECS,
@@ -29,6 +20,16 @@ from tests.compat.support import (
     normalize_headers,
     unique_topic,
 )
+
+# kafka-python 3 loads its protocol schemas with importlib.resources.read_text/open_text, deprecated in 3.11;
+# the suite turns warnings into errors, so the import (and any lazy schema load) is let through here.
+KAFKA_PYTHON_WARNING = "(read|open)_text is deprecated"
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=KAFKA_PYTHON_WARNING, category=DeprecationWarning)
+    import kafka.codec
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
 
 pytestmark = [
     pytest.mark.compat,
@@ -73,7 +74,14 @@ def _produce(bootstrap: str, topic: str, codec: str) -> list[SentRecord]:
         for record, future in futures:
             metadata = future.get(timeout=DELIVERY_TIMEOUT_S)
             sent.append(
-                SentRecord(record.sequence, record.key, record.value, record.headers, metadata.partition, metadata.offset)
+                SentRecord(
+                    record.sequence,
+                    record.key,
+                    record.value,
+                    record.headers,
+                    metadata.partition,
+                    metadata.offset,
+                )
             )
         return sent
     finally:
@@ -96,11 +104,17 @@ def _read_all(bootstrap: str, topic: str, partitions: int, expected_count: int) 
         read: list[ReadRecord] = []
         deadline = time.monotonic() + CONSUME_TIMEOUT_S
         while len(read) < expected_count:
-            assert time.monotonic() < deadline, f"read {len(read)} of {expected_count} in {CONSUME_TIMEOUT_S} s"
+            assert time.monotonic() < deadline, (
+                f"read {len(read)} of {expected_count} in {CONSUME_TIMEOUT_S} s"
+            )
             for batch in consumer.poll(timeout_ms=500, max_records=10_000).values():
                 read.extend(
                     ReadRecord(
-                        message.partition, message.offset, message.key, message.value, normalize_headers(message.headers)
+                        message.partition,
+                        message.offset,
+                        message.key,
+                        message.value,
+                        normalize_headers(message.headers),
                     )
                     for message in batch
                 )

@@ -42,7 +42,9 @@ def _produce(bootstrap: str, topic: str, codec: str) -> None:
     command += ["-X", "linger.ms=20", "-X", "batch.num.messages=10000", "-X", "acks=all"]
     if codec != "none":
         command += ["-z", codec]
-    completed = subprocess.run(command, input=lines, capture_output=True, timeout=DELIVERY_TIMEOUT_S, check=False)
+    completed = subprocess.run(
+        command, input=lines, capture_output=True, timeout=DELIVERY_TIMEOUT_S, check=False
+    )
     assert completed.returncode == 0, completed.stderr.decode(errors="replace")
 
 
@@ -81,7 +83,13 @@ def test_kcat_round_trip(shared_broker: BrokerProcess, codec: str, partitions: i
     # unique), then check order, contiguity and content as for the other clients.
     partition_of_value = {record.value: record.partition for record in read}
     sent = [
-        SentRecord(record.sequence, record.key, record.value, record.headers, partition_of_value.get(record.value, -2))
+        SentRecord(
+            record.sequence,
+            record.key,
+            record.value,
+            record.headers,
+            partition_of_value.get(record.value, -2),
+        )
         for record in RECORDS
     ]
     partitions_of_key: dict[bytes | None, set[int]] = defaultdict(set)
