@@ -1,0 +1,53 @@
+"""FrameDecoder: splitting a byte stream into frames, and refusing bad sizes early."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.protocol.framing import FrameDecoder, FrameTooLargeError, encode_frame
+from strom.protocol.primitives import DecodeError
+
+
+def test_frames_split_across_feeds() -> None:
+    decoder = FrameDecoder(frame_bytes_max=1000)
+    stream = encode_frame(b"first-body") + encode_frame(b"second-body")
+    frames: list[bytes] = []
+    for index in range(len(stream)):
+        frames += decoder.feed(stream[index : index + 1])
+    assert frames == [b"first-body", b"second-body"]
+    assert decoder.buffered_bytes == 0
+
+
+def test_several_frames_in_one_feed_and_a_partial_tail() -> None:
+    decoder = FrameDecoder(frame_bytes_max=1000)
+    stream = encode_frame(b"a" * 8) + encode_frame(b"b" * 9) + encode_frame(b"c" * 10)[:6]
+    assert decoder.feed(stream) == [b"a" * 8, b"b" * 9]
+    assert decoder.buffered_bytes == 6
+
+
+def test_too_large_frame_refused_before_its_body_arrives() -> None:
+    decoder = FrameDecoder(frame_bytes_max=100)
+    with pytest.raises(FrameTooLargeError) as raised:
+        decoder.feed(b"\x7f\xff\xff\xff")
+    assert raised.value.size_bytes == 2**31 - 1
+    assert isinstance(raised.value, DecodeError)
+
+
+@pytest.mark.parametrize("size_bytes", [b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\x00\x00\x00\x07"])
+def test_negative_or_too_small_size_raises_decode_error(size_bytes: bytes) -> None:
+    with pytest.raises(DecodeError):
+        FrameDecoder(frame_bytes_max=100).feed(size_bytes)
+
+
+def test_many_small_frames_do_not_grow_the_buffer() -> None:
+    decoder = FrameDecoder(frame_bytes_max=1000)
+    frame = encode_frame(b"x" * 20)
+    chunk = frame * 5000 + frame[:3]
+    assert len(decoder.feed(chunk)) == 5000
+    assert decoder.buffered_bytes == 3
+    assert decoder.feed(frame[3:]) == [b"x" * 20]
+    assert decoder.buffered_bytes == 0
+
+
+def test_encode_frame_prefixes_size() -> None:
+    assert encode_frame(b"abcdefgh") == b"\x00\x00\x00\x08abcdefgh"

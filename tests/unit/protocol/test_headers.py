@@ -1,0 +1,75 @@
+"""Header versions per API version, and request/response header parsing and framing."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from strom.protocol.headers import (
+    decode_request_header,
+    decode_response_header,
+    encode_request,
+    encode_response,
+    request_header_version,
+    response_header_version,
+)
+from strom.protocol.messages.api_versions import ApiVersionsRequest
+from strom.protocol.primitives import DecodeError
+
+
+@pytest.mark.parametrize(
+    ("api_key", "api_version", "request_version", "response_version"),
+    [
+        (0, 8, 1, 0),  # Produce v8: not flexible
+        (0, 9, 2, 1),  # Produce v9: first flexible
+        (18, 2, 1, 0),
+        (18, 3, 2, 0),  # ApiVersions responses always use header v0
+        (7, 0, 0, 0),  # ControlledShutdown v0 has no client id
+        (7, 1, 1, 0),
+        (9999, 0, 1, 0),  # unknown API: parse what every client sends
+    ],
+)
+def test_header_versions(api_key: int, api_version: int, request_version: int, response_version: int) -> None:
+    assert request_header_version(api_key, api_version) == request_version
+    assert response_header_version(api_key, api_version) == response_version
+
+
+def test_api_versions_v3_request_round_trip() -> None:
+    body = ApiVersionsRequest(client_software_name="kcat", client_software_version="1.7").encode(3)
+    frame = encode_request(18, 3, 42, "client-1", body)
+    (size,) = struct.unpack_from(">i", frame)
+    assert size == len(frame) - 4
+    header, offset = decode_request_header(frame[4:])
+    assert (header.request_api_key, header.request_api_version, header.correlation_id) == (18, 3, 42)
+    # The client id keeps its int16 length even in header v2, then come the tagged fields.
+    assert frame[4 + 8 : 4 + 8 + 2] == b"\x00\x08"
+    assert header.client_id == "client-1"
+    assert ApiVersionsRequest.decode(frame[4 + offset :], 3).client_software_name == "kcat"
+
+
+def test_unknown_api_key_still_parses_as_header_v1() -> None:
+    frame = struct.pack(">hhih", 9999, 3, 7, -1) + b"body"
+    header, offset = decode_request_header(frame)
+    assert (header.request_api_key, header.correlation_id, header.client_id) == (9999, 7, None)
+    assert frame[offset:] == b"body"
+
+
+def test_controlled_shutdown_v0_header_has_no_client_id() -> None:
+    frame = struct.pack(">hhi", 7, 0, 5) + b"\x00\x00\x00\x01"
+    header, offset = decode_request_header(frame)
+    assert offset == 8 and header.correlation_id == 5
+
+
+def test_truncated_header_raises_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        decode_request_header(b"\x00\x12")
+    with pytest.raises(DecodeError):
+        decode_request_header(struct.pack(">hhi", 18, 3, 1) + b"\x00\x05ab")
+
+
+def test_encode_response_header_versions() -> None:
+    assert encode_response(9, 18, 3, b"B") == b"\x00\x00\x00\x05" + b"\x00\x00\x00\x09" + b"B"
+    assert encode_response(9, 0, 9, b"B") == b"\x00\x00\x00\x06" + b"\x00\x00\x00\x09" + b"\x00" + b"B"
+    header, offset = decode_response_header(encode_response(9, 0, 9, b"B")[4:], 0, 9)
+    assert header.correlation_id == 9 and offset == 5
