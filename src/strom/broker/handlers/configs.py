@@ -128,7 +128,11 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
     return AlterConfigsResponse(responses=responses)
 
 
-def _incremental(current: dict[str, str], config: IncrementalAlterConfigsRequest.AlterableConfig) -> None:
+def _incremental(
+    current: dict[str, str], effective: dict[str, str], config: IncrementalAlterConfigsRequest.AlterableConfig
+) -> None:
+    """Apply one operation to the overrides ``current``; APPEND/SUBTRACT start from the value in
+    force (``effective``), default included, as Kafka does."""
     name, value = config.name, config.value
     if config.config_operation == OPERATION_SET:
         if value is None:
@@ -139,7 +143,7 @@ def _incremental(current: dict[str, str], config: IncrementalAlterConfigsRequest
     elif config.config_operation in (OPERATION_APPEND, OPERATION_SUBTRACT):
         if name not in LIST_KEYS:
             raise Refused(ErrorCode.INVALID_CONFIG, f"{name} is not a list; APPEND/SUBTRACT do not apply")
-        items = [item for item in current.get(name, "").split(",") if item]
+        items = [item for item in current.get(name, effective.get(name, "")).split(",") if item]
         for item in (value or "").split(","):
             if not item:
                 continue
@@ -171,8 +175,9 @@ async def handle_incremental_alter_configs(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{resource.resource_name}' does not exist"
                 )
             overrides = dict(topic.overrides)
+            effective = topic.config.to_properties()
             for config in resource.configs:
-                _incremental(overrides, config)
+                _incremental(overrides, effective, config)
             _apply_topic_overrides(state, resource.resource_name, overrides, request.validate_only)
         except Refused as refused:
             response.error_code = refused.error

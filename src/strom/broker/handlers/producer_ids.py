@@ -22,6 +22,8 @@ async def handle_init_producer_id(
     context: RequestContext, request: InitProducerIdRequest
 ) -> InitProducerIdResponse:
     state = context.broker
+    if request.transactional_id == "":
+        return InitProducerIdResponse(error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         return InitProducerIdResponse(
             error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1

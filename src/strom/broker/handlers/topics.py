@@ -186,7 +186,7 @@ async def handle_create_partitions(
                 raise Refused(
                     ErrorCode.INVALID_PARTITIONS, f"at most {limits.partitions_per_topic_max} partitions"
                 )
-            if topic.assignments is not None:
+            if topic.assignments:
                 if len(topic.assignments) != topic.count - existing.partitions:
                     raise Refused(
                         ErrorCode.INVALID_REPLICA_ASSIGNMENT,
