@@ -1,0 +1,402 @@
+"""Produce and consume throughput of a strom broker under confluent-kafka load, beside two ceilings.
+
+``python -m benchmarks.run [--quick] [--producers N] [--output BENCHMARKS.md]``
+
+What is measured, in one run, on 127.0.0.1 only:
+
+- strom produce: N producer processes (confluent-kafka, acks=1, no compression, linger 5 ms, 1 MiB
+  batches) each send their share of the records to a fresh topic; the time is from the moment all
+  start to the moment the last one's flush() returns (every record acknowledged).
+- strom consume: one confluent-kafka consumer, manual assignment of every partition from offset 0,
+  ``consume(num_messages=10000)`` until every record was read.
+- raw TCP ceiling: an asyncio sink that accepts a stream and appends it to a file, fed the same
+  number of payload bytes over loopback in 1 MiB writes; what any broker on this machine could do at
+  best when it does nothing but receive and write.
+- client ceiling: the rate of confluent-kafka ``produce()`` calls into a producer that has no broker
+  (its queue only fills), per process: what the load generator itself can offer.
+
+Each case runs once after a warm-up (first touch of memory, page cache, JIT-free Python paths).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import multiprocessing
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+MIB = 1024 * 1024
+RECORD_SIZES_BYTES = (100, 1024)
+PARTITION_COUNTS = (1, 6)
+BROKER_START_TIMEOUT_S = 30.0
+CASE_TIMEOUT_S = 300.0
+SINK_CHUNK_BYTES = MIB
+
+
+@dataclass
+class Result:
+    label: str
+    records: int
+    record_bytes: int
+    seconds: float
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.records * self.record_bytes / self.seconds / 1e6
+
+
+# -- the broker -------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Broker:
+    def __init__(self, work_dir: Path) -> None:
+        self.port = free_port()
+        self.log_path = work_dir / "broker.log"
+        command = [sys.executable, "-m", "strom.cli.main", "broker", "--host", "127.0.0.1"]
+        command += ["--port", str(self.port), "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
+        with self.log_path.open("wb") as log_file:
+            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + BROKER_START_TIMEOUT_S
+        while True:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("broker did not start:\n" + self.log_path.read_text())
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(30)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures[topic].result(30)
+
+
+# -- produce ----------------------------------------------------------------------------------------
+
+PRODUCER_CONFIG = {
+    "acks": 1,
+    "linger.ms": 5,
+    "batch.size": MIB,
+    "batch.num.messages": 100_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1024 * 1024,
+    "compression.type": "none",
+    "enable.idempotence": False,
+    "message.timeout.ms": int(CASE_TIMEOUT_S * 1000),
+}
+
+
+def _produce_worker(
+    bootstrap: str, topic: str, partitions: int, count: int, record_bytes: int, start: object, out: object
+) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    producer.list_topics(topic, timeout=30)  # metadata in hand before the clock starts
+    value = os.urandom(record_bytes)
+    produce = producer.produce
+    poll = producer.poll
+    start.wait()  # type: ignore[attr-defined]
+    started = time.time()
+    # Round-robin by explicit partition: no key hashing in the client's hot loop.
+    for index in range(count):
+        try:
+            produce(topic, value, partition=index % partitions)
+        except BufferError:
+            poll(0.01)
+            produce(topic, value, partition=index % partitions)
+        if index % 10_000 == 0:
+            poll(0)
+    remaining = producer.flush(CASE_TIMEOUT_S)
+    out.put((started, time.time(), remaining))  # type: ignore[attr-defined]
+
+
+def measure_produce(
+    bootstrap: str, topic: str, partitions: int, count: int, record_bytes: int, producers: int
+) -> Result:
+    context = multiprocessing.get_context("fork")
+    start = context.Event()
+    out = context.Queue()
+    share = count // producers
+    workers = [
+        context.Process(
+            target=_produce_worker, args=(bootstrap, topic, partitions, share, record_bytes, start, out)
+        )
+        for _ in range(producers)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.0)  # every worker connected and holding metadata
+    start.set()
+    reports = [out.get(timeout=CASE_TIMEOUT_S) for _ in workers]
+    for worker in workers:
+        worker.join(30)
+    assert all(remaining == 0 for _, _, remaining in reports), f"undelivered records: {reports}"
+    seconds = max(end for _, end, _ in reports) - min(begin for begin, _, _ in reports)
+    return Result(f"produce {partitions}p", share * producers, record_bytes, seconds)
+
+
+def _client_ceiling_worker(count: int, record_bytes: int, out: object) -> None:
+    # No broker at this address (port 9 on loopback, discard, closed): records only queue up.
+    producer = Producer(
+        {
+            "bootstrap.servers": "127.0.0.1:9",
+            **PRODUCER_CONFIG,
+            "queue.buffering.max.messages": count + 1,
+            "log_level": 0,  # its connection failures are expected; keep the output readable
+        }
+    )
+    value = os.urandom(record_bytes)
+    produce = producer.produce
+    started = time.perf_counter()
+    for index in range(count):
+        produce("ceiling", value, partition=index % 6)
+    out.put(time.perf_counter() - started)  # type: ignore[attr-defined]
+    producer.purge()
+    producer.flush(0)
+
+
+def measure_client_ceiling(count: int, record_bytes: int) -> Result:
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    worker = context.Process(target=_client_ceiling_worker, args=(count, record_bytes, out))
+    worker.start()
+    seconds = out.get(timeout=CASE_TIMEOUT_S)
+    worker.join(30)
+    return Result("client produce() ceiling, 1 process", count, record_bytes, seconds)
+
+
+# -- consume ----------------------------------------------------------------------------------------
+
+
+def measure_consume(bootstrap: str, topic: str, partitions: int, count: int, record_bytes: int) -> Result:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "strom-benchmark",  # never joined: manual assignment, no commits
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "fetch.max.bytes": 64 * MIB,
+            "max.partition.fetch.bytes": 16 * MIB,
+            "queued.max.messages.kbytes": 512 * 1024,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.list_topics(topic, timeout=30)
+    read = 0
+    errors = 0
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(topic, partition, 0) for partition in range(partitions)])
+    deadline = started + CASE_TIMEOUT_S
+    while read < count and time.perf_counter() < deadline:
+        for message in consumer.consume(num_messages=10_000, timeout=1.0):
+            if message.error() is None:
+                read += 1
+            else:
+                errors += 1
+    seconds = time.perf_counter() - started
+    consumer.close()
+    assert read == count, f"read {read} of {count} records ({errors} errors)"
+    return Result(f"consume {partitions}p", count, record_bytes, seconds)
+
+
+# -- the raw ceiling ------------------------------------------------------------------------------
+
+
+async def _sink_and_feed(total_bytes: int, path: Path) -> float:
+    done = asyncio.Event()
+
+    async def sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received = 0
+        with path.open("ab") as file:
+            while received < total_bytes:
+                data = await reader.read(SINK_CHUNK_BYTES)
+                if not data:
+                    break
+                file.write(data)
+                received += len(data)
+        writer.write(b"\x01")  # "all appended": the sender's clock stops here
+        await writer.drain()
+        writer.close()
+        done.set()
+
+    server = await asyncio.start_server(sink, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    chunk = os.urandom(SINK_CHUNK_BYTES)
+    started = time.perf_counter()
+    sent = 0
+    while sent < total_bytes:
+        piece = chunk[: min(SINK_CHUNK_BYTES, total_bytes - sent)]
+        writer.write(piece)
+        await writer.drain()
+        sent += len(piece)
+    await reader.readexactly(1)
+    seconds = time.perf_counter() - started
+    writer.close()
+    await done.wait()
+    server.close()
+    await server.wait_closed()
+    return seconds
+
+
+def measure_raw_ceiling(count: int, record_bytes: int, work_dir: Path) -> Result:
+    path = work_dir / f"sink-{record_bytes}.bin"
+    seconds = asyncio.run(_sink_and_feed(count * record_bytes, path))
+    path.unlink()
+    return Result("raw TCP -> file ceiling", count, record_bytes, seconds)
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def machine_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} CPUs, {memory_gib:.0f} GiB RAM, Linux {platform.release()}, Python {platform.python_version()}"
+
+
+def run(quick: bool, producers: int) -> tuple[list[tuple[str, Result, Result]], list[Result], str]:
+    import confluent_kafka
+
+    counts = {100: 400_000 if quick else 2_000_000, 1024: 100_000 if quick else 500_000}
+    rows: list[tuple[str, Result, Result]] = []
+    ceilings: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="strom-bench-") as temp:
+        work_dir = Path(temp)
+        broker = Broker(work_dir)
+        try:
+            # Warm-up: touch the broker's buffers, the page cache and both client paths.
+            create_topic(broker.bootstrap, "warmup", 1)
+            measure_produce(broker.bootstrap, "warmup", 1, 200_000, 100, producers)
+            measure_consume(broker.bootstrap, "warmup", 1, 200_000, 100)
+            measure_raw_ceiling(200_000, 100, work_dir)
+            for record_bytes in RECORD_SIZES_BYTES:
+                count = counts[record_bytes]
+                raw = measure_raw_ceiling(count, record_bytes, work_dir)
+                client = measure_client_ceiling(count, record_bytes)
+                ceilings += [raw, client]
+                for partitions in PARTITION_COUNTS:
+                    topic = f"bench-{record_bytes}b-{partitions}p"
+                    create_topic(broker.bootstrap, topic, partitions)
+                    produced = measure_produce(
+                        broker.bootstrap, topic, partitions, count, record_bytes, producers
+                    )
+                    consumed = measure_consume(
+                        broker.bootstrap, topic, partitions, produced.records, record_bytes
+                    )
+                    rows.append((f"{record_bytes} B, {partitions} partition(s)", produced, consumed))
+                    print(
+                        f"{record_bytes:>5} B {partitions}p: produce {produced.records_per_s:>10,.0f} rec/s "
+                        f"{produced.mb_per_s:7.1f} MB/s | consume {consumed.records_per_s:>10,.0f} rec/s "
+                        f"{consumed.mb_per_s:7.1f} MB/s | raw {raw.records_per_s:>12,.0f} rec/s "
+                        f"| client {client.records_per_s:>10,.0f} rec/s",
+                        flush=True,
+                    )
+        finally:
+            broker.stop()
+    versions = f"confluent-kafka {confluent_kafka.version()[0]}, librdkafka {confluent_kafka.libversion()[0]}"
+    return rows, ceilings, versions
+
+
+def render(
+    rows: list[tuple[str, Result, Result]], ceilings: list[Result], versions: str, producers: int
+) -> str:
+    raw_by_size = {result.record_bytes: result for result in ceilings if result.label.startswith("raw")}
+    client_by_size = {result.record_bytes: result for result in ceilings if result.label.startswith("client")}
+    lines = [
+        "# strom benchmarks",
+        "",
+        f"Run: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} with `python -m benchmarks.run`.",
+        f"Machine: {machine_description()}.",
+        f"Clients: {versions}; {producers} producer process(es); broker, clients and sink share the machine.",
+        "",
+        "| case | produce rec/s | produce MB/s | consume rec/s | consume MB/s | raw TCP->file rec/s (MB/s) "
+        "| produce / raw | consume / raw | produce() ceiling rec/s, 1 process |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, produced, consumed in rows:
+        raw = raw_by_size[produced.record_bytes]
+        client = client_by_size[produced.record_bytes]
+        lines.append(
+            f"| {label} | {produced.records_per_s:,.0f} | {produced.mb_per_s:,.1f} | {consumed.records_per_s:,.0f} "
+            f"| {consumed.mb_per_s:,.1f} | {raw.records_per_s:,.0f} ({raw.mb_per_s:,.0f}) "
+            f"| {produced.records_per_s / raw.records_per_s:.3f} | {consumed.records_per_s / raw.records_per_s:.3f} "
+            f"| {client.records_per_s:,.0f} |"
+        )
+    lines += [
+        "",
+        "Bars the project set (100-byte records): produce >= 500,000 rec/s, consume >= 1,000,000 rec/s.",
+        "",
+        "How measured: see the docstring of `benchmarks/run.py`. Payload bytes only (no keys, no headers);",
+        "MB = 10^6 bytes of record values. The raw ceiling moves the same number of value bytes through",
+        "loopback into a file with a plain asyncio sink; the client ceiling is confluent-kafka `produce()`",
+        "into a producer with no reachable broker (enqueue cost only).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer records (a smoke run, noisier figures)")
+    parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
+    parser.add_argument(
+        "--output", default="BENCHMARKS.md", help="where to write the table (default BENCHMARKS.md)"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only, do not write the output file")
+    arguments = parser.parse_args()
+    rows, ceilings, versions = run(arguments.quick, arguments.producers)
+    text = render(rows, ceilings, versions, arguments.producers)
+    print(text)
+    if not arguments.no_write:
+        Path(arguments.output).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
