@@ -25,9 +25,9 @@ from strom.broker.registry import HANDLERS
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameDecoder, FrameTooLargeError
-from strom.protocol.headers import decode_request_header, encode_response
+from strom.protocol.headers import decode_request_header, encode_response, encode_response_buffers
 from strom.protocol.messages.api_versions import ApiVersionsRequest
-from strom.protocol.primitives import DecodeError
+from strom.protocol.primitives import Blob, DecodeError
 
 log = logging.getLogger("strom.broker")
 
@@ -119,9 +119,18 @@ class BrokerServer:
     # -- connections ------------------------------------------------------------------------------
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+        # The connection runs in a task of our own so that stop() can cancel it without the
+        # streams machinery logging the cancellation of its callback task as an error.
+        task = asyncio.create_task(self._connection_loop(reader, writer))
         self._connections.add(task)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._connections.discard(task)
+
+    async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection_id = next(self._connection_ids)
         peer = writer.get_extra_info("peername")
         client_host = str(peer[0]) if peer else "?"
@@ -147,7 +156,7 @@ class BrokerServer:
                 for frame in frames:
                     response = await self._dispatch(frame, client_host, connection_id)
                     if response is not None:
-                        writer.write(response)
+                        writer.writelines(response)
                 if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_HIGH:
                     await writer.drain()
         except CloseConnection as error:
@@ -161,14 +170,14 @@ class BrokerServer:
                 "closing connection %d from %s after an unexpected error", connection_id, client_host
             )
         finally:
-            self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
     async def _dispatch(
         self, frame: bytes | memoryview, client_host: str, connection_id: int
-    ) -> bytes | None:
+    ) -> list[Blob] | None:
+        """Handle one request frame; the response frame as buffers, or None when there is none."""
         try:
             header, body_offset = decode_request_header(frame)
         except DecodeError as error:
@@ -199,9 +208,9 @@ class BrokerServer:
         response = await handler.handle(context, request)
         if response is None:
             return None
-        return encode_response(correlation_id, api_key, version, response.encode(version))
+        return encode_response_buffers(correlation_id, api_key, version, response)
 
-    def _unsupported(self, api_key: int, version: int, correlation_id: int) -> bytes:
+    def _unsupported(self, api_key: int, version: int, correlation_id: int) -> list[Blob]:
         """Answer an API or version we do not implement the way Kafka does.
 
         ApiVersions: a v0 response with UNSUPPORTED_VERSION and our version table, so the client
@@ -211,12 +220,12 @@ class BrokerServer:
         """
         if api_key == API_VERSIONS_KEY:
             body = handlers.api_versions.build_response(ErrorCode.UNSUPPORTED_VERSION, 0).encode(0)
-            return encode_response(correlation_id, api_key, 0, body)
+            return [encode_response(correlation_id, api_key, 0, body)]
         handler = HANDLERS.get(api_key)
         response_type: Any = handler.response_type if handler else None
         if response_type is not None and response_type.MIN_VERSION <= version <= response_type.MAX_VERSION:
             response = response_type()
             if hasattr(response, "error_code"):
                 response.error_code = ErrorCode.UNSUPPORTED_VERSION
-                return encode_response(correlation_id, api_key, version, response.encode(version))
+                return encode_response_buffers(correlation_id, api_key, version, response)
         raise CloseConnection(f"unsupported API key {api_key} version {version}")

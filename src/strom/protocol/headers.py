@@ -14,7 +14,9 @@ import struct
 from strom.protocol.messages import REQUESTS
 from strom.protocol.messages.request_header import RequestHeader
 from strom.protocol.messages.response_header import ResponseHeader
-from strom.protocol.primitives import DecodeError, Reader, Writer
+from typing import Any
+
+from strom.protocol.primitives import Blob, DecodeError, Reader, Writer
 
 __all__ = [
     "RequestHeader",
@@ -23,6 +25,7 @@ __all__ = [
     "decode_response_header",
     "encode_request",
     "encode_response",
+    "encode_response_buffers",
     "request_header_version",
     "response_header_version",
 ]
@@ -92,6 +95,20 @@ def encode_response(
     ResponseHeader(correlation_id=correlation_id).write(writer, response_header_version(api_key, api_version))
     writer.raw(body_bytes)
     return _framed(writer)
+
+
+def encode_response_buffers(correlation_id: int, api_key: int, api_version: int, response: Any) -> list[Blob]:
+    """A whole response frame as buffers for ``writelines``: large records fields are passed by
+    reference, not copied (the fetch path serves megabytes of batches this way)."""
+    writer = Writer()
+    writer.int32(0)  # the size, patched below once it is known
+    ResponseHeader(correlation_id=correlation_id).write(writer, response_header_version(api_key, api_version))
+    response.write(writer, api_version)
+    buffers = writer.getbuffers()
+    first = buffers[0]
+    assert isinstance(first, bytearray) and len(first) >= _SIZE_PREFIX.size
+    _SIZE_PREFIX.pack_into(first, 0, len(writer) - _SIZE_PREFIX.size)
+    return buffers
 
 
 def encode_request(

@@ -30,7 +30,7 @@ class InProcessBroker:
     def raw(self, frame_with_size: bytes) -> bytes | None:
         """Dispatch one frame (with its size prefix); the response frame without its prefix, or None."""
         response = self.loop.run_until_complete(self.server._dispatch(frame_with_size[4:], "test", 1))
-        return None if response is None else response[4:]
+        return None if response is None else b"".join(response)[4:]
 
     def call(self, request: Any, version: int) -> Any:
         correlation_id = next(self._correlation)
