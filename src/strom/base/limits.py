@@ -37,3 +37,10 @@ partitions_per_topic_max = 10_000
 
 # Long-poll fetches wait at most this long regardless of what the client asks for.
 fetch_max_wait_ms_max = 60_000
+
+# Members (joined plus pending) one consumer group may hold whatever group.max.size says: every member
+# keeps its subscription and assignment in memory and in the group's __consumer_offsets record.
+group_members_max = 100_000
+
+# Protocols (assignors) one JoinGroup may offer: clients offer a handful; each is kept per member.
+member_protocols_max = 64

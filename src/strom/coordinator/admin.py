@@ -1,0 +1,138 @@
+"""DescribeGroups, ListGroups, DeleteGroups."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from strom.coordinator.group import Group
+from strom.coordinator.membership import Membership
+from strom.coordinator.records import Record, group_key_bytes, offset_key_bytes, offset_write_error
+from strom.coordinator.runtime import CoordinatorRuntime
+from strom.coordinator.state import GroupState, parse_state
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from strom.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+
+
+class Admin:
+    def __init__(self, runtime: CoordinatorRuntime, membership: Membership) -> None:
+        self.runtime = runtime
+        self.membership = membership
+
+    # ================================================================ DescribeGroups
+    def describe(self, request: DescribeGroupsRequest, version: int) -> DescribeGroupsResponse:
+        return DescribeGroupsResponse(
+            groups=[self._describe_one(group_id, version) for group_id in request.groups]
+        )
+
+    def _describe_one(self, group_id: str, version: int) -> DescribeGroupsResponse.DescribedGroup:
+        error = self.runtime.group_error(group_id)
+        group = self.runtime.groups.get(group_id) if error is None else None
+        if error is not None or group is None:
+            # An unknown group is reported Dead with no error, as Kafka does.
+            return DescribeGroupsResponse.DescribedGroup(
+                error_code=error or ErrorCode.NONE,
+                group_id=group_id,
+                group_state=GroupState.DEAD.value,
+                protocol_type="",
+                protocol_data="",
+            )
+        stable = group.state is GroupState.STABLE and group.protocol_name is not None
+        members = []
+        for member in group.members.values():
+            # Metadata and assignment only mean something once the generation is Stable.
+            metadata = b""
+            if stable and group.protocol_name is not None and group.protocol_name in member.protocol_names():
+                metadata = member.metadata_for(group.protocol_name)
+            members.append(
+                DescribeGroupsResponse.DescribedGroupMember(
+                    member_id=member.member_id,
+                    group_instance_id=member.group_instance_id if version >= 4 else None,
+                    client_id=member.client_id,
+                    client_host=member.client_host,
+                    member_metadata=metadata,
+                    member_assignment=member.assignment if stable else b"",
+                )
+            )
+        return DescribeGroupsResponse.DescribedGroup(
+            error_code=ErrorCode.NONE,
+            group_id=group_id,
+            group_state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol_data=(group.protocol_name or "") if stable else "",
+            members=members,
+        )
+
+    # ================================================================ ListGroups
+    def list_groups(self, request: ListGroupsRequest, version: int) -> ListGroupsResponse:
+        wanted: set[GroupState] | None = None
+        if version >= 4 and request.states_filter:
+            wanted = {state for name in request.states_filter if (state := parse_state(name)) is not None}
+        listed = []
+        for group_id, group in sorted(self.runtime.groups.items()):
+            if self.runtime.group_error(group_id) is not None or group.state is GroupState.DEAD:
+                continue
+            if wanted is not None and group.state not in wanted:
+                continue
+            listed.append(
+                ListGroupsResponse.ListedGroup(
+                    group_id=group_id,
+                    protocol_type=group.protocol_type or "",
+                    group_state=group.state.value if version >= 4 else "",
+                )
+            )
+        # While a partition loads, the list may be incomplete: Kafka says so with an error.
+        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.runtime.is_loading_any() else ErrorCode.NONE
+        return ListGroupsResponse(error_code=error, groups=listed)
+
+    # ================================================================ DeleteGroups
+    def delete_groups(
+        self, request: DeleteGroupsRequest, version: int, respond: Callable[[DeleteGroupsResponse], None]
+    ) -> None:
+        results: dict[str, ErrorCode] = {}
+        waiting: set[str] = set()
+
+        def build() -> DeleteGroupsResponse:
+            return DeleteGroupsResponse(
+                results=[
+                    DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error)
+                    for group_id, error in results.items()
+                ]
+            )
+
+        def one_written(group: Group, error: ErrorCode) -> None:
+            if self.runtime.groups.get(group.group_id) is group:
+                # Deleted in memory even if the tombstones failed: the group is Dead already.
+                del self.runtime.groups[group.group_id]
+            results[group.group_id] = offset_write_error(error) if error != ErrorCode.NONE else ErrorCode.NONE
+            waiting.discard(group.group_id)
+            if not waiting:
+                respond(build())
+
+        to_write: list[tuple[Group, list[Record]]] = []
+        for group_id in dict.fromkeys(request.groups_names):
+            error = self.runtime.group_error(group_id)
+            group = self.runtime.groups.get(group_id) if error is None else None
+            if error is not None:
+                results[group_id] = error
+            elif group is None or group.state is GroupState.DEAD:
+                results[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
+            elif group.state is not GroupState.EMPTY:
+                results[group_id] = ErrorCode.NON_EMPTY_GROUP
+            else:
+                group.transition_to(GroupState.DEAD, self.runtime.now_wall_ms())
+                self.runtime.cancel_group_timers(group)
+                records: list[Record] = [
+                    (offset_key_bytes(group_id, topic, partition), None) for topic, partition in group.offsets
+                ]
+                records.append((group_key_bytes(group_id), None))
+                results[group_id] = ErrorCode.NONE
+                waiting.add(group_id)
+                to_write.append((group, records))
+        if not to_write:
+            respond(build())
+            return
+        for group, records in to_write:
+            self.runtime.write(group.group_id, records, functools.partial(one_written, group))

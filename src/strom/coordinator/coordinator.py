@@ -1,0 +1,159 @@
+"""The group coordinator's facade: the API the broker's handlers call.
+
+Pure: no sockets, no asyncio, no sleeping. Time comes from the injected ``Clock``, delays from the
+injected keyed ``Timer``, and durability from the ``CoordinatorLogWriter`` (the broker appends our
+records to ``__consumer_offsets`` and tells us when they are written).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from strom.base.clock import Clock
+from strom.coordinator.admin import Admin
+from strom.coordinator.config import CoordinatorConfig
+from strom.coordinator.group import Group, JoinResult, SyncResult
+from strom.coordinator.membership import Membership, join_response, sync_response
+from strom.coordinator.offsets import Offsets
+from strom.coordinator.records import CoordinatorLogWriter
+from strom.coordinator.runtime import CoordinatorRuntime, PartitionStatus
+from strom.coordinator.state import GroupState
+from strom.coordinator.timers import Timer, offsets_expiry_key
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from strom.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from strom.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from strom.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+
+
+class GroupCoordinator:
+    def __init__(
+        self, config: CoordinatorConfig, clock: Clock, timer: Timer, writer: CoordinatorLogWriter
+    ) -> None:
+        self._runtime = CoordinatorRuntime(config, clock, timer, writer)
+        self._membership = Membership(self._runtime)
+        self._offsets = Offsets(self._runtime, self._membership)
+        self._admin = Admin(self._runtime, self._membership)
+        self._offsets.schedule_expiry()
+
+    # ---------------------------------------------------------------- partitions of __consumer_offsets
+    def begin_loading(self, partition: int) -> None:
+        """This coordinator now owns ``partition``; its groups answer COORDINATOR_LOAD_IN_PROGRESS."""
+        if partition in self._runtime.partitions:
+            self.unload(partition)
+        self._runtime.partitions[partition] = PartitionStatus.LOADING
+
+    def replay(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """One record of the partition, in log order (``value`` None for a tombstone)."""
+        assert self._runtime.partitions.get(partition) is PartitionStatus.LOADING, (
+            f"replay into partition {partition} that is not loading"
+        )
+        self._runtime.apply_record(key, value, loading=True)
+
+    def finish_loading(self, partition: int) -> None:
+        assert self._runtime.partitions.get(partition) is PartitionStatus.LOADING, (
+            f"partition {partition} finished loading without beginning"
+        )
+        self._runtime.partitions[partition] = PartitionStatus.ACTIVE
+        for group in self._groups_of(partition):
+            self._membership.arm_loaded_sessions(group)
+
+    def unload(self, partition: int) -> None:
+        """The partition moved away: forget its groups, answering parked requests NOT_COORDINATOR."""
+        for group in self._groups_of(partition):
+            self._drop_group(group, ErrorCode.NOT_COORDINATOR)
+        self._runtime.partitions.pop(partition, None)
+
+    def owns(self, group_id: str) -> bool:
+        return self._runtime.partition_of(group_id) in self._runtime.partitions
+
+    def _groups_of(self, partition: int) -> list[Group]:
+        return [
+            group
+            for group_id, group in self._runtime.groups.items()
+            if self._runtime.partition_of(group_id) == partition
+        ]
+
+    def _drop_group(self, group: Group, error: ErrorCode) -> None:
+        if group.state is not GroupState.DEAD:
+            group.transition_to(GroupState.DEAD, self._runtime.now_wall_ms())
+        self._runtime.cancel_group_timers(group)
+        self._membership.fail_parked(group, error)
+        self._runtime.groups.pop(group.group_id, None)
+
+    # ---------------------------------------------------------------- membership
+    def join_group(
+        self,
+        request: JoinGroupRequest,
+        version: int,
+        client_id: str,
+        client_host: str,
+        respond: Callable[[JoinGroupResponse], None],
+    ) -> None:
+        def answer(result: JoinResult) -> None:
+            respond(join_response(result, version))
+
+        self._membership.join(request, version, client_id, client_host, answer)
+
+    def sync_group(
+        self, request: SyncGroupRequest, version: int, respond: Callable[[SyncGroupResponse], None]
+    ) -> None:
+        def answer(result: SyncResult) -> None:
+            respond(sync_response(result, version))
+
+        self._membership.sync(request, version, answer)
+
+    def heartbeat(self, request: HeartbeatRequest, version: int) -> HeartbeatResponse:
+        return self._membership.heartbeat(request, version)
+
+    def leave_group(self, request: LeaveGroupRequest, version: int) -> LeaveGroupResponse:
+        return self._membership.leave(request, version)
+
+    # ---------------------------------------------------------------- offsets
+    def commit_offsets(
+        self, request: OffsetCommitRequest, version: int, respond: Callable[[OffsetCommitResponse], None]
+    ) -> None:
+        self._offsets.commit(request, version, respond)
+
+    def fetch_offsets(self, request: OffsetFetchRequest, version: int) -> OffsetFetchResponse:
+        return self._offsets.fetch(request, version)
+
+    def delete_offsets(
+        self, request: OffsetDeleteRequest, version: int, respond: Callable[[OffsetDeleteResponse], None]
+    ) -> None:
+        self._offsets.delete(request, version, respond)
+
+    def expire_offsets(self) -> None:
+        """Run offset expiry now (it also runs every offsets.retention.check.interval.ms)."""
+        self._offsets.expire()
+
+    # ---------------------------------------------------------------- admin
+    def describe_groups(self, request: DescribeGroupsRequest, version: int) -> DescribeGroupsResponse:
+        return self._admin.describe(request, version)
+
+    def list_groups(self, request: ListGroupsRequest, version: int) -> ListGroupsResponse:
+        return self._admin.list_groups(request, version)
+
+    def delete_groups(
+        self, request: DeleteGroupsRequest, version: int, respond: Callable[[DeleteGroupsResponse], None]
+    ) -> None:
+        self._admin.delete_groups(request, version, respond)
+
+    def group_states(self) -> dict[str, str]:
+        return {group_id: group.state.value for group_id, group in sorted(self._runtime.groups.items())}
+
+    def group(self, group_id: str) -> Group | None:
+        """The live group (read-only use: tests, metrics, the CLI)."""
+        return self._runtime.groups.get(group_id)
+
+    def shutdown(self) -> None:
+        """Answer every parked request NOT_COORDINATOR (the client finds the new coordinator) and stop."""
+        for partition in list(self._runtime.partitions):
+            self.unload(partition)
+        self._runtime.timer.cancel(offsets_expiry_key())

@@ -1,0 +1,348 @@
+"""OffsetCommit, OffsetFetch, OffsetDelete and offset expiry.
+
+A commit becomes visible only once its records are written: the handler builds the records, the
+runtime appends them and replays them on success, exactly as loading the partition would.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from strom.coordinator.group import Group
+from strom.coordinator.membership import Membership
+from strom.coordinator.records import (
+    CommittedOffset,
+    Record,
+    group_key_bytes,
+    offset_key_bytes,
+    offset_value_bytes,
+    offset_write_error,
+)
+from strom.coordinator.runtime import CoordinatorRuntime
+from strom.coordinator.state import GroupState
+from strom.coordinator.timers import offsets_expiry_key
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+
+_NO_OFFSET = -1
+
+
+def _commit_response(
+    errors: dict[tuple[str, int], ErrorCode], topics_in_order: list[str]
+) -> OffsetCommitResponse:
+    by_topic: dict[str, list[OffsetCommitResponse.OffsetCommitResponsePartition]] = {}
+    for (topic, partition), error in errors.items():
+        by_topic.setdefault(topic, []).append(
+            OffsetCommitResponse.OffsetCommitResponsePartition(partition_index=partition, error_code=error)
+        )
+    return OffsetCommitResponse(
+        topics=[
+            OffsetCommitResponse.OffsetCommitResponseTopic(name=topic, partitions=by_topic[topic])
+            for topic in dict.fromkeys(topics_in_order)
+            if topic in by_topic
+        ]
+    )
+
+
+class Offsets:
+    def __init__(self, runtime: CoordinatorRuntime, membership: Membership) -> None:
+        self.runtime = runtime
+        self.membership = membership
+
+    # ================================================================ OffsetCommit
+    def commit(
+        self, request: OffsetCommitRequest, version: int, respond: Callable[[OffsetCommitResponse], None]
+    ) -> None:
+        runtime = self.runtime
+        requested = [(topic.name, partition) for topic in request.topics for partition in topic.partitions]
+        topic_order = [topic.name for topic in request.topics]
+
+        def answer_all(error: ErrorCode) -> None:
+            respond(
+                _commit_response({(name, p.partition_index): error for name, p in requested}, topic_order)
+            )
+
+        group_id = request.group_id
+        status_error = runtime.group_error(group_id)
+        if status_error is not None:
+            answer_all(status_error)
+            return
+        # v0 carries neither generation nor member id: it is a commit without group management.
+        generation_id = request.generation_id_or_member_epoch if version >= 1 else -1
+        member_id = request.member_id if version >= 1 else ""
+        group_instance_id = request.group_instance_id if version >= 7 else None
+        group = runtime.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # Not a group this coordinator knows, yet the client claims a generation.
+                answer_all(ErrorCode.ILLEGAL_GENERATION)
+                return
+            group = Group(group_id, state_timestamp_ms=runtime.now_wall_ms())
+            runtime.groups[group_id] = group
+        group_error = self._commit_group_error(group, member_id, generation_id, group_instance_id)
+        if group_error is not None:
+            answer_all(group_error)
+            return
+        self.membership.keep_alive(group, member_id)
+
+        now_ms = runtime.now_wall_ms()
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        records: list[Record] = []
+        written_keys: list[tuple[str, int]] = []
+        for topic_name, partition in requested:
+            key = (topic_name, partition.partition_index)
+            metadata = partition.committed_metadata or ""
+            if len(metadata.encode("utf-8")) > runtime.config.offset_metadata_max_bytes:
+                errors[key] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            commit_timestamp_ms = now_ms
+            if version == 1 and partition.commit_timestamp >= 0:
+                commit_timestamp_ms = partition.commit_timestamp
+            expire_timestamp_ms = -1
+            if 2 <= version <= 4 and request.retention_time_ms >= 0:
+                expire_timestamp_ms = commit_timestamp_ms + request.retention_time_ms
+            committed = CommittedOffset(
+                offset=partition.committed_offset,
+                leader_epoch=partition.committed_leader_epoch if version >= 6 else -1,
+                metadata=metadata,
+                commit_timestamp_ms=commit_timestamp_ms,
+                expire_timestamp_ms=expire_timestamp_ms,
+            )
+            errors[key] = ErrorCode.NONE
+            written_keys.append(key)
+            records.append((offset_key_bytes(group_id, key[0], key[1]), offset_value_bytes(committed)))
+        if not records:
+            respond(_commit_response(errors, topic_order))
+            return
+
+        def written(error: ErrorCode) -> None:
+            if error != ErrorCode.NONE:
+                for key in written_keys:
+                    errors[key] = offset_write_error(error)
+            respond(_commit_response(errors, topic_order))
+
+        runtime.write(group_id, records, written)
+
+    def _commit_group_error(
+        self, group: Group, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> ErrorCode | None:
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.is_static_member_fenced(member_id, group_instance_id):
+            return ErrorCode.FENCED_INSTANCE_ID
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return None  # offsets of a group without members (manual assignment)
+        if member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        # Stable, and PreparingRebalance too: Kafka lets members of the current generation commit
+        # while the others rejoin (the heartbeat tells them about the rebalance).
+        return None
+
+    # ================================================================ OffsetFetch
+    def fetch(self, request: OffsetFetchRequest, version: int) -> OffsetFetchResponse:
+        if version >= 8:
+            groups = [
+                self._fetch_group_v8(
+                    entry.group_id,
+                    None
+                    if entry.topics is None
+                    else [(t.name, list(t.partition_indexes)) for t in entry.topics],
+                )
+                for entry in request.groups
+            ]
+            return OffsetFetchResponse(groups=groups)
+        topics = (
+            None
+            if request.topics is None
+            else [(topic.name, list(topic.partition_indexes)) for topic in request.topics]
+        )
+        error, found = self._fetch(request.group_id, topics)
+        response_topics = [
+            OffsetFetchResponse.OffsetFetchResponseTopic(
+                name=topic,
+                partitions=[
+                    OffsetFetchResponse.OffsetFetchResponsePartition(
+                        partition_index=partition,
+                        committed_offset=committed.offset if committed else _NO_OFFSET,
+                        committed_leader_epoch=committed.leader_epoch if committed and version >= 5 else -1,
+                        metadata=committed.metadata if committed else "",
+                        # v0-1 have no top-level error: the group's error goes in every partition.
+                        error_code=error if version < 2 else ErrorCode.NONE,
+                    )
+                    for partition, committed in partitions
+                ],
+            )
+            for topic, partitions in found
+        ]
+        if version >= 2:
+            return OffsetFetchResponse(topics=response_topics, error_code=error)
+        return OffsetFetchResponse(topics=response_topics)
+
+    def _fetch_group_v8(
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
+        error, found = self._fetch(group_id, topics)
+        return OffsetFetchResponse.OffsetFetchResponseGroup(
+            group_id=group_id,
+            error_code=error,
+            topics=[
+                OffsetFetchResponse.OffsetFetchResponseTopics(
+                    name=topic,
+                    partitions=[
+                        OffsetFetchResponse.OffsetFetchResponsePartitions(
+                            partition_index=partition,
+                            committed_offset=committed.offset if committed else _NO_OFFSET,
+                            committed_leader_epoch=committed.leader_epoch if committed else -1,
+                            metadata=committed.metadata if committed else "",
+                            error_code=ErrorCode.NONE,
+                        )
+                        for partition, committed in partitions
+                    ],
+                )
+                for topic, partitions in found
+            ],
+        )
+
+    def _fetch(
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, CommittedOffset | None]]]]]:
+        """The group's error and, per topic, (partition, committed offset or None)."""
+        error = self.runtime.group_error(group_id)
+        group = self.runtime.groups.get(group_id) if error is None else None
+        offsets = {} if group is None or group.state is GroupState.DEAD else group.offsets
+        if topics is None:
+            # Every committed offset of the group (v2+ with a null topic list).
+            by_topic: dict[str, list[tuple[int, CommittedOffset | None]]] = {}
+            for (topic, partition), committed in sorted(offsets.items()):
+                by_topic.setdefault(topic, []).append((partition, committed))
+            return error or ErrorCode.NONE, list(by_topic.items())
+        found = [
+            (topic, [(partition, offsets.get((topic, partition))) for partition in partitions])
+            for topic, partitions in topics
+        ]
+        return error or ErrorCode.NONE, found
+
+    # ================================================================ OffsetDelete
+    def delete(
+        self, request: OffsetDeleteRequest, version: int, respond: Callable[[OffsetDeleteResponse], None]
+    ) -> None:
+        runtime = self.runtime
+        group_id = request.group_id
+        error = runtime.group_error(group_id)
+        group = runtime.groups.get(group_id) if error is None else None
+        if error is None and (group is None or group.state is GroupState.DEAD):
+            error = ErrorCode.GROUP_ID_NOT_FOUND
+        if error is not None or group is None:
+            respond(OffsetDeleteResponse(error_code=error or ErrorCode.GROUP_ID_NOT_FOUND))
+            return
+        subscribed: frozenset[str] = frozenset()
+        if group.state is not GroupState.EMPTY:
+            known_subscription = group.subscribed_topics()
+            if known_subscription is None:
+                # Members with a protocol whose subscriptions cannot be read: nothing is safe to delete.
+                respond(OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP))
+                return
+            subscribed = known_subscription
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        records: list[Record] = []
+        for topic in request.topics:
+            for partition in topic.partitions:
+                key = (topic.name, partition.partition_index)
+                if topic.name in subscribed:
+                    errors[key] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                    continue
+                errors[key] = ErrorCode.NONE
+                if key in group.offsets:
+                    records.append((offset_key_bytes(group_id, key[0], key[1]), None))
+
+        def build() -> OffsetDeleteResponse:
+            by_topic: dict[str, list[OffsetDeleteResponse.OffsetDeleteResponsePartition]] = {}
+            for (topic_name, partition_index), partition_error in errors.items():
+                by_topic.setdefault(topic_name, []).append(
+                    OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                        partition_index=partition_index, error_code=partition_error
+                    )
+                )
+            return OffsetDeleteResponse(
+                error_code=ErrorCode.NONE,
+                topics=[
+                    OffsetDeleteResponse.OffsetDeleteResponseTopic(name=name, partitions=partitions)
+                    for name, partitions in by_topic.items()
+                ],
+            )
+
+        if not records:
+            respond(build())
+            return
+
+        def written(write_error: ErrorCode) -> None:
+            if write_error != ErrorCode.NONE:
+                respond(OffsetDeleteResponse(error_code=offset_write_error(write_error)))
+                return
+            respond(build())
+
+        runtime.write(group_id, records, written)
+
+    # ================================================================ expiry
+    def schedule_expiry(self) -> None:
+        self.runtime.timer.schedule(
+            offsets_expiry_key(), self.runtime.config.offsets_retention_check_interval_ms, self.expire
+        )
+
+    def expire(self) -> None:
+        """Write tombstones for expired offsets; an Empty group left with none is removed."""
+        runtime = self.runtime
+        now_ms = runtime.now_wall_ms()
+        retention_ms = runtime.config.offsets_retention_ms
+        for group_id, group in list(runtime.groups.items()):
+            if runtime.group_error(group_id) is not None or group.state is GroupState.DEAD:
+                continue
+            expired = self._expired_offsets(group, now_ms, retention_ms)
+            records: list[Record] = [(offset_key_bytes(group_id, topic, p), None) for topic, p in expired]
+            remaining = set(group.offsets) - set(expired)
+            if group.state is GroupState.EMPTY and not remaining:
+                group.transition_to(GroupState.DEAD, now_ms)
+                records.append((group_key_bytes(group_id), None))
+            if records:
+                runtime.write(group_id, records, functools.partial(self._expiry_written, group))
+        self.schedule_expiry()
+
+    def _expiry_written(self, group: Group, error: ErrorCode) -> None:
+        # A Dead group whose tombstone could not be written is forgotten anyway (it has no offsets
+        # and no members); the stale record only brings back an Empty group on the next load.
+        if group.state is GroupState.DEAD and self.runtime.groups.get(group.group_id) is group:
+            self.runtime.groups.pop(group.group_id, None)
+
+    @staticmethod
+    def _expired_offsets(group: Group, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+        expired = []
+        if group.state is GroupState.EMPTY:
+            for key, committed in group.offsets.items():
+                if committed.expire_timestamp_ms >= 0:
+                    if now_ms >= committed.expire_timestamp_ms:
+                        expired.append(key)
+                    continue
+                # Groups with a protocol count from when they became Empty; member-less
+                # (manual assignment) groups from each commit.
+                base_ms = (
+                    group.state_timestamp_ms
+                    if group.protocol_type and group.state_timestamp_ms >= 0
+                    else committed.commit_timestamp_ms
+                )
+                if now_ms - base_ms >= retention_ms:
+                    expired.append(key)
+            return expired
+        subscribed = group.subscribed_topics()
+        if group.state is GroupState.STABLE and subscribed is not None:
+            # A consumer group expires offsets of topics it no longer subscribes to.
+            for key, committed in group.offsets.items():
+                if key[0] not in subscribed and now_ms - committed.commit_timestamp_ms >= retention_ms:
+                    expired.append(key)
+        return expired

@@ -1,0 +1,163 @@
+"""State the request handlers share: groups, partition ownership, timers, the log writer, replay.
+
+Every change to committed offsets and every group record goes through ``apply_record``: live
+handlers call it once their records are written, and loading a partition calls it for each record
+of the topic, so recovery runs the same code as live handling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+
+from strom.base.clock import Clock
+from strom.coordinator.config import CoordinatorConfig
+from strom.coordinator.group import Group, Member
+from strom.coordinator.partitioning import partition_for_group
+from strom.coordinator.records import (
+    CoordinatorLogWriter,
+    GroupKey,
+    OffsetKey,
+    Record,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+)
+from strom.coordinator.state import GroupState
+from strom.coordinator.timers import Timer, group_timer_keys
+from strom.protocol.coordinator_records.group_metadata import GroupMetadataValue
+from strom.protocol.errors import ErrorCode
+
+
+class PartitionStatus(Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+
+
+class CoordinatorRuntime:
+    def __init__(
+        self, config: CoordinatorConfig, clock: Clock, timer: Timer, writer: CoordinatorLogWriter
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.timer = timer
+        self.writer = writer
+        self.groups: dict[str, Group] = {}
+        self.partitions: dict[int, PartitionStatus] = {}
+
+    # ---------------------------------------------------------------- ownership
+    def partition_of(self, group_id: str) -> int:
+        return partition_for_group(group_id, self.config.offsets_topic_num_partitions)
+
+    def group_error(self, group_id: str) -> ErrorCode | None:
+        """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS if this coordinator cannot serve the group."""
+        status = self.partitions.get(self.partition_of(group_id))
+        if status is None:
+            return ErrorCode.NOT_COORDINATOR
+        if status is PartitionStatus.LOADING:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return None
+
+    def is_loading_any(self) -> bool:
+        return any(status is PartitionStatus.LOADING for status in self.partitions.values())
+
+    def now_wall_ms(self) -> int:
+        return self.clock.wall_ms()
+
+    # ---------------------------------------------------------------- writing
+    def write(self, group_id: str, records: list[Record], on_complete: Callable[[ErrorCode], None]) -> None:
+        """Append records to the group's partition; on success apply them (the replay path) first."""
+        partition = self.partition_of(group_id)
+
+        def completed(error: ErrorCode) -> None:
+            if error == ErrorCode.NONE and self.partitions.get(partition) is PartitionStatus.ACTIVE:
+                for key, value in records:
+                    self.apply_record(key, value, loading=False)
+            on_complete(error)
+
+        self.writer.append(partition, records, completed)
+
+    # ---------------------------------------------------------------- replay
+    def apply_record(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
+        decoded_key = decode_key(key)
+        if isinstance(decoded_key, OffsetKey):
+            self._apply_offset(decoded_key, value)
+        else:
+            assert isinstance(decoded_key, GroupKey)
+            if value is None:
+                self._apply_group_tombstone(decoded_key.group_id)
+            elif loading:
+                self._rebuild_group(decoded_key.group_id, decode_group_value(value))
+            else:
+                self._confirm_group(decoded_key.group_id, decode_group_value(value))
+
+    def _apply_offset(self, key: OffsetKey, value: bytes | None) -> None:
+        group = self.groups.get(key.group_id)
+        if value is None:
+            if group is not None:
+                group.offsets.pop((key.topic, key.partition), None)
+            return
+        if group is None:
+            # Offsets without group metadata: a group committing with manual assignment.
+            group = Group(key.group_id, state_timestamp_ms=-1)
+            self.groups[key.group_id] = group
+        group.offsets[(key.topic, key.partition)] = decode_offset_value(value)
+
+    def _apply_group_tombstone(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        if group.offsets and group.state is not GroupState.DEAD:
+            # The metadata is gone but offsets remain: an Empty group holding only offsets.
+            self.groups[group_id] = Group(group_id, offsets=group.offsets)
+        else:
+            del self.groups[group_id]
+
+    def _rebuild_group(self, group_id: str, value: GroupMetadataValue) -> None:
+        """Loading: the latest record of a group is its whole state (Empty, or Stable with members)."""
+        previous = self.groups.get(group_id)
+        group = Group(
+            group_id,
+            state=GroupState.STABLE if value.members else GroupState.EMPTY,
+            state_timestamp_ms=value.current_state_timestamp,
+            generation_id=value.generation,
+            protocol_type=value.protocol_type,
+            protocol_name=value.protocol or None,
+            leader_id=value.leader or None,
+            offsets={} if previous is None else previous.offsets,
+        )
+        for recorded in value.members:
+            protocols = [(value.protocol, recorded.subscription)] if value.protocol else []
+            group.members[recorded.member_id] = Member(
+                member_id=recorded.member_id,
+                group_instance_id=recorded.group_instance_id,
+                client_id=recorded.client_id,
+                client_host=recorded.client_host,
+                rebalance_timeout_ms=recorded.rebalance_timeout,
+                session_timeout_ms=recorded.session_timeout,
+                protocol_type=value.protocol_type,
+                protocols=protocols,
+                assignment=recorded.assignment,
+            )
+            if recorded.group_instance_id is not None:
+                group.static_members[recorded.group_instance_id] = recorded.member_id
+        self.groups[group_id] = group
+
+    def _confirm_group(self, group_id: str, value: GroupMetadataValue) -> None:
+        """Live: the written record of the current generation sets the members' assignments."""
+        group = self.groups.get(group_id)
+        if group is None or group.generation_id != value.generation:
+            return  # the group moved on while the record was being written
+        if group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return  # the sync failed or a rebalance began: no assignment to record
+        group.leader_id = value.leader or None
+        for recorded in value.members:
+            member = group.members.get(recorded.member_id)
+            if member is not None:
+                member.assignment = recorded.assignment
+
+    # ---------------------------------------------------------------- group removal
+    def cancel_group_timers(self, group: Group) -> None:
+        member_ids = list(group.members) + list(group.pending_members)
+        for key in group_timer_keys(group.group_id, member_ids):
+            self.timer.cancel(key)
