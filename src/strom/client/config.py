@@ -1,0 +1,235 @@
+"""Client configuration with Kafka's key names.
+
+Each client takes a dict of Kafka keys (``{"bootstrap.servers": ..., "linger.ms": 5}``) and/or
+keyword arguments with the dots written as underscores (``linger_ms=5``). A config class is a
+dataclass whose field names are the keys with dots as underscores; values given as strings (as
+they come from property files) are converted to the field's type. Unknown keys are refused with
+the closest known names in the message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+from strom.client.errors import ConfigError
+
+__all__ = ["AdminConfig", "ClientConfig", "ConsumerConfig", "ProducerConfig", "parse_bootstrap"]
+
+_COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def _to_bool(key: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"config {key!r} must be true or false, not {value!r}")
+
+
+def _to_int(key: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"config {key!r} must be an integer, not {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise ConfigError(f"config {key!r} must be an integer, not {value!r}")
+
+
+def _to_str(key: str, value: object) -> str:
+    if isinstance(value, str):
+        return value
+    raise ConfigError(f"config {key!r} must be a string, not {value!r}")
+
+
+def _to_str_or_list(key: str, value: object) -> str:
+    """Kafka accepts comma-separated strings; we also take a list of strings."""
+    if isinstance(value, list | tuple):
+        if not all(isinstance(item, str) for item in value):
+            raise ConfigError(f"config {key!r} must be strings, not {value!r}")
+        return ",".join(value)
+    return _to_str(key, value)
+
+
+def _to_acks(key: str, value: object) -> int:
+    if value in ("all", "-1", -1):
+        return -1
+    acks = _to_int(key, value)
+    if acks not in (0, 1, -1):
+        raise ConfigError(f"config {key!r} must be 0, 1, -1 or all, not {value!r}")
+    return acks
+
+
+_CONVERTERS: dict[str, Callable[[str, object], Any]] = {
+    "bool": _to_bool,
+    "int": _to_int,
+    "str": _to_str,
+    "str | None": lambda key, value: None if value is None else _to_str(key, value),
+}
+
+
+@dataclass
+class ClientConfig:
+    """Keys every client takes."""
+
+    bootstrap_servers: str = "localhost:9092"
+    client_id: str = "strom"
+    request_timeout_ms: int = 30_000
+    metadata_max_age_ms: int = 300_000
+    reconnect_backoff_ms: int = 50
+    reconnect_backoff_max_ms: int = 1_000
+    retry_backoff_ms: int = 100
+    socket_connection_setup_timeout_ms: int = 10_000
+    connections_max_idle_ms: int = 540_000
+    # The largest response frame accepted from a broker.
+    receive_message_max_bytes: int = 100_000_000
+
+    @classmethod
+    def key_of(cls, field_name: str) -> str:
+        return field_name.replace("_", ".")
+
+    @classmethod
+    def from_settings(cls, config: Mapping[str, Any] | None = None, /, **settings: Any) -> Self:
+        fields = {field.name: field for field in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        given = dict(config or {})
+        given.update(settings)
+        for raw_key, value in given.items():
+            if not isinstance(raw_key, str):
+                raise ConfigError(f"config keys are strings, not {raw_key!r}")
+            field_name = raw_key.replace(".", "_")
+            key = cls.key_of(field_name)
+            field = fields.get(field_name)
+            if field is None:
+                known = [cls.key_of(name) for name in fields]
+                close = difflib.get_close_matches(key, known, n=3)
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise ConfigError(f"unknown {cls.__name__} key {key!r}{hint}")
+            values[field_name] = cls._convert(key, field_name, str(field.type), value)
+        instance = cls(**values)
+        instance.validate()
+        return instance
+
+    @classmethod
+    def _convert(cls, key: str, field_name: str, type_name: str, value: object) -> Any:
+        if field_name == "acks":
+            return _to_acks(key, value)
+        if field_name in ("bootstrap_servers",):
+            return _to_str_or_list(key, value)
+        return _CONVERTERS[type_name](key, value)
+
+    def validate(self) -> None:
+        if not parse_bootstrap(self.bootstrap_servers):
+            raise ConfigError("config 'bootstrap.servers' names no broker")
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name.endswith(("_ms", "_bytes")) and isinstance(value, int) and value < 0:
+                raise ConfigError(f"config {self.key_of(field.name)!r} must not be negative, not {value}")
+
+    def _require_choice(self, field_name: str, choices: tuple[str, ...]) -> None:
+        value = getattr(self, field_name)
+        if value not in choices:
+            raise ConfigError(
+                f"config {self.key_of(field_name)!r} must be one of {', '.join(choices)}, not {value!r}"
+            )
+
+
+@dataclass
+class ProducerConfig(ClientConfig):
+    acks: int = -1
+    linger_ms: int = 5
+    batch_size: int = 16_384
+    compression_type: str = "none"
+    retries: int = 2_147_483_647
+    delivery_timeout_ms: int = 120_000
+    max_in_flight_requests_per_connection: int = 5
+    enable_idempotence: bool = True
+    max_request_size: int = 1_048_576
+    # How long send() may block waiting for metadata of a topic it has not seen yet.
+    max_block_ms: int = 60_000
+    partitioner_ignore_keys: bool = False
+    buffer_memory: int = 33_554_432
+
+    def validate(self) -> None:
+        super().validate()
+        self._require_choice("compression_type", _COMPRESSION_TYPES)
+        if self.batch_size <= 0:
+            raise ConfigError(f"config 'batch.size' must be positive, not {self.batch_size}")
+        if self.max_in_flight_requests_per_connection < 1:
+            raise ConfigError("config 'max.in.flight.requests.per.connection' must be at least 1")
+        if self.enable_idempotence:
+            if self.acks != -1:
+                raise ConfigError("enable.idempotence requires acks=all")
+            if self.max_in_flight_requests_per_connection > 5:
+                raise ConfigError("enable.idempotence requires max.in.flight.requests.per.connection <= 5")
+            if self.retries == 0:
+                raise ConfigError("enable.idempotence requires retries > 0")
+
+
+@dataclass
+class ConsumerConfig(ClientConfig):
+    group_id: str | None = None
+    group_instance_id: str | None = None
+    auto_offset_reset: str = "latest"
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    partition_assignment_strategy: str = "range,cooperative-sticky"
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 500
+    max_partition_fetch_bytes: int = 1_048_576
+    fetch_max_bytes: int = 52_428_800
+    client_rack: str = ""
+    max_poll_records: int = 500
+    isolation_level: str = "read_uncommitted"
+    check_crcs: bool = True
+
+    @classmethod
+    def _convert(cls, key: str, field_name: str, type_name: str, value: object) -> Any:
+        if field_name == "partition_assignment_strategy":
+            return _to_str_or_list(key, value)
+        return super()._convert(key, field_name, type_name, value)
+
+    def validate(self) -> None:
+        super().validate()
+        self._require_choice("auto_offset_reset", ("earliest", "latest", "none"))
+        self._require_choice("isolation_level", ("read_uncommitted", "read_committed"))
+        if self.max_poll_records < 1:
+            raise ConfigError("config 'max.poll.records' must be at least 1")
+
+
+@dataclass
+class AdminConfig(ClientConfig):
+    pass
+
+
+def parse_bootstrap(bootstrap_servers: str) -> list[tuple[str, int]]:
+    """``"host:port,host2:port"`` -> [(host, port), ...]; IPv6 hosts in brackets."""
+    addresses: list[tuple[str, int]] = []
+    for entry in bootstrap_servers.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        if "://" in entry:
+            entry = entry.split("://", 1)[1]
+        host, separator, port_text = entry.rpartition(":")
+        if not separator:
+            host, port_text = entry, "9092"
+        host = host.strip("[]")
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise ConfigError(f"bootstrap server {entry!r} has no valid port") from None
+        if not host or not 0 < port < 65536:
+            raise ConfigError(f"bootstrap server {entry!r} is not host:port")
+        addresses.append((host, port))
+    return addresses

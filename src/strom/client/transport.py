@@ -1,0 +1,372 @@
+"""The I/O shell: one background thread per client object running an asyncio event loop that
+owns every socket, the broker channels on top of the sans-I/O ``Connection``, and the metadata
+refresh. Public client methods stay synchronous and hand work to the loop with ``LoopThread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import random
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from strom.base.clock import Clock, SystemClock
+from strom.client.cluster import ClusterMetadata
+from strom.client.config import ClientConfig, parse_bootstrap
+from strom.client.connection import Completion, Connection
+from strom.client.errors import (
+    ClientClosedError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    error_for_code,
+)
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.metadata import MetadataRequest
+
+__all__ = ["BrokerChannel", "LoopThread", "Transport"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """A daemon thread running one asyncio event loop until ``stop()``."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+    @property
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """Run ``coroutine`` on the loop and wait for its result from another thread."""
+        assert not self.in_loop_thread, "LoopThread.run() from the loop thread would deadlock"
+        future = self.submit(coroutine)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise KafkaTimeoutError(f"operation did not complete within {timeout_s} s") from None
+
+    def call_soon(self, callback: Callable[..., object], *args: object) -> None:
+        self.loop.call_soon_threadsafe(callback, *args)
+
+    def stop(self, join_timeout_s: float = 5.0) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            if not self.in_loop_thread:
+                self._thread.join(join_timeout_s)
+
+
+class BrokerChannel(asyncio.Protocol):
+    """One TCP connection to a broker: a ``Connection`` fed by asyncio's protocol callbacks."""
+
+    def __init__(self, node_id: int, host: str, port: int, config: ClientConfig) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.connection = Connection(config.client_id, config.receive_message_max_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.closed = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.write(self.connection.handshake())
+
+    def data_received(self, data: bytes) -> None:
+        completions, outgoing = self.connection.receive_data(data)
+        if outgoing and self._transport is not None:
+            self._transport.write(outgoing)
+        self._deliver(completions)
+        if self.connection.closed_error is not None:
+            self._fail(self.connection.closed_error)
+        elif self.connection.ready and not self._ready.done():
+            self._ready.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(
+            KafkaConnectionError(f"connection to broker {self.node_id} ({self.host}:{self.port}) lost: {exc}")
+        )
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- use -----------------------------------------------------------------------------------
+
+    async def wait_ready(self) -> None:
+        await self._ready
+
+    @property
+    def in_flight(self) -> int:
+        return self.connection.in_flight
+
+    async def request(self, request: Any, *, expect_response: bool = True) -> Any:
+        """Send ``request`` and wait for its response (None when ``expect_response`` is False)."""
+        if self.closed or self._transport is None:
+            raise KafkaConnectionError(f"connection to broker {self.node_id} is closed")
+        if not self._writable.is_set():
+            await self._writable.wait()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        frame = self.connection.send(request, future, expect_response=expect_response)
+        self._transport.write(frame)
+        if not expect_response:
+            return None
+        return await future
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        self._fail(KafkaConnectionError(f"connection to broker {self.node_id} closed"))
+
+    def _deliver(self, completions: list[Completion]) -> None:
+        for completion in completions:
+            future = completion.token
+            if future is None or future.done():
+                continue
+            if completion.error is not None:
+                future.set_exception(completion.error)
+            else:
+                future.set_result(completion.response)
+
+    def _fail(self, error: KafkaError) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._deliver(self.connection.connection_lost(error))
+        if not self._ready.done():
+            self._ready.set_exception(error)
+            self._ready.exception()  # retrieved here so an unawaited failure logs nothing
+        if self._transport is not None:
+            self._transport.close()
+
+
+class Transport:
+    """Connections by node id, cluster metadata, reconnect backoff. Lives on the loop thread."""
+
+    def __init__(
+        self, config: ClientConfig, *, clock: Clock | None = None, allow_auto_topic_creation: bool = False
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.metadata = ClusterMetadata(config.metadata_max_age_ms)
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        # Bootstrap servers get negative node ids until Metadata tells their real ones.
+        self._bootstrap = {
+            -1 - index: address for index, address in enumerate(parse_bootstrap(config.bootstrap_servers))
+        }
+        self._channels: dict[int, BrokerChannel] = {}
+        self._connecting: dict[int, asyncio.Task[BrokerChannel]] = {}
+        self._failures: dict[int, int] = {}
+        self._retry_at_ms: dict[int, int] = {}
+        self._metadata_task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _address(self, node_id: int) -> tuple[str, int]:
+        broker = self.metadata.brokers.get(node_id)
+        if broker is not None:
+            return broker.host, broker.port
+        address = self._bootstrap.get(node_id)
+        if address is None:
+            raise KafkaConnectionError(f"no address known for broker {node_id}")
+        return address
+
+    def ready_channel(self, node_id: int) -> BrokerChannel | None:
+        channel = self._channels.get(node_id)
+        if channel is None or channel.closed:
+            return None
+        return channel
+
+    async def channel(self, node_id: int) -> BrokerChannel:
+        """A ready connection to ``node_id``, connecting (after any backoff) when there is none."""
+        if self.closed:
+            raise ClientClosedError("client is closed")
+        channel = self.ready_channel(node_id)
+        if channel is not None:
+            return channel
+        task = self._connecting.get(node_id)
+        if task is None:
+            task = asyncio.ensure_future(self._connect(node_id))
+            self._connecting[node_id] = task
+            task.add_done_callback(lambda _task: self._connecting.pop(node_id, None))
+        return await asyncio.shield(task)
+
+    async def _connect(self, node_id: int) -> BrokerChannel:
+        wait_ms = self._retry_at_ms.get(node_id, 0) - self.clock.monotonic_ms()
+        if wait_ms > 0:
+            await asyncio.sleep(wait_ms / 1000)
+        host, port = self._address(node_id)
+        loop = asyncio.get_running_loop()
+        timeout_s = self.config.socket_connection_setup_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(timeout_s):
+                _, channel = await loop.create_connection(
+                    lambda: BrokerChannel(node_id, host, port, self.config), host, port
+                )
+                await channel.wait_ready()
+        except (OSError, TimeoutError, KafkaError) as error:
+            failures = self._failures.get(node_id, 0) + 1
+            self._failures[node_id] = failures
+            backoff_ms = min(
+                self.config.reconnect_backoff_ms * 2 ** min(failures - 1, 16),
+                self.config.reconnect_backoff_max_ms,
+            )
+            # Jitter so many clients do not reconnect in lockstep after a broker restart.
+            backoff_ms = int(backoff_ms * random.uniform(0.8, 1.2))
+            self._retry_at_ms[node_id] = self.clock.monotonic_ms() + backoff_ms
+            if isinstance(error, KafkaError):
+                raise
+            raise KafkaConnectionError(
+                f"cannot connect to broker {node_id} at {host}:{port}: {error}"
+            ) from error
+        self._failures.pop(node_id, None)
+        self._retry_at_ms.pop(node_id, None)
+        self._channels[node_id] = channel
+        return channel
+
+    def least_loaded_node(self) -> int:
+        """A broker to send a request any broker can answer: connected and least busy first."""
+        candidates = list(self.metadata.brokers) or list(self._bootstrap)
+        now_ms = self.clock.monotonic_ms()
+
+        def load(node_id: int) -> tuple[int, int, int]:
+            channel = self.ready_channel(node_id)
+            backing_off = 1 if self._retry_at_ms.get(node_id, 0) > now_ms else 0
+            return (backing_off, 0 if channel is not None else 1, channel.in_flight if channel else 0)
+
+        return min(candidates, key=load)
+
+    async def send(self, node_id: int, request: Any, *, timeout_ms: int | None = None) -> Any:
+        """Send to one broker and wait for the response (request.timeout.ms by default)."""
+        timeout_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                channel = await self.channel(node_id)
+                return await channel.request(request)
+        except TimeoutError:
+            raise KafkaTimeoutError(
+                f"{type(request).__name__} to broker {node_id} timed out after {timeout_ms} ms"
+            ) from None
+
+    async def send_any(self, request: Any, *, timeout_ms: int | None = None) -> Any:
+        """Send to whichever broker is least loaded; on a connection failure try the others."""
+        timeout_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline_ms = self.clock.monotonic_ms() + timeout_ms
+        last_error: KafkaError | None = None
+        while True:
+            remaining_ms = deadline_ms - self.clock.monotonic_ms()
+            if remaining_ms <= 0:
+                raise last_error or KafkaTimeoutError(f"{type(request).__name__} timed out")
+            try:
+                return await self.send(self.least_loaded_node(), request, timeout_ms=remaining_ms)
+            except KafkaConnectionError as error:
+                last_error = error
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
+    async def with_retries(self, attempt: Callable[[], Awaitable[T]], timeout_ms: int | None = None) -> T:
+        """Run ``attempt`` until it succeeds, retrying retriable errors within the timeout."""
+        timeout_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline_ms = self.clock.monotonic_ms() + timeout_ms
+        while True:
+            try:
+                return await attempt()
+            except KafkaError as error:
+                if not error.retriable or self.clock.monotonic_ms() >= deadline_ms:
+                    raise
+                if error.code is not None and error.code.invalid_metadata:
+                    self.metadata.request_refresh()
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    async def refresh_metadata(self, topics: list[str] | None = None) -> None:
+        """Fetch Metadata for ``topics`` (None: every topic). Concurrent refreshes share one request."""
+        if topics is None and self._metadata_task is not None and not self._metadata_task.done():
+            await asyncio.shield(self._metadata_task)
+            return
+        task = asyncio.ensure_future(self._refresh(topics))
+        if topics is None:
+            self._metadata_task = task
+        await asyncio.shield(task)
+
+    async def _refresh(self, topics: list[str] | None) -> None:
+        request = MetadataRequest(
+            topics=None
+            if topics is None
+            else [MetadataRequest.MetadataRequestTopic(name=name) for name in topics],
+            allow_auto_topic_creation=self.allow_auto_topic_creation,
+        )
+        response = await self.send_any(request)
+        self.metadata.update(response, self.clock.monotonic_ms(), all_topics=topics is None)
+
+    async def refresh_wanted(self) -> None:
+        """Refresh the topics callers need (or all topics when none is named)."""
+        wanted = sorted(self.metadata.wanted_topics)
+        await self.refresh_metadata(wanted or None)
+
+    async def maybe_refresh(self) -> None:
+        """Refresh when the view is stale (too old, or a caller saw a leader change)."""
+        if self.metadata.stale(self.clock.monotonic_ms()):
+            await self.refresh_wanted()
+
+    async def wait_for_topic(self, topic: str, timeout_ms: int) -> int:
+        """The partition count of ``topic``, refreshing metadata until it is known."""
+        self.metadata.wanted_topics.add(topic)
+        deadline_ms = self.clock.monotonic_ms() + timeout_ms
+        while True:
+            count = self.metadata.partition_count(topic)
+            if count is not None:
+                return count
+            info = self.metadata.topics.get(topic)
+            if info is not None and info.error_code not in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE):
+                raise error_for_code(info.error_code, context=f"topic {topic!r}")
+            if self.clock.monotonic_ms() >= deadline_ms:
+                raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {timeout_ms} ms")
+            try:
+                await self.refresh_metadata(sorted(self.metadata.wanted_topics))
+            except KafkaError as error:
+                if not error.retriable:
+                    raise
+            if self.metadata.partition_count(topic) is None:
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        self.closed = True
+        for task in list(self._connecting.values()):
+            task.cancel()
+        for channel in list(self._channels.values()):
+            channel.close()
+        self._channels.clear()
