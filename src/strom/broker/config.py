@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strom.base import limits
+from strom.coordinator import CoordinatorConfig
 from strom.storage import ConfigError, LogConfig
 
 
@@ -161,6 +162,12 @@ _KEYS = [
         "offsets.retention.minutes", "int", "10080", "How long committed offsets of an empty group are kept."
     ),
     ConfigKey(
+        "offsets.retention.check.interval.ms", "long", "600000", "How often expired offsets are looked for."
+    ),
+    ConfigKey(
+        "offset.metadata.max.bytes", "int", "4096", "Longest metadata string a committed offset may carry."
+    ),
+    ConfigKey(
         "producer.id.expiration.ms",
         "long",
         "86400000",
@@ -288,6 +295,18 @@ class BrokerConfig:
             return LogConfig.from_properties(properties)
         except (ValueError, ConfigError) as error:
             raise BrokerConfigError(str(error)) from None
+
+    def coordinator_config(self) -> CoordinatorConfig:
+        return CoordinatorConfig(
+            group_initial_rebalance_delay_ms=self.get_int("group.initial.rebalance.delay.ms"),
+            group_min_session_timeout_ms=self.get_int("group.min.session.timeout.ms"),
+            group_max_session_timeout_ms=self.get_int("group.max.session.timeout.ms"),
+            group_max_size=self.get_int("group.max.size"),
+            offsets_retention_minutes=self.get_int("offsets.retention.minutes"),
+            offsets_retention_check_interval_ms=self.get_int("offsets.retention.check.interval.ms"),
+            offset_metadata_max_bytes=self.get_int("offset.metadata.max.bytes"),
+            offsets_topic_num_partitions=self.get_int("offsets.topic.num.partitions"),
+        )
 
     def cluster_id(self) -> str:
         """The configured cluster id, else one generated once and kept in the data directory."""

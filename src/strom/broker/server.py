@@ -62,6 +62,7 @@ class BrokerServer:
         log.info(
             "strom broker %d listening on %s, data in %s", self.state.node_id, bound, self.config.data_dir
         )
+        self.state.groups.start()
         self._background.append(asyncio.create_task(self._housekeeping_loop()))
         self._background.append(asyncio.create_task(self._flush_loop()))
 

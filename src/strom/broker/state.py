@@ -16,6 +16,8 @@ from pathlib import Path
 
 from strom.base.clock import Clock
 from strom.broker.config import BrokerConfig
+from strom.broker.groups import GroupService
+from strom.coordinator import OFFSETS_TOPIC
 from strom.storage import LogManager, PartitionLog
 
 log = logging.getLogger("strom.broker")
@@ -62,12 +64,22 @@ class BrokerState:
         self._append_waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._flush_locks: dict[TopicPartition, asyncio.Lock] = {}
         self._disk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-fsync")
+        self.groups = GroupService(
+            config.coordinator_config(), self.logs, clock, self.notify_append, self._flush_offsets_partition
+        )
+
+    def _flush_offsets_partition(self, partition: int) -> asyncio.Future[None] | None:
+        partition_log = self.logs.log(OFFSETS_TOPIC, partition)
+        if partition_log is None:
+            return None
+        return asyncio.ensure_future(self.flush(partition_log))
 
     def load(self) -> None:
         for line in self.logs.load():
             log.info("%s", line)
 
     def close(self) -> None:
+        self.groups.shutdown()
         self._disk_executor.shutdown(wait=True)
         self.logs.close()
 

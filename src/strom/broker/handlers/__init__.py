@@ -13,6 +13,7 @@ def register_all() -> None:
         cluster,
         configs,
         fetch,
+        groups,
         list_offsets,
         metadata,
         produce,

@@ -1,0 +1,193 @@
+"""The broker's side of the group coordinator: its timers on the event loop, its writes into
+``__consumer_offsets``, and loading that topic back on start.
+
+The coordinator (``strom.coordinator``) is a pure object: requests and time go in, responses and
+records come out. This module joins it to storage through the small writer interface the
+coordinator defines, and replays the topic through the same ``replay()`` live handling uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from strom.base.clock import Clock
+from strom.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
+from strom.protocol.errors import ErrorCode
+from strom.protocol.records import BatchBuilder, CorruptBatchError, iter_batches, parse_batch_header
+from strom.storage import LogManager, StorageError
+
+log = logging.getLogger("strom.broker.groups")
+
+# __consumer_offsets as Kafka creates it: compacted, 100 MiB segments (offsets.topic.segment.bytes).
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
+# How much of a partition is read per step while loading, between which the loop serves others.
+LOAD_CHUNK_BYTES = 1024 * 1024
+
+
+class AsyncioTimer:
+    """The coordinator's keyed timers on the event loop: scheduling a key replaces its timer."""
+
+    def __init__(self) -> None:
+        self._handles: dict[str, asyncio.TimerHandle] = {}
+
+    def schedule(self, key: str, delay_ms: int, operation: Callable[[], None]) -> None:
+        self.cancel(key)
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._handles.pop(key, None)
+            try:
+                operation()
+            except Exception:
+                log.exception("coordinator timer %s failed", key)
+
+        self._handles[key] = loop.call_later(max(delay_ms, 0) / 1000, fire)
+
+    def cancel(self, key: str) -> None:
+        handle = self._handles.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def cancel_all(self) -> None:
+        for handle in self._handles.values():
+            handle.cancel()
+        self._handles.clear()
+
+
+class OffsetsTopicWriter:
+    """Appends coordinator records to ``__consumer_offsets`` (one batch per call)."""
+
+    def __init__(
+        self,
+        logs: LogManager,
+        clock: Clock,
+        notify_append: Callable[[str, int], None],
+        flush: Callable[[int], asyncio.Future[None] | None],
+    ) -> None:
+        self._logs = logs
+        self._clock = clock
+        self._notify_append = notify_append
+        self._flush = flush
+
+    def append(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        on_complete: Callable[[ErrorCode], None],
+    ) -> None:
+        partition_log = self._logs.log(OFFSETS_TOPIC, partition)
+        if partition_log is None:
+            on_complete(ErrorCode.NOT_COORDINATOR)
+            return
+        now_ms = self._clock.wall_ms()
+        builder = BatchBuilder()
+        for key, value in records:
+            builder.append(now_ms, key, value)
+        data = bytearray(builder.build())
+        try:
+            partition_log.append(data, [parse_batch_header(data)], now_ms)
+        except StorageError as error:
+            log.error("writing to %s-%d failed: %s", OFFSETS_TOPIC, partition, error)
+            on_complete(ErrorCode.KAFKA_STORAGE_ERROR)
+            return
+        self._notify_append(OFFSETS_TOPIC, partition)
+        pending = self._flush(partition) if partition_log.needs_flush(now_ms) else None
+        if pending is None:
+            on_complete(ErrorCode.NONE)
+        else:
+            pending.add_done_callback(
+                lambda done: on_complete(
+                    ErrorCode.NONE if done.exception() is None else ErrorCode.KAFKA_STORAGE_ERROR
+                )
+            )
+
+
+class GroupService:
+    """Owns the coordinator and ``__consumer_offsets`` on this broker."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        logs: LogManager,
+        clock: Clock,
+        notify_append: Callable[[str, int], None],
+        flush: Callable[[int], asyncio.Future[None] | None],
+    ) -> None:
+        self.config = config
+        self._logs = logs
+        self.timer = AsyncioTimer()
+        self.writer = OffsetsTopicWriter(logs, clock, notify_append, flush)
+        self.coordinator = GroupCoordinator(config, clock, self.timer, self.writer)
+        self._loading: asyncio.Task[None] | None = None
+
+    @property
+    def partitions(self) -> int:
+        return self.config.offsets_topic_num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        from strom.coordinator import partition_for_group
+
+        return partition_for_group(group_id, self.partitions)
+
+    def start(self) -> None:
+        """If ``__consumer_offsets`` exists, load it in the background (requests for its groups get
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        topic = self._logs.topic(OFFSETS_TOPIC)
+        if topic is None:
+            return
+        self._begin_load(topic.partitions)
+
+    def ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first need (FindCoordinator), as Kafka does."""
+        if self._logs.topic(OFFSETS_TOPIC) is not None:
+            return
+        self._logs.create_topic(OFFSETS_TOPIC, self.partitions, OFFSETS_TOPIC_CONFIG, internal=True)
+        log.info("created %s with %d partitions", OFFSETS_TOPIC, self.partitions)
+        for partition in range(self.partitions):
+            self.coordinator.begin_loading(partition)
+            self.coordinator.finish_loading(partition)
+
+    def _begin_load(self, partitions: int) -> None:
+        for partition in range(partitions):
+            self.coordinator.begin_loading(partition)
+        self._loading = asyncio.get_running_loop().create_task(self._load(partitions))
+
+    async def _load(self, partitions: int) -> None:
+        records_total = 0
+        for partition in range(partitions):
+            partition_log = self._logs.log(OFFSETS_TOPIC, partition)
+            offset = partition_log.log_start_offset if partition_log is not None else 0
+            while partition_log is not None and offset < partition_log.log_end_offset:
+                data = partition_log.read(offset, LOAD_CHUNK_BYTES).records
+                if not data:
+                    break
+                try:
+                    for batch in iter_batches(data):
+                        if batch.header.is_control:
+                            offset = batch.header.last_offset + 1
+                            continue
+                        for record in batch.absolute_records():
+                            if record.offset >= offset and record.key is not None:
+                                self.coordinator.replay(partition, record.key, record.value)
+                                records_total += 1
+                        offset = batch.header.last_offset + 1
+                except CorruptBatchError as error:
+                    log.error(
+                        "%s-%d: stopped loading at offset %d: %s", OFFSETS_TOPIC, partition, offset, error
+                    )
+                    break
+                await asyncio.sleep(0)
+            self.coordinator.finish_loading(partition)
+        log.info("loaded %s: %d records replayed", OFFSETS_TOPIC, records_total)
+
+    async def wait_loaded(self) -> None:
+        if self._loading is not None:
+            await self._loading
+
+    def shutdown(self) -> None:
+        if self._loading is not None:
+            self._loading.cancel()
+        self.coordinator.shutdown()
+        self.timer.cancel_all()

@@ -1,0 +1,151 @@
+"""FindCoordinator 0-6 and the group APIs, which hand each request to the group coordinator.
+
+The coordinator answers some requests at once and parks others (a JoinGroup waits for the
+rebalance, a SyncGroup for the leader's assignment, an OffsetCommit for its write); each handler
+turns the coordinator's ``respond`` callback into an awaited future. Only this broker's requests
+for this connection wait: other connections keep being served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+from strom.broker.context import RequestContext
+from strom.broker.registry import handles
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from strom.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from strom.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from strom.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+BATCHED_KEYS_MIN_VERSION = 4
+
+Response = TypeVar("Response")
+
+
+async def _parked(start: Callable[[Callable[[Response], None]], None]) -> Response:
+    """Run ``start(respond)`` and wait until the coordinator calls ``respond`` (maybe at once)."""
+    future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+    def respond(response: Response) -> None:
+        if not future.done():
+            future.set_result(response)
+
+    start(respond)
+    return await future
+
+
+def _find_one(context: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
+    if key_type == KEY_TYPE_TRANSACTION:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported by this broker"
+    if key_type != KEY_TYPE_GROUP:
+        return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+    if not key:
+        return ErrorCode.INVALID_GROUP_ID, "the group id must not be empty"
+    context.broker.groups.ensure_offsets_topic()
+    return ErrorCode.NONE, None
+
+
+@handles(FindCoordinatorRequest, FindCoordinatorResponse, 0, 6)
+async def handle_find_coordinator(
+    context: RequestContext, request: FindCoordinatorRequest
+) -> FindCoordinatorResponse:
+    state = context.broker
+    host, port, node = state.config.advertised_host, state.config.advertised_port, state.node_id
+    if context.api_version >= BATCHED_KEYS_MIN_VERSION:
+        coordinators = []
+        for key in request.coordinator_keys:
+            error, message = _find_one(context, key, request.key_type)
+            found = error == ErrorCode.NONE
+            coordinators.append(
+                FindCoordinatorResponse.Coordinator(
+                    key=key,
+                    node_id=node if found else -1,
+                    host=host if found else "",
+                    port=port if found else -1,
+                    error_code=error,
+                    error_message=message,
+                )
+            )
+        return FindCoordinatorResponse(coordinators=coordinators)
+    error, message = _find_one(context, request.key, request.key_type)
+    found = error == ErrorCode.NONE
+    return FindCoordinatorResponse(
+        error_code=error,
+        error_message=message if context.api_version >= 1 else None,
+        node_id=node if found else -1,
+        host=host if found else "",
+        port=port if found else -1,
+    )
+
+
+@handles(JoinGroupRequest, JoinGroupResponse, 0, 9)
+async def handle_join_group(context: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    coordinator = context.broker.groups.coordinator
+    return await _parked(
+        lambda respond: coordinator.join_group(
+            request, context.api_version, context.client_id or "", "/" + context.client_host, respond
+        )
+    )
+
+
+@handles(SyncGroupRequest, SyncGroupResponse, 0, 5)
+async def handle_sync_group(context: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    coordinator = context.broker.groups.coordinator
+    return await _parked(lambda respond: coordinator.sync_group(request, context.api_version, respond))
+
+
+@handles(HeartbeatRequest, HeartbeatResponse, 0, 4)
+async def handle_heartbeat(context: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    return context.broker.groups.coordinator.heartbeat(request, context.api_version)
+
+
+@handles(LeaveGroupRequest, LeaveGroupResponse, 0, 5)
+async def handle_leave_group(context: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    return context.broker.groups.coordinator.leave_group(request, context.api_version)
+
+
+@handles(OffsetCommitRequest, OffsetCommitResponse, 0, 8)
+async def handle_offset_commit(context: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    coordinator = context.broker.groups.coordinator
+    return await _parked(lambda respond: coordinator.commit_offsets(request, context.api_version, respond))
+
+
+@handles(OffsetFetchRequest, OffsetFetchResponse, 0, 8)
+async def handle_offset_fetch(context: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    return context.broker.groups.coordinator.fetch_offsets(request, context.api_version)
+
+
+@handles(DescribeGroupsRequest, DescribeGroupsResponse, 0, 5)
+async def handle_describe_groups(
+    context: RequestContext, request: DescribeGroupsRequest
+) -> DescribeGroupsResponse:
+    return context.broker.groups.coordinator.describe_groups(request, context.api_version)
+
+
+@handles(ListGroupsRequest, ListGroupsResponse, 0, 4)
+async def handle_list_groups(context: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+    return context.broker.groups.coordinator.list_groups(request, context.api_version)
+
+
+@handles(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2)
+async def handle_delete_groups(context: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    coordinator = context.broker.groups.coordinator
+    return await _parked(lambda respond: coordinator.delete_groups(request, context.api_version, respond))
+
+
+@handles(OffsetDeleteRequest, OffsetDeleteResponse, 0, 0)
+async def handle_offset_delete(context: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    coordinator = context.broker.groups.coordinator
+    return await _parked(lambda respond: coordinator.delete_offsets(request, context.api_version, respond))
