@@ -1,0 +1,210 @@
+"""Background fetching on the loop thread: one Fetch in flight per broker, records decoded there
+and buffered in the ``SubscriptionState`` for ``poll()`` to take."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from strom.client.cluster import TopicPartition
+from strom.client.config import ConsumerConfig
+from strom.client.consumer.positions import ConsumerRecord, FetchedRecords, SubscriptionState
+from strom.client.errors import KafkaError, NoOffsetForPartitionError, error_for_code
+from strom.client.offsets import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP, list_offsets
+from strom.client.transport import Transport
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.fetch import FetchRequest, FetchResponse
+from strom.protocol.records import CorruptBatchError, iter_batches
+
+__all__ = ["Fetcher"]
+
+log = logging.getLogger(__name__)
+
+
+def decode_partition_records(
+    topic_partition: TopicPartition, fetch_offset: int, records: bytes | bytearray | memoryview | None
+) -> FetchedRecords:
+    """The records at or after ``fetch_offset`` (a fetch returns whole batches, which may start
+    earlier), without control records."""
+    topic, partition = topic_partition
+    decoded: list[ConsumerRecord] = []
+    next_offset = fetch_offset
+    if records:
+        for batch in iter_batches(records):
+            header = batch.header
+            next_offset = max(next_offset, header.base_offset + header.last_offset_delta + 1)
+            if header.is_control:
+                continue
+            timestamp_type = header.timestamp_type
+            for record in batch.absolute_records():
+                if record.offset < fetch_offset:
+                    continue
+                decoded.append(
+                    ConsumerRecord(
+                        topic,
+                        partition,
+                        record.offset,
+                        record.timestamp,
+                        timestamp_type,
+                        record.key,
+                        record.value,
+                        record.headers,
+                    )
+                )
+    return FetchedRecords(fetch_offset, decoded, next_offset)
+
+
+class Fetcher:
+    """Runs on the loop thread until cancelled."""
+
+    def __init__(
+        self, config: ConsumerConfig, transport: Transport, subscriptions: SubscriptionState
+    ) -> None:
+        self.config = config
+        self.transport = transport
+        self.subscriptions = subscriptions
+        self.wakeup = asyncio.Event()
+        self._in_flight: dict[int, asyncio.Task[None]] = {}
+        # An error poll() must raise (e.g. no offset and auto.offset.reset=none), set by the loop.
+        self.pending_error: KafkaError | None = None
+
+    async def run(self) -> None:
+        while True:
+            self.wakeup.clear()
+            try:
+                await self._reset_positions()
+                await self._fetch_round()
+            except asyncio.CancelledError:
+                raise
+            except KafkaError as error:
+                log.info("fetcher: %s", error)
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+            except Exception:
+                log.exception("fetcher failed; retrying")
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.retry_backoff_ms / 1000):
+                    await self.wakeup.wait()
+
+    async def stop(self) -> None:
+        """Cancel the fetches in flight (run() itself is cancelled by its owner)."""
+        tasks = list(self._in_flight.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _reset_positions(self) -> None:
+        needing = self.subscriptions.needing_reset()
+        if not needing:
+            return
+        none_policy = [tp for tp, reset_to in needing.items() if reset_to == "none"]
+        if none_policy:
+            self.pending_error = NoOffsetForPartitionError(
+                f"no position for {', '.join(map(str, sorted(none_policy)))} and auto.offset.reset is none"
+            )
+            with self.subscriptions.lock:
+                self.subscriptions.lock.notify_all()
+        specs = {
+            tp: EARLIEST_TIMESTAMP if reset_to == "earliest" else LATEST_TIMESTAMP
+            for tp, reset_to in needing.items()
+            if reset_to != "none"
+        }
+        if not specs:
+            return
+        found = await list_offsets(
+            self.transport, specs, isolation_level=ISOLATION_LEVELS[self.config.isolation_level]
+        )
+        for tp, answer in found.items():
+            if answer is not None:
+                self.subscriptions.reset_done(tp, answer.offset, needing[tp])
+
+    async def _fetch_round(self) -> None:
+        transport = self.transport
+        if transport.metadata.stale(transport.clock.monotonic_ms()):
+            await transport.refresh_wanted()
+        fetchable = self.subscriptions.fetchable()
+        by_leader: dict[int, dict[TopicPartition, int]] = {}
+        for tp, position in fetchable.items():
+            transport.metadata.wanted_topics.add(tp.topic)
+            leader = transport.metadata.leader_for(tp)
+            if leader is None:
+                transport.metadata.request_refresh()
+                continue
+            by_leader.setdefault(leader, {})[tp] = position
+        for leader, positions in by_leader.items():
+            if leader in self._in_flight:
+                continue
+            task = asyncio.ensure_future(self._fetch(leader, positions))
+            self._in_flight[leader] = task
+            task.add_done_callback(lambda _task, leader=leader: self._done(leader))  # type: ignore[misc]
+
+    def _done(self, leader: int) -> None:
+        self._in_flight.pop(leader, None)
+        self.wakeup.set()
+
+    async def _fetch(self, leader: int, positions: dict[TopicPartition, int]) -> None:
+        config = self.config
+        topics: dict[str, FetchRequest.FetchTopic] = {}
+        for tp, position in positions.items():
+            topics.setdefault(tp.topic, FetchRequest.FetchTopic(topic=tp.topic)).partitions.append(
+                FetchRequest.FetchPartition(
+                    partition=tp.partition,
+                    current_leader_epoch=-1,
+                    fetch_offset=position,
+                    log_start_offset=-1,
+                    partition_max_bytes=config.max_partition_fetch_bytes,
+                )
+            )
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=config.fetch_max_wait_ms,
+            min_bytes=config.fetch_min_bytes,
+            max_bytes=config.fetch_max_bytes,
+            isolation_level=ISOLATION_LEVELS[config.isolation_level],
+            session_id=0,
+            session_epoch=-1,
+            topics=list(topics.values()),
+            rack_id=config.client_rack,
+        )
+        try:
+            response: FetchResponse = await self.transport.send(
+                leader, request, timeout_ms=config.request_timeout_ms + config.fetch_max_wait_ms
+            )
+        except KafkaError as error:
+            log.info("fetch from broker %d failed: %s", leader, error)
+            self.transport.metadata.request_refresh()
+            await asyncio.sleep(config.retry_backoff_ms / 1000)
+            return
+        if response.error_code != ErrorCode.NONE:
+            log.info("fetch from broker %d: %s", leader, ErrorCode(response.error_code).name)
+            await asyncio.sleep(config.retry_backoff_ms / 1000)
+            return
+        for topic_response in response.responses:
+            for partition in topic_response.partitions:
+                tp = TopicPartition(topic_response.topic, partition.partition_index)
+                fetch_offset = positions.get(tp)
+                if fetch_offset is None:
+                    continue
+                self._handle_partition(tp, fetch_offset, partition)
+
+    def _handle_partition(
+        self, tp: TopicPartition, fetch_offset: int, partition: FetchResponse.PartitionData
+    ) -> None:
+        code = partition.error_code
+        if code == ErrorCode.NONE:
+            try:
+                fetched = decode_partition_records(tp, fetch_offset, partition.records)
+            except CorruptBatchError as error:
+                self.pending_error = KafkaError(f"corrupt records in {tp} at offset {fetch_offset}: {error}")
+                return
+            self.subscriptions.add_fetched(tp, fetched, partition.high_watermark)
+        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            log.info("offset %d out of range for %s; resetting", fetch_offset, tp)
+            self.subscriptions.out_of_range(tp, fetch_offset)
+        elif ErrorCode(code).invalid_metadata or ErrorCode(code).retriable:
+            self.transport.metadata.request_refresh()
+        else:
+            self.pending_error = error_for_code(code, context=f"fetch {tp}")
