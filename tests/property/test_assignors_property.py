@@ -28,7 +28,7 @@ from strom.assignors import (
 )
 from strom.assignors.sticky import encode_sticky_user_data
 
-FAST = settings(max_examples=150, deadline=None)
+FAST = settings(max_examples=100, deadline=None)
 
 Owned = dict[str, list[TopicPartition]]
 
@@ -65,8 +65,9 @@ def groups(draw: st.DrawFn, equal_subscriptions: bool = False, member_count_min:
     for topic in topic_names:
         subscribers = [member_id for member_id in member_ids if topic in topics_of[member_id]]
         for partition in range(partitions_per_topic[topic]):
-            if subscribers and draw(st.booleans()):
-                owned[draw(st.sampled_from(subscribers))].append((topic, partition))
+            owner: str | None = draw(st.none() | st.sampled_from(subscribers)) if subscribers else None
+            if owner is not None:
+                owned[owner].append((topic, partition))
     return Group(partitions_per_topic, topics_of, owned)
 
 
