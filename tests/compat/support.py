@@ -3,6 +3,7 @@ confluent-kafka calls most tests need (create a topic, produce with delivery rep
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import time
@@ -10,9 +11,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported untyped
 
 RECORD_COUNT = 10_000
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -21,6 +23,7 @@ CONSUME_TIMEOUT_S = 60.0
 DELIVERY_TIMEOUT_S = 60.0
 
 Headers = list[tuple[str, bytes | None]]
+AnyHeaders = Iterable[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
 
 
 @dataclass(frozen=True)
@@ -90,11 +93,11 @@ def assert_round_trip(
     """
     assert len(read) == len(sent), f"read {len(read)} records, sent {len(sent)}"
     sent_by_partition: dict[int, list[SentRecord]] = defaultdict(list)
-    for record in sent:
-        sent_by_partition[record.partition].append(record)
+    for sent_record in sent:
+        sent_by_partition[sent_record.partition].append(sent_record)
     read_by_partition: dict[int, list[ReadRecord]] = defaultdict(list)
-    for record in read:
-        read_by_partition[record.partition].append(record)
+    for read_record in read:
+        read_by_partition[read_record.partition].append(read_record)
     if set(sent_by_partition) == {-1}:  # the producer did not say where its records went
         assert len(read_by_partition) == 1, f"records spread over partitions {sorted(read_by_partition)}"
         sent_by_partition = {next(iter(read_by_partition)): sent_by_partition[-1]}
@@ -115,8 +118,10 @@ def assert_round_trip(
             )
 
 
-def normalize_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
-    return [(name, None if value is None else bytes(value)) for name, value in headers or []]
+def normalize_headers(headers: AnyHeaders) -> Headers:
+    """Headers as a list of (name, bytes or None), whatever shape the client returned them in."""
+    pairs = headers.items() if isinstance(headers, dict) else headers or []
+    return [(name, value.encode() if isinstance(value, str) else value) for name, value in pairs]
 
 
 # -- confluent-kafka --------------------------------------------------------------------------------
@@ -158,7 +163,7 @@ def confluent_produce(
     acknowledged: dict[int, SentRecord] = {}
     failures: list[str] = []
 
-    def on_delivery(error: KafkaError | None, message: object, record: SentRecord) -> None:
+    def on_delivery(error: KafkaError | None, message: Any, *, record: SentRecord) -> None:
         if error is not None:
             failures.append(f"record {record.sequence}: {error}")
             return
@@ -167,20 +172,20 @@ def confluent_produce(
             record.key,
             record.value,
             record.headers,
-            message.partition(),  # type: ignore[attr-defined]
-            message.offset(),  # type: ignore[attr-defined]
+            message.partition(),
+            message.offset(),
         )
 
     for record in records:
-        extra = {} if partition is None else {"partition": partition}
+        extra: dict[str, Any] = {} if partition is None else {"partition": partition}
         while True:
             try:
                 producer.produce(
                     topic,
                     value=record.value,
                     key=record.key,
-                    headers=record.headers,
-                    on_delivery=lambda error, message, record=record: on_delivery(error, message, record),
+                    headers=list(record.headers),
+                    on_delivery=functools.partial(on_delivery, record=record),
                     **extra,
                 )
                 break
@@ -226,7 +231,8 @@ def confluent_read_all(
             assert time.monotonic() < deadline, (
                 f"not at the end of {topic} after {timeout_s} s ({len(read)} read)"
             )
-            for message in consumer.consume(num_messages=10_000, timeout=0.5):
+            messages: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
+            for message in messages:
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:

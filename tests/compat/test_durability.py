@@ -9,7 +9,7 @@ import time
 
 import pytest
 from confluent_kafka import KafkaError
-from confluent_kafka.admin import ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]  # re-exported untyped
 
 from tests.compat.conftest import BrokerProcess, StartBroker
 from tests.compat.support import (
