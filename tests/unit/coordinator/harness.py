@@ -253,7 +253,7 @@ class Harness:
         if version >= 2:
             assert response.error_code == ErrorCode.NONE, response
         return {
-            (topic.name, partition.partition_index): (partition.committed_offset, partition.metadata)
+            (topic.name, partition.partition_index): (partition.committed_offset, partition.metadata or "")
             for topic in response.topics
             for partition in topic.partitions
         }
