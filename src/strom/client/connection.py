@@ -27,6 +27,7 @@ from strom.protocol.primitives import DecodeError
 __all__ = ["CLIENT_VERSION_CAPS", "Completion", "Connection", "VersionRange"]
 
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+_UNSUPPORTED_VERSION_BYTES = int(ErrorCode.UNSUPPORTED_VERSION).to_bytes(2, "big", signed=True)
 
 # Highest versions this client speaks where that is lower than what the codec can encode.
 # Fetch 13+ names topics by id; the fetcher names them by name.
@@ -166,9 +167,12 @@ class Connection:
         if pending is None:
             raise DecodeError(f"response to correlation id {correlation_id} that is not in flight")
         _, body_offset = decode_response_header(frame, pending.api_key, pending.api_version)
-        response = response_class(pending.api_key).decode(
-            memoryview(frame)[body_offset:], pending.api_version
-        )
+        body = memoryview(frame)[body_offset:]
+        decode_version = pending.api_version
+        if pending.api_key == API_VERSIONS_KEY and bytes(body[:2]) == _UNSUPPORTED_VERSION_BYTES:
+            # A broker refusing our ApiVersions version answers in v0, the one every client reads.
+            decode_version = 0
+        response = response_class(pending.api_key).decode(body, decode_version)
         if pending.api_key == API_VERSIONS_KEY and pending.token is None:
             return None, self._on_api_versions(response, pending.api_version)
         return Completion(pending.token, pending.api_key, pending.api_version, response=response), b""
