@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -32,6 +32,7 @@ POLL_TIMEOUT_S = 0.1
 THREAD_JOIN_TIMEOUT_S = 30.0
 
 Partition = tuple[str, int]
+GENERATION_BYTE_ORDER: Literal["little", "big"] = "little"
 
 
 @dataclass(frozen=True)
@@ -197,10 +198,19 @@ class ConfluentMember:
             self.assignment.difference_update(_partitions(partitions))
 
 
-def _generation_of(metadata: Any) -> int | None:
-    """The generation id inside confluent-kafka's opaque group metadata, when it exposes one."""
-    generation = getattr(metadata, "generation_id", None)
-    return generation if isinstance(generation, int) else None
+GROUP_METADATA_MAGIC = b"CGMDv2:"
+
+
+def _generation_of(metadata: object) -> int | None:
+    """The generation id inside confluent-kafka's serialized group metadata.
+
+    librdkafka writes ``CGMDv2:`` then the generation id as a 4-byte integer, then the group id,
+    member id and instance id as NUL-terminated strings; other shapes give None.
+    """
+    if not isinstance(metadata, bytes) or not metadata.startswith(GROUP_METADATA_MAGIC):
+        return None
+    start = len(GROUP_METADATA_MAGIC)
+    return int.from_bytes(metadata[start : start + 4], GENERATION_BYTE_ORDER, signed=True)
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: Callable[[], str]) -> None:
