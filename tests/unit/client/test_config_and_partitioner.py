@@ -44,7 +44,7 @@ def test_acks_one_allowed_without_idempotence() -> None:
 
 def test_consumer_choices() -> None:
     assert ConsumerConfig.from_settings(auto_offset_reset="none").auto_offset_reset == "none"
-    with pytest.raises(ConfigError, match="auto.offset.reset"):
+    with pytest.raises(ConfigError, match=r"auto\.offset\.reset"):
         ConsumerConfig.from_settings(auto_offset_reset="middle")
     assert ConsumerConfig.from_settings({"group.id": "g", "enable.auto.commit": "false"}).group_id == "g"
 
