@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
 
@@ -22,7 +23,7 @@ from strom.client.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from strom.client.producer import Producer
+from strom.client.producer import Producer, RecordMetadata
 from tests.compat.conftest import BrokerProcess, StartBroker
 from tests.compat.support import (
     CODECS,
@@ -197,8 +198,8 @@ def test_consumer_positions_seek_pause_and_times(shared_broker: BrokerProcess, a
         assert consumer.poll(300) == []
         consumer.resume([tp])
         assert consumer.poll(5000)[0].offset == 30
-        found = consumer.offsets_for_times({tp: 1_000_505})
-        assert found[tp] is not None and found[tp].offset == 51
+        found = consumer.offsets_for_times({tp: 1_000_505})[tp]
+        assert found is not None and found.offset == 51
         consumer.seek_to_end([tp])
         assert consumer.position(tp) == 100
 
@@ -227,7 +228,7 @@ def test_idempotent_producer_through_broker_restart(start_broker: StartBroker) -
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 2, 1)])
     total = 20_000
-    futures = []
+    futures: list[Future[RecordMetadata]] = []
     with Producer(
         bootstrap_servers=broker.bootstrap, linger_ms=2, reconnect_backoff_ms=20, request_timeout_ms=5_000
     ) as producer:
