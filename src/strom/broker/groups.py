@@ -27,14 +27,28 @@ LOAD_CHUNK_BYTES = 1024 * 1024
 
 
 class AsyncioTimer:
-    """The coordinator's keyed timers on the event loop: scheduling a key replaces its timer."""
+    """The coordinator's keyed timers on the event loop: scheduling a key replaces its timer.
+
+    Timers scheduled before the loop is known (the coordinator arms its first ones when it is
+    built) are armed when ``bind(loop)`` is called, with their full delay from then.
+    """
 
     def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._handles: dict[str, asyncio.TimerHandle] = {}
+        self._unbound: dict[str, tuple[int, Callable[[], None]]] = {}
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        unbound, self._unbound = self._unbound, {}
+        for key, (delay_ms, operation) in unbound.items():
+            self.schedule(key, delay_ms, operation)
 
     def schedule(self, key: str, delay_ms: int, operation: Callable[[], None]) -> None:
         self.cancel(key)
-        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._unbound[key] = (delay_ms, operation)
+            return
 
         def fire() -> None:
             self._handles.pop(key, None)
@@ -43,9 +57,10 @@ class AsyncioTimer:
             except Exception:
                 log.exception("coordinator timer %s failed", key)
 
-        self._handles[key] = loop.call_later(max(delay_ms, 0) / 1000, fire)
+        self._handles[key] = self._loop.call_later(max(delay_ms, 0) / 1000, fire)
 
     def cancel(self, key: str) -> None:
+        self._unbound.pop(key, None)
         handle = self._handles.pop(key, None)
         if handle is not None:
             handle.cancel()
@@ -54,6 +69,7 @@ class AsyncioTimer:
         for handle in self._handles.values():
             handle.cancel()
         self._handles.clear()
+        self._unbound.clear()
 
 
 class OffsetsTopicWriter:
@@ -134,6 +150,7 @@ class GroupService:
     def start(self) -> None:
         """If ``__consumer_offsets`` exists, load it in the background (requests for its groups get
         COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        self.timer.bind(asyncio.get_running_loop())
         topic = self._logs.topic(OFFSETS_TOPIC)
         if topic is None:
             return

@@ -25,6 +25,11 @@ class InProcessBroker:
         self.config = BrokerConfig(host="127.0.0.1", port=0, data_dir=data_dir, values=values or {})
         self.server = BrokerServer(self.config, clock=self.clock)
         self.server.state.load()
+
+        async def start_groups() -> None:
+            self.server.state.groups.start()
+
+        self.loop.run_until_complete(start_groups())
         self._correlation = itertools.count(1)
 
     def raw(self, frame_with_size: bytes) -> bytes | None:
