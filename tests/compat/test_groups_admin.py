@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import ConsumerGroupState, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]  # re-exported untyped
-from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
@@ -66,22 +65,33 @@ def _listed_groups(admin: AdminClient) -> dict[str, ConsumerGroupState]:
     return {listing.group_id: listing.state for listing in result.valid}
 
 
-def _offset_delete(broker: BrokerProcess, group: str, topic: str, partitions: list[int]) -> OffsetDeleteResponse:
+def _offset_delete(
+    broker: BrokerProcess, group: str, topic: str, partitions: list[int]
+) -> OffsetDeleteResponse:
     request = OffsetDeleteRequest(
         group_id=group,
         topics=[
             OffsetDeleteRequest.OffsetDeleteRequestTopic(
                 name=topic,
-                partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition) for partition in partitions],
+                partitions=[
+                    OffsetDeleteRequest.OffsetDeleteRequestPartition(partition) for partition in partitions
+                ],
             )
         ],
     )
     with WireClient(broker.port) as client:
-        return client.round_trip(request, OffsetDeleteResponse, OFFSET_DELETE_VERSION)
+        response: OffsetDeleteResponse = client.round_trip(
+            request, OffsetDeleteResponse, OFFSET_DELETE_VERSION
+        )
+    return response
 
 
 def _partition_errors(response: OffsetDeleteResponse) -> dict[int, int]:
-    return {partition.partition_index: partition.error_code for topic in response.topics for partition in topic.partitions}
+    return {
+        partition.partition_index: partition.error_code
+        for topic in response.topics
+        for partition in topic.partitions
+    }
 
 
 def test_admin_client_manages_a_group(shared_broker: BrokerProcess, admin: AdminClient) -> None:
@@ -90,7 +100,9 @@ def test_admin_client_manages_a_group(shared_broker: BrokerProcess, admin: Admin
     create_topic(shared_broker.bootstrap, topic, PARTITIONS)
     sent = confluent_produce(confluent_producer(shared_broker.bootstrap), topic, make_records(600))
     members = [
-        ConfluentMember(f"a{index}", shared_broker.bootstrap, group, [topic], partition_assignment_strategy="range")
+        ConfluentMember(
+            f"a{index}", shared_broker.bootstrap, group, [topic], partition_assignment_strategy="range"
+        )
         for index in range(2)
     ]
     try:
@@ -119,7 +131,9 @@ def test_admin_client_manages_a_group(shared_broker: BrokerProcess, admin: Admin
         assert described.coordinator.port == shared_broker.port
         assert sorted(member.client_id for member in described.members) == ["a0", "a1"]
         assignments = {
-            member.client_id: {(partition.topic, partition.partition) for partition in member.assignment.topic_partitions}
+            member.client_id: {
+                (partition.topic, partition.partition) for partition in member.assignment.topic_partitions
+            }
             for member in described.members
         }
         assert assignments == {member.name: member.current_assignment() for member in members}
@@ -129,7 +143,9 @@ def test_admin_client_manages_a_group(shared_broker: BrokerProcess, admin: Admin
 
         # Deleting a group with live members is refused; so is deleting offsets of a subscribed topic.
         with pytest.raises(KafkaException) as refused:
-            admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group].result(ADMIN_TIMEOUT_S)
+            admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group].result(
+                ADMIN_TIMEOUT_S
+            )
         assert refused.value.args[0].code() == ErrorCode.NON_EMPTY_GROUP
         response = _offset_delete(shared_broker, group, topic, [0])
         assert response.error_code == ErrorCode.NONE
@@ -138,18 +154,29 @@ def test_admin_client_manages_a_group(shared_broker: BrokerProcess, admin: Admin
         stop_all(member for member in members if not member.closed.is_set())
 
     # Both members left: the group is Empty and its offsets can be changed from outside.
-    wait_until(lambda: _listed_groups(admin).get(group) == ConsumerGroupState.EMPTY, 10, lambda: str(_listed_groups(admin).get(group)))
+    wait_until(
+        lambda: _listed_groups(admin).get(group) == ConsumerGroupState.EMPTY,
+        10,
+        lambda: str(_listed_groups(admin).get(group)),
+    )
     altered = [TopicPartition(topic, partition, ALTERED_OFFSET) for partition in range(PARTITIONS)]
     [alter] = admin.alter_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, altered)], request_timeout=ADMIN_TIMEOUT_S
     ).values()
     assert all(partition.error is None for partition in alter.result(ADMIN_TIMEOUT_S).topic_partitions)
-    assert _group_offsets(admin, group) == {(topic, partition): ALTERED_OFFSET for partition in range(PARTITIONS)}
+    assert _group_offsets(admin, group) == {
+        (topic, partition): ALTERED_OFFSET for partition in range(PARTITIONS)
+    }
 
     response = _offset_delete(shared_broker, group, topic, [0, 1])
-    assert (response.error_code, _partition_errors(response)) == (ErrorCode.NONE, {0: ErrorCode.NONE, 1: ErrorCode.NONE})
+    assert (response.error_code, _partition_errors(response)) == (
+        ErrorCode.NONE,
+        {0: ErrorCode.NONE, 1: ErrorCode.NONE},
+    )
     # Asked for all of a group's offsets, the coordinator lists only partitions with one committed.
-    assert _group_offsets(admin, group) == {(topic, partition): ALTERED_OFFSET for partition in range(2, PARTITIONS)}
+    assert _group_offsets(admin, group) == {
+        (topic, partition): ALTERED_OFFSET for partition in range(2, PARTITIONS)
+    }
 
     admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group].result(ADMIN_TIMEOUT_S)
     assert group not in _listed_groups(admin)

@@ -128,7 +128,7 @@ class PythonClientMember:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=KAFKA_PYTHON_WARNING, category=DeprecationWarning)
                 self._run()
-        except Exception as error:  # noqa: BLE001  # reported to the test thread, which fails on it
+        except Exception as error:  # reported to the test thread, which fails on it
             with self.lock:
                 self.log.errors.append(f"{type(error).__name__}: {error}")
         finally:
@@ -161,7 +161,9 @@ class KafkaPythonMember(PythonClientMember):
                 batches = consumer.poll(timeout_ms=100)
                 for topic_partition, messages in batches.items():
                     for message in messages:
-                        self._record(topic_partition.topic, topic_partition.partition, message.offset, message.value)
+                        self._record(
+                            topic_partition.topic, topic_partition.partition, message.offset, message.value
+                        )
                 with self.lock:
                     self.assignment = _partitions(consumer.assignment())
                 if self._commit_requested.is_set():
@@ -199,7 +201,9 @@ class AioKafkaMember(PythonClientMember):
                 batches = await consumer.getmany(timeout_ms=100)
                 for topic_partition, messages in batches.items():
                     for message in messages:
-                        self._record(topic_partition.topic, topic_partition.partition, message.offset, message.value)
+                        self._record(
+                            topic_partition.topic, topic_partition.partition, message.offset, message.value
+                        )
                 with self.lock:
                     self.assignment = _partitions(consumer.assignment())
                 if self._commit_requested.is_set():
@@ -236,7 +240,9 @@ def _run_group(bootstrap: str, topic: str, group: str, members: list[Any]) -> No
 def test_kafka_python_group(shared_broker: BrokerProcess, topic: str, strategy: str) -> None:
     group = unique_topic(f"kp-{strategy}")
     assignor = KAFKA_PYTHON_ASSIGNORS[strategy]
-    members = [KafkaPythonMember(f"kp{index}", shared_broker.bootstrap, group, topic, assignor) for index in range(2)]
+    members = [
+        KafkaPythonMember(f"kp{index}", shared_broker.bootstrap, group, topic, assignor) for index in range(2)
+    ]
     _run_group(shared_broker.bootstrap, topic, group, members)
 
 
@@ -249,7 +255,9 @@ def test_aiokafka_group(shared_broker: BrokerProcess, topic: str) -> None:
 def test_librdkafka_and_kafka_python_share_a_range_group(shared_broker: BrokerProcess, topic: str) -> None:
     group = unique_topic("mixed")
     members: list[Any] = [
-        ConfluentMember("rdkafka", shared_broker.bootstrap, group, [topic], partition_assignment_strategy="range"),
+        ConfluentMember(
+            "rdkafka", shared_broker.bootstrap, group, [topic], partition_assignment_strategy="range"
+        ),
         KafkaPythonMember("kafka-python", shared_broker.bootstrap, group, topic, RangePartitionAssignor),
     ]
     _run_group(shared_broker.bootstrap, topic, group, members)
@@ -291,7 +299,9 @@ def test_kcat_group_consumes_every_record(shared_broker: BrokerProcess, topic: s
         check=False,
     )
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
-    read = [tuple(int(field) for field in line.split()) for line in result.stdout.decode().splitlines() if line]
+    read = [
+        tuple(int(field) for field in line.split()) for line in result.stdout.decode().splitlines() if line
+    ]
     assert sorted(read) == sorted((record.partition, record.offset) for record in sent)
     # kcat closes its consumer on exit, which commits what it consumed (auto commit is on by default).
     committed = committed_offsets(shared_broker.bootstrap, group, topic, PARTITIONS)

@@ -22,7 +22,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.compat.conftest import BrokerProcess, StartBroker
-from tests.compat.support import confluent_produce, confluent_producer, create_topic, make_records, unique_topic
+from tests.compat.support import (
+    confluent_produce,
+    confluent_producer,
+    create_topic,
+    make_records,
+    unique_topic,
+)
 from tests.compat.test_groups_helpers import (
     GROUP_BROKER_SETTINGS,
     HEARTBEAT_INTERVAL_MS,
@@ -81,8 +87,12 @@ def test_group_assigns_every_partition_once_and_consumes_every_record_once(
         )
     wait_until_stable(members, all_partitions(topic, PARTITIONS))
     assignments_when_stable = [member.current_assignment() for member in members]
+    for member in members:  # generations count rebalances from 1 (a sanity check of their decoding too)
+        assert member.generation_ids and all(1 <= generation < 100 for generation in member.generation_ids)
 
-    sent = confluent_produce(confluent_producer(shared_broker.bootstrap), topic, make_records(RECORDS_PER_TEST))
+    sent = confluent_produce(
+        confluent_producer(shared_broker.bootstrap), topic, make_records(RECORDS_PER_TEST)
+    )
     assert {record.partition for record in sent} == set(range(PARTITIONS))
     wait_for_consumed(members, len(sent))
     assert_consumed_exactly_once(members, sent, topic)
@@ -109,7 +119,12 @@ def test_static_member_restart_causes_no_rebalance(
     for index in range(3):
         members.append(
             ConfluentMember(
-                f"s{index}", shared_broker.bootstrap, group, [topic], group_instance_id=f"instance-{index}", **settings
+                f"s{index}",
+                shared_broker.bootstrap,
+                group,
+                [topic],
+                group_instance_id=f"instance-{index}",
+                **settings,
             ).start()
         )
     wait_until_stable(members, all_partitions(topic, PARTITIONS))
@@ -185,10 +200,12 @@ def test_killed_member_partitions_move_to_survivor(
         text=True,
     )
     doomed_assignments: list[list[int]] = []
-    reader = threading.Thread(
-        target=lambda: [doomed_assignments.append(json.loads(line)) for line in doomed.stdout or []],
-        daemon=True,
-    )
+
+    def read_assignments() -> None:
+        for line in doomed.stdout or []:
+            doomed_assignments.append(json.loads(line))
+
+    reader = threading.Thread(target=read_assignments, daemon=True)
     reader.start()
     try:
         survivor = ConfluentMember(
@@ -199,7 +216,12 @@ def test_killed_member_partitions_move_to_survivor(
         def split_between_both() -> bool:
             doomed_now = set(doomed_assignments[-1]) if doomed_assignments else set()
             survivor_now = {partition for _, partition in survivor.current_assignment()}
-            return bool(doomed_now) and bool(survivor_now) and doomed_now | survivor_now == set(range(PARTITIONS)) and not (doomed_now & survivor_now)
+            return (
+                bool(doomed_now)
+                and bool(survivor_now)
+                and doomed_now | survivor_now == set(range(PARTITIONS))
+                and not (doomed_now & survivor_now)
+            )
 
         wait_until(
             split_between_both,
@@ -210,7 +232,9 @@ def test_killed_member_partitions_move_to_survivor(
         killed_at = time.monotonic()
         doomed.wait(10)
 
-        wait_until_stable([survivor], all_partitions(topic, PARTITIONS), timeout_s=SESSION_TIMEOUT_MS / 1000 * 4)
+        wait_until_stable(
+            [survivor], all_partitions(topic, PARTITIONS), timeout_s=SESSION_TIMEOUT_MS / 1000 * 4
+        )
         moved_after_s = time.monotonic() - killed_at
         # The session has to expire first; then the survivor rejoins on its next heartbeat.
         assert moved_after_s >= SESSION_TIMEOUT_MS / 1000 * 0.5, f"moved after only {moved_after_s:.1f} s"
@@ -235,7 +259,9 @@ def test_committed_offsets_survive_broker_restart(start_broker: StartBroker) -> 
     sent = confluent_produce(confluent_producer(broker.bootstrap), topic, make_records(600))
     committed = {partition: offset // 2 for partition, offset in end_offsets(sent).items()}
 
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "broker.address.family": "v4", "group.id": group})
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "broker.address.family": "v4", "group.id": group}
+    )
     try:
         consumer.commit(
             offsets=[TopicPartition(topic, partition, offset) for partition, offset in committed.items()],
@@ -248,7 +274,9 @@ def test_committed_offsets_survive_broker_restart(start_broker: StartBroker) -> 
     broker.restart()
     assert committed_offsets(broker.bootstrap, group, topic, PARTITIONS) == committed
 
-    member = ConfluentMember("resumer", broker.bootstrap, group, [topic], partition_assignment_strategy="range")
+    member = ConfluentMember(
+        "resumer", broker.bootstrap, group, [topic], partition_assignment_strategy="range"
+    )
     member.start()
     try:
         expected = [record for record in sent if record.offset >= committed[record.partition]]

@@ -155,11 +155,11 @@ class ConfluentMember:
                         with self.lock:
                             self.log.errors.append(str(error))
                     continue
+                topic, partition, offset = message.topic(), message.partition(), message.offset()
+                assert topic is not None and partition is not None and offset is not None  # set on records
                 with self.lock:
-                    self.log.records.append(
-                        Consumed(self.name, message.topic(), message.partition(), message.offset(), message.value())
-                    )
-        except Exception as error:  # noqa: BLE001  # reported to the test thread, which fails on it
+                    self.log.records.append(Consumed(self.name, topic, partition, offset, message.value()))
+        except Exception as error:  # reported to the test thread, which fails on it
             with self.lock:
                 self.log.errors.append(f"{type(error).__name__}: {error}")
         finally:
@@ -256,7 +256,9 @@ def wait_until_stable(
     wait_until(
         complete,
         timeout_s,
-        lambda: "assignments " + str({member.name: sorted(member.current_assignment()) for member in members}),
+        lambda: (
+            "assignments " + str({member.name: sorted(member.current_assignment()) for member in members})
+        ),
     )
 
 
@@ -266,7 +268,9 @@ def consumed_records(members: Sequence[Any]) -> list[Consumed]:
 
 def assert_consumed_exactly_once(members: Sequence[Any], sent: Sequence[SentRecord], topic: str) -> None:
     """Every acknowledged record was received by exactly one member, by the member owning it."""
-    received = Counter((record.partition, record.offset) for record in consumed_records(members) if record.topic == topic)
+    received = Counter(
+        (record.partition, record.offset) for record in consumed_records(members) if record.topic == topic
+    )
     expected = Counter((record.partition, record.offset) for record in sent)
     duplicates = {key: count for key, count in received.items() if count > 1}
     assert not duplicates, f"received more than once: {sorted(duplicates)[:10]}"
@@ -296,11 +300,11 @@ def end_offsets(sent: Sequence[SentRecord]) -> dict[int, int]:
 
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The group's committed offsets as a fresh confluent-kafka consumer of the group reads them."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": group}
-    )
+    consumer = Consumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": group})
     try:
-        found = consumer.committed([TopicPartition(topic, partition) for partition in range(partitions)], 30.0)
+        found = consumer.committed(
+            [TopicPartition(topic, partition) for partition in range(partitions)], 30.0
+        )
     finally:
         consumer.close()
     for partition in found:
