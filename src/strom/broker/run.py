@@ -10,11 +10,11 @@ from strom.broker.server import BrokerServer
 log = logging.getLogger("strom.broker")
 
 
-def run_broker(config: BrokerConfig) -> int:
+def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
     import uvloop
 
     async def main() -> None:
-        server = BrokerServer(config)
+        server = BrokerServer(config, metrics_port=metrics_port)
         await server.serve_until_signalled()
 
     try:

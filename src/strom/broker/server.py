@@ -15,12 +15,14 @@ import contextlib
 import itertools
 import logging
 import signal
+import time
 from typing import Any
 
 from strom.base.clock import Clock, SystemClock
 from strom.broker import handlers
 from strom.broker.config import BrokerConfig
 from strom.broker.context import RequestContext
+from strom.broker.metrics import BrokerMetrics, MetricsServer
 from strom.broker.registry import HANDLERS
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
@@ -42,9 +44,17 @@ class CloseConnection(Exception):
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, clock: Clock | None = None, metrics_port: int | None = None
+    ) -> None:
         self.config = config
         self.state = BrokerState(config, clock or SystemClock())
+        self.metrics = BrokerMetrics()
+        self._metrics_server = (
+            MetricsServer(self.metrics, self.state, config.host, metrics_port)
+            if metrics_port is not None
+            else None
+        )
         self._server: asyncio.Server | None = None
         self._connection_ids = itertools.count(1)
         self._connections: set[asyncio.Task[None]] = set()
@@ -63,6 +73,8 @@ class BrokerServer:
             "strom broker %d listening on %s, data in %s", self.state.node_id, bound, self.config.data_dir
         )
         self.state.groups.start()
+        if self._metrics_server is not None:
+            await self._metrics_server.start()
         self._background.append(asyncio.create_task(self._housekeeping_loop()))
         self._background.append(asyncio.create_task(self._flush_loop()))
 
@@ -76,6 +88,8 @@ class BrokerServer:
             return
         log.info("strom broker shutting down")
         self._server.close()
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
         for task in [*self._background, *self._connections]:
             task.cancel()
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
@@ -136,11 +150,15 @@ class BrokerServer:
         peer = writer.get_extra_info("peername")
         client_host = str(peer[0]) if peer else "?"
         decoder = FrameDecoder(self.config.frame_bytes_max)
+        metrics = self.metrics
+        metrics.connections_open += 1
+        metrics.connections_total += 1
         try:
             while True:
                 data = await reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
+                metrics.bytes_in_total += len(data)
                 try:
                     frames = decoder.feed(data)
                 except FrameTooLargeError as error:
@@ -158,6 +176,7 @@ class BrokerServer:
                     response = await self._dispatch(frame, client_host, connection_id)
                     if response is not None:
                         writer.writelines(response)
+                        metrics.bytes_out_total += sum(map(len, response))
                 if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_HIGH:
                     await writer.drain()
         except CloseConnection as error:
@@ -171,6 +190,7 @@ class BrokerServer:
                 "closing connection %d from %s after an unexpected error", connection_id, client_host
             )
         finally:
+            metrics.connections_open -= 1
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -206,7 +226,9 @@ class BrokerServer:
             client_host=client_host,
             connection_id=connection_id,
         )
+        started = time.perf_counter()
         response = await handler.handle(context, request)
+        self.metrics.observe_request(handler.name, version, time.perf_counter() - started)
         if response is None:
             return None
         return encode_response_buffers(correlation_id, api_key, version, response)

@@ -37,7 +37,7 @@ def _broker(arguments: argparse.Namespace) -> int:
     )
     from strom.broker.run import run_broker
 
-    return run_broker(config)
+    return run_broker(config, metrics_port=arguments.metrics_port)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="KEY=VALUE",
         help="one configuration key (repeatable; wins over --config)",
+    )
+    broker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (off unless given; 0 picks a free port)",
     )
     broker.add_argument("--help-config", action="store_true", help="list every configuration key and exit")
     broker.add_argument(

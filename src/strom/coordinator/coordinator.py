@@ -145,6 +145,10 @@ class GroupCoordinator:
     ) -> None:
         self._admin.delete_groups(request, version, respond)
 
+    @property
+    def rebalances_total(self) -> int:
+        return self._runtime.rebalances_total
+
     def group_states(self) -> dict[str, str]:
         return {group_id: group.state.value for group_id, group in sorted(self._runtime.groups.items())}
 

@@ -6,6 +6,7 @@ Nothing here talks to timers or the log; ``membership.py`` drives the transition
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from strom.coordinator.state import GroupState, check_transition
 from strom.protocol.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
+
+log = logging.getLogger("strom.coordinator")
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,14 @@ class Group:
 
     def transition_to(self, target: GroupState, now_wall_ms: int) -> None:
         check_transition(self.group_id, self.state, target)
+        log.info(
+            "group %s: %s -> %s (generation %d, %d members)",
+            self.group_id,
+            self.state.value,
+            target.value,
+            self.generation_id,
+            len(self.members),
+        )
         self.state = target
         self.state_timestamp_ms = now_wall_ms
 

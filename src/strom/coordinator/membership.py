@@ -317,6 +317,7 @@ class Membership:
         runtime.timer.cancel(sync_timeout_key(group.group_id))
         starting_empty = group.state is GroupState.EMPTY
         group.transition_to(GroupState.PREPARING_REBALANCE, runtime.now_wall_ms())
+        runtime.rebalances_total += 1
         if starting_empty:
             # A new group waits a little so that members starting together land in one generation.
             delay_ms = runtime.config.group_initial_rebalance_delay_ms

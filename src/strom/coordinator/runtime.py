@@ -44,6 +44,8 @@ class CoordinatorRuntime:
         self.writer = writer
         self.groups: dict[str, Group] = {}
         self.partitions: dict[int, PartitionStatus] = {}
+        # Rebalances started since this coordinator was built (a monotonic count for metrics).
+        self.rebalances_total = 0
 
     # ---------------------------------------------------------------- ownership
     def partition_of(self, group_id: str) -> int:

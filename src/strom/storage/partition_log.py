@@ -14,6 +14,7 @@ thread replaces that list rather than mutating it, so the two never see a half-c
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 from bisect import bisect_right
@@ -43,6 +44,8 @@ _ATTRIBUTES = struct.Struct(">h")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_OFFSET = 35
 _CRC = struct.Struct(">I")
+
+log = logging.getLogger("strom.storage")
 
 
 @dataclass(frozen=True)
@@ -298,6 +301,7 @@ class PartitionLog:
         active = self._segments[-1]
         active.seal()
         new_segment = Segment(self.directory, active.next_offset, self.config.index_interval_bytes)
+        log.info("%s-%d: rolled a new segment at offset %d", self.topic, self.partition, active.next_offset)
         self._segments = [*self._segments, new_segment]
         self._directory_dirty = True
         # A snapshot per roll bounds how much of the log recovery must replay for producer state.
