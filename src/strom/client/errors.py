@@ -12,10 +12,14 @@ from strom.protocol.errors import ErrorCode
 __all__ = [
     "BrokerResponseError",
     "ClientClosedError",
+    "CommitFailedError",
     "ConfigError",
+    "FencedInstanceIdError",
+    "GroupError",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
+    "MaxPollIntervalExceededError",
     "NoOffsetForPartitionError",
     "ProtocolError",
     "TopicAlreadyExistsError",
@@ -73,6 +77,24 @@ class UnsupportedVersionError(KafkaError):
 
 class NoOffsetForPartitionError(KafkaError):
     """A partition has no position and ``auto.offset.reset`` is ``none``."""
+
+
+class GroupError(KafkaError):
+    """Consumer-group membership failed (see the subclasses and ``code``)."""
+
+
+class CommitFailedError(GroupError):
+    """An offset commit was refused because this member is no longer part of the generation it
+    committed for (the group rebalanced); its partitions may belong to another member now."""
+
+
+class MaxPollIntervalExceededError(GroupError):
+    """``poll()`` was not called within ``max.poll.interval.ms``: the member left the group and its
+    partitions went to others. The next ``poll()`` rejoins."""
+
+
+class FencedInstanceIdError(GroupError):
+    """Another consumer with the same ``group.instance.id`` joined the group; this one is fenced."""
 
 
 class BrokerResponseError(KafkaError):
