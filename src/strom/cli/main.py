@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from strom.cli import bench, consume, groups, produce, topics
+from strom.cli.errors import describe_kafka_error
+from strom.cli.output import CliError, UsageError
+from strom.client.errors import KafkaError
 
 
 def _broker(arguments: argparse.Namespace) -> int:
@@ -83,13 +90,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level (default info)",
     )
     broker.set_defaults(run=_broker)
+    for command_group in (topics, produce, consume, groups, bench):
+        command_group.register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``strom`` command. Exit codes: 0 ok, 1 runtime error, 2 usage error."""
     parser = build_parser()
     arguments = parser.parse_args(argv)
-    result: int = arguments.run(arguments)
+    try:
+        result: int = arguments.run(arguments)
+    except UsageError as error:
+        # The same shape and code argparse gives its own usage errors.
+        command_parser: argparse.ArgumentParser = getattr(arguments, "command_parser", parser)
+        command_parser.print_usage(sys.stderr)
+        print(f"{command_parser.prog}: error: {error}", file=sys.stderr)
+        return 2
+    except CliError as error:
+        print(f"strom: error: {error}", file=sys.stderr)
+        return 1
+    except KafkaError as error:
+        print(f"strom: error: {describe_kafka_error(error, arguments)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("strom: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (``strom consume ... | head``): not an error of ours.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps Python from failing at exit
+        return 0
     return result
 
 

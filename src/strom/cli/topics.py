@@ -1,0 +1,318 @@
+"""``strom topics``: list, create, describe, alter and delete topics."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from strom.cli.common import add_command, add_command_group, open_admin, parse_key_value
+from strom.cli.output import CliError, Report, Table, UsageError, write_report
+
+if TYPE_CHECKING:
+    from strom.client.admin import Admin, ConfigEntry, TopicDescription
+
+__all__ = ["describe_report", "is_set_on_topic", "register"]
+
+
+def register(commands: Any) -> None:
+    subcommands = add_command_group(
+        commands, "topics", help_text="list, create, describe, alter, delete topics"
+    )
+
+    listing = add_command(subcommands, "list", help_text="list the topics", run=_list)
+    listing.add_argument(
+        "--include-internal", action="store_true", help="also list internal topics (__consumer_offsets)"
+    )
+
+    create = add_command(subcommands, "create", help_text="create a topic", run=_create, output=False)
+    create.add_argument("name", metavar="NAME", help="the topic's name")
+    create.add_argument(
+        "--partitions", type=int, default=-1, metavar="N", help="partitions (default: the broker's)"
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="replicas of each partition (default: the broker's)",
+    )
+    create.add_argument(
+        "--config",
+        type=parse_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a topic config such as retention.ms=60000 (repeatable)",
+    )
+    create.add_argument(
+        "--if-not-exists", action="store_true", help="succeed quietly when the topic already exists"
+    )
+
+    describe = add_command(
+        subcommands,
+        "describe",
+        help_text="describe topics: partitions, leaders, replicas, ISR, offsets and configs",
+        run=_describe,
+    )
+    describe.add_argument("names", nargs="*", metavar="NAME", help="topics to describe (default: all)")
+
+    alter = add_command(
+        subcommands,
+        "alter",
+        help_text="change a topic's configs or partition count",
+        run=_alter,
+        output=False,
+    )
+    alter.add_argument("name", metavar="NAME", help="the topic's name")
+    alter.add_argument(
+        "--config",
+        type=parse_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a topic config (repeatable)",
+    )
+    alter.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="return a topic config to its default (repeatable)",
+    )
+    alter.add_argument(
+        "--partitions", type=int, default=None, metavar="N", help="grow the topic to N partitions"
+    )
+
+    delete = add_command(subcommands, "delete", help_text="delete topics", run=_delete, output=False)
+    delete.add_argument("names", nargs="+", metavar="NAME", help="topics to delete")
+
+
+def _list(arguments: argparse.Namespace) -> int:
+    with open_admin(arguments) as admin:
+        names = admin.list_topics(include_internal=arguments.include_internal)
+        descriptions = admin.describe_topics(names) if names else {}
+    rows = [
+        {
+            "name": name,
+            "partitions": len(descriptions[name].partitions),
+            "internal": descriptions[name].is_internal,
+        }
+        for name in names
+    ]
+    table = Table(
+        ["TOPIC", "PARTITIONS", "INTERNAL"],
+        [[row["name"], row["partitions"], row["internal"]] for row in rows],
+    )
+    write_report(Report(rows, [table]), arguments.output)
+    return 0
+
+
+def _create(arguments: argparse.Namespace) -> int:
+    from strom.client.admin import NewTopic
+    from strom.client.errors import TopicAlreadyExistsError
+
+    if arguments.partitions == 0 or arguments.partitions < -1:
+        raise UsageError(f"--partitions must be positive, not {arguments.partitions}")
+    if arguments.replication_factor == 0 or arguments.replication_factor < -1:
+        raise UsageError(f"--replication-factor must be positive, not {arguments.replication_factor}")
+    topic = NewTopic(
+        arguments.name, arguments.partitions, arguments.replication_factor, dict(arguments.config)
+    )
+    with open_admin(arguments) as admin:
+        try:
+            admin.create_topics([topic])
+        except TopicAlreadyExistsError:
+            if not arguments.if_not_exists:
+                raise CliError(f"topic {arguments.name!r} already exists") from None
+            print(f"topic {arguments.name!r} already exists")
+            return 0
+    print(f"created topic {arguments.name!r}")
+    return 0
+
+
+def _partition_offsets(
+    admin: Admin, descriptions: dict[str, TopicDescription]
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (log start offset, log end offset), from ListOffsets earliest/latest."""
+    from strom.client.cluster import TopicPartition
+
+    partitions = [
+        TopicPartition(name, partition.partition)
+        for name, description in descriptions.items()
+        for partition in description.partitions
+    ]
+    if not partitions:
+        return {}
+    earliest = admin.list_offsets(dict.fromkeys(partitions, "earliest"))
+    latest = admin.list_offsets(dict.fromkeys(partitions, "latest"))
+    offsets: dict[tuple[str, int], tuple[int, int]] = {}
+    for partition in partitions:
+        start, end = earliest.get(partition), latest.get(partition)
+        offsets[(partition.topic, partition.partition)] = (
+            start.offset if start is not None else -1,
+            end.offset if end is not None else -1,
+        )
+    return offsets
+
+
+# DescribeConfigs v1+ config sources (Kafka's numbering); v0 has only the is_default flag.
+CONFIG_SOURCE_NAMES = {
+    1: "topic",
+    2: "dynamic-broker",
+    3: "dynamic-default-broker",
+    4: "static-broker",
+    5: "default",
+    6: "dynamic-broker-logger",
+}
+TOPIC_CONFIG_SOURCE = 1
+
+
+def is_set_on_topic(entry: ConfigEntry) -> bool:
+    """Whether the topic overrides this config (rather than inheriting the broker's or the default)."""
+    if entry.source in CONFIG_SOURCE_NAMES:
+        return entry.source == TOPIC_CONFIG_SOURCE
+    return not entry.is_default
+
+
+def describe_report(
+    descriptions: dict[str, TopicDescription],
+    offsets: dict[tuple[str, int], tuple[int, int]],
+    configs: dict[str, dict[str, ConfigEntry]],
+) -> Report:
+    """The data of ``topics describe`` as JSON and tables (pure: the tests build it by hand)."""
+    value: list[dict[str, Any]] = []
+    tables: list[Table] = []
+    for name in sorted(descriptions):
+        description = descriptions[name]
+        replication_factor = max((len(partition.replicas) for partition in description.partitions), default=0)
+        partitions: list[dict[str, Any]] = []
+        for partition in description.partitions:
+            start, end = offsets.get((name, partition.partition), (-1, -1))
+            partitions.append(
+                {
+                    "partition": partition.partition,
+                    "leader": partition.leader,
+                    "replicas": list(partition.replicas),
+                    "isr": list(partition.isr),
+                    "log_start_offset": start,
+                    "log_end_offset": end,
+                }
+            )
+        topic_configs = [
+            {
+                "name": entry.name,
+                "value": None if entry.is_sensitive else entry.value,
+                "set_on_topic": is_set_on_topic(entry),
+                "source": CONFIG_SOURCE_NAMES.get(entry.source, "unknown"),
+                "read_only": entry.read_only,
+                "sensitive": entry.is_sensitive,
+            }
+            for entry in sorted(configs.get(name, {}).values(), key=lambda entry: entry.name)
+        ]
+        value.append(
+            {
+                "name": name,
+                "topic_id": description.topic_id,
+                "internal": description.is_internal,
+                "replication_factor": replication_factor,
+                "partitions": partitions,
+                "configs": topic_configs,
+            }
+        )
+        tables.append(
+            Table(
+                ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "LOG-END", "RECORDS"],
+                [
+                    [
+                        row["partition"],
+                        row["leader"],
+                        row["replicas"],
+                        row["isr"],
+                        row["log_start_offset"],
+                        row["log_end_offset"],
+                        max(row["log_end_offset"] - row["log_start_offset"], 0),
+                    ]
+                    for row in partitions
+                ],
+                title=(
+                    f"Topic: {name}  partitions: {len(partitions)}  replication factor: {replication_factor}"
+                    + (f"  id: {description.topic_id}" if description.topic_id else "")
+                    + ("  (internal)" if description.is_internal else "")
+                ),
+            )
+        )
+        if topic_configs:
+            tables.append(
+                Table(
+                    ["CONFIG", "VALUE", "SET"],
+                    [
+                        [
+                            entry["name"],
+                            "(sensitive)" if entry["sensitive"] else entry["value"],
+                            "*" if entry["set_on_topic"] else "",
+                        ]
+                        for entry in topic_configs
+                    ],
+                    title=f"Configs of {name} (* = set on the topic, not the default)",
+                )
+            )
+    return Report(value, tables)
+
+
+def _describe(arguments: argparse.Namespace) -> int:
+    from strom.client.admin import ConfigResource, ConfigResourceType
+
+    with open_admin(arguments) as admin:
+        names = list(arguments.names) or admin.list_topics()
+        descriptions = admin.describe_topics(names) if names else {}
+        offsets = _partition_offsets(admin, descriptions)
+        described = (
+            admin.describe_configs(ConfigResource(ConfigResourceType.TOPIC, name) for name in names)
+            if names
+            else {}
+        )
+    configs = {resource.name: entries for resource, entries in described.items()}
+    report = describe_report(descriptions, offsets, configs)
+    if not names:
+        report.notes.append("no topics")
+    write_report(report, arguments.output)
+    return 0
+
+
+def _alter(arguments: argparse.Namespace) -> int:
+    from strom.client.admin import AlterConfigOperation, ConfigResource, ConfigResourceType
+
+    if not arguments.config and not arguments.delete_config and arguments.partitions is None:
+        raise UsageError("nothing to change: give --config, --delete-config or --partitions")
+    both = {key for key, _ in arguments.config} & set(arguments.delete_config)
+    if both:
+        raise UsageError(f"both set and deleted: {', '.join(sorted(both))}")
+    changes: list[tuple[str, AlterConfigOperation, str | None]] = [
+        (key, AlterConfigOperation.SET, value) for key, value in arguments.config
+    ]
+    changes += [(key, AlterConfigOperation.DELETE, None) for key in arguments.delete_config]
+    with open_admin(arguments) as admin:
+        if arguments.partitions is not None:
+            admin.create_partitions({arguments.name: arguments.partitions})
+            print(f"topic {arguments.name!r} now has {arguments.partitions} partitions")
+        if changes:
+            admin.incremental_alter_configs(
+                {ConfigResource(ConfigResourceType.TOPIC, arguments.name): changes}
+            )
+            for key, operation, value in changes:
+                if operation is AlterConfigOperation.SET:
+                    print(f"set {key}={value} on topic {arguments.name!r}")
+                else:
+                    print(f"deleted {key} from topic {arguments.name!r} (back to its default)")
+    return 0
+
+
+def _delete(arguments: argparse.Namespace) -> int:
+    with open_admin(arguments) as admin:
+        admin.delete_topics(arguments.names)
+    for name in arguments.names:
+        print(f"deleted topic {name!r}")
+    if len(arguments.names) > 1:
+        print(f"{len(arguments.names)} topics deleted", file=sys.stderr)
+    return 0
