@@ -13,6 +13,8 @@ __all__ = ["draw_plot"]
 
 # Enough bins to show the shape of a latency distribution without noise from a few samples.
 LATENCY_BINS_MAX = 60
+# Throughput windows drawn: fine enough to show stalls, coarse enough to stay readable.
+THROUGHPUT_POINTS_MAX = 200
 
 
 def draw_plot(
@@ -25,7 +27,7 @@ def draw_plot(
 
     figure, (throughput_axes, latency_axes) = pyplot.subplots(2, 1, figsize=(9, 7))
     try:
-        rates = timeline.rates()
+        rates = timeline.rebinned(THROUGHPUT_POINTS_MAX).rates()
         throughput_axes.plot(
             [start_s for start_s, _ in rates], [rate for _, rate in rates], drawstyle="steps-post"
         )

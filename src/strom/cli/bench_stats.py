@@ -52,7 +52,7 @@ class LatencySummary:
 class ThroughputTimeline:
     """Records counted into fixed windows from the start of the run, for the plot and the summary."""
 
-    window_s: float = 1.0
+    window_s: float = 0.1
     counts: list[int] = field(default_factory=list)
 
     def add(self, elapsed_s: float, records: int = 1) -> None:
@@ -64,6 +64,13 @@ class ThroughputTimeline:
     def rates(self) -> list[tuple[float, float]]:
         """(window start in seconds, records per second in that window)."""
         return [(index * self.window_s, count / self.window_s) for index, count in enumerate(self.counts)]
+
+    def rebinned(self, points_max: int) -> ThroughputTimeline:
+        """The same counts in wider windows (whole multiples), so at most ``points_max`` remain."""
+        assert points_max >= 1, "need at least one point"
+        factor = max(1, math.ceil(len(self.counts) / points_max))
+        merged = [sum(self.counts[start : start + factor]) for start in range(0, len(self.counts), factor)]
+        return ThroughputTimeline(self.window_s * factor, merged)
 
 
 @dataclass(frozen=True)

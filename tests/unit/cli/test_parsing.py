@@ -1,0 +1,159 @@
+"""Argument parsing, usage errors (exit 2) caught before any connection, and the pure input helpers."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+
+import pytest
+
+from strom.cli.consume import parse_timestamp_ms
+from strom.cli.main import build_parser, main
+from strom.cli.output import UsageError
+from strom.cli.produce import acks_setting, read_records, split_line
+
+COMMANDS = [
+    ["topics", "list"],
+    ["topics", "create"],
+    ["topics", "describe"],
+    ["topics", "alter"],
+    ["topics", "delete"],
+    ["produce"],
+    ["consume"],
+    ["groups", "list"],
+    ["groups", "describe"],
+    ["groups", "delete"],
+    ["groups", "reset-offsets"],
+    ["bench", "produce"],
+    ["bench", "consume"],
+    ["bench", "end-to-end"],
+]
+
+
+@pytest.mark.parametrize("command", [[], ["topics"], ["groups"], ["bench"], *COMMANDS], ids=" ".join)
+def test_help_everywhere(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: strom" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_client_commands_share_bootstrap_server(command: list[str]) -> None:
+    positional = {
+        "topics create": ["t"],
+        "topics alter": ["t"],
+        "topics delete": ["t"],
+        "produce": ["t"],
+        "consume": ["t"],
+        "groups describe": ["g"],
+        "groups delete": ["g"],
+        "groups reset-offsets": ["g", "--topic", "t", "--to-earliest"],
+    }.get(" ".join(command), [])
+    arguments = build_parser().parse_args([*command, *positional])
+    assert arguments.bootstrap_server == "localhost:9092"
+    assert callable(arguments.run)
+
+
+def test_topic_create_arguments() -> None:
+    arguments = build_parser().parse_args(
+        [
+            *("topics", "create", "orders", "--partitions", "3", "--replication-factor", "1"),
+            *("--config", "retention.ms=1000", "--config", "x=a=b", "--bootstrap-server", "h:1"),
+        ]
+    )
+    assert (arguments.name, arguments.partitions, arguments.replication_factor) == ("orders", 3, 1)
+    assert arguments.config == [("retention.ms", "1000"), ("x", "a=b")]
+    assert arguments.bootstrap_server == "h:1"
+
+
+def test_output_format_choice() -> None:
+    assert build_parser().parse_args(["topics", "list", "--output", "json"]).output == "json"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["topics", "create", "t", "--config", "novalue"],
+        ["topics", "list", "--output", "yaml"],
+        ["consume", "t", "--from-beginning", "--offset", "3"],
+        ["groups", "reset-offsets", "g", "--topic", "t"],
+        ["groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"],
+        ["bench", "produce", "--client", "java"],
+        ["produce", "t", "--acks", "2"],
+        ["nonsense"],
+    ],
+)
+def test_argparse_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["consume", "t", "--offset", "3"], "--offset needs --partition"),
+        (["consume", "t", "--group", "g", "--partition", "0"], "--group"),
+        (["consume", "t", "--max-messages", "0"], "--max-messages"),
+        (["consume", "t", "--from-timestamp", "yesterday"], "ISO 8601"),
+        (["topics", "alter", "t"], "nothing to change"),
+        (["topics", "alter", "t", "--config", "a=1", "--delete-config", "a"], "both set and deleted"),
+        (["topics", "create", "t", "--partitions", "0"], "--partitions"),
+        (["produce", "t", "--partition", "-1"], "--partition"),
+        (["bench", "produce", "--records", "0"], "--records"),
+        (["bench", "end-to-end", "--record-size", "4"], "--record-size must be at least 12"),
+        (["groups", "reset-offsets", "g", "--topic", "t", "--to-offset", "-5"], "--to-offset"),
+        (["groups", "reset-offsets", "g", "--topic", "t", "--to-datetime", "soon"], "ISO 8601"),
+        (["topics", "list", "--request-timeout-ms", "0"], "--request-timeout-ms"),
+    ],
+)
+def test_semantic_usage_errors_exit_2_without_connecting(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bootstrap server is unreachable: a usage error must be found before any connection.
+    assert main([*argv, "--bootstrap-server", "127.0.0.1:1"]) == 2
+    error = capsys.readouterr().err
+    assert message in error
+    assert error.startswith("usage: strom")
+
+
+def test_parse_timestamp_ms() -> None:
+    assert parse_timestamp_ms("1700000000000") == 1_700_000_000_000
+    assert parse_timestamp_ms("2023-11-14T22:13:20Z") == 1_700_000_000_000
+    assert parse_timestamp_ms("2023-11-14T23:13:20.5+01:00") == 1_700_000_000_500
+    naive = datetime.datetime(2023, 11, 14, 22, 13, 20)
+    assert parse_timestamp_ms("2023-11-14T22:13:20") == int(naive.astimezone().timestamp() * 1000)
+    with pytest.raises(UsageError):
+        parse_timestamp_ms("14/11/2023")
+
+
+def test_split_line_and_read_records() -> None:
+    assert split_line(b"k:v:w", b":") == (b"k", b"v:w")
+    assert split_line(b"no separator", b":") == (None, b"no separator")
+    assert split_line(b"k:v", None) == (None, b"k:v")
+    stream = io.BytesIO(b"a=1\r\nb=2\n\n\xff=x\nlast")
+    assert list(read_records(stream, b"=")) == [
+        (b"a", b"1"),
+        (b"b", b"2"),
+        (None, b""),
+        (b"\xff", b"x"),
+        (None, b"last"),
+    ]
+
+
+def test_acks_setting_turns_idempotence_off_below_all() -> None:
+    assert acks_setting("all") == {"acks": -1, "enable.idempotence": True}
+    assert acks_setting("-1") == {"acks": -1, "enable.idempotence": True}
+    assert acks_setting("1") == {"acks": 1, "enable.idempotence": False}
+    assert acks_setting("0") == {"acks": 0, "enable.idempotence": False}
+
+
+def test_key_value_type_refuses_missing_equals() -> None:
+    from strom.cli.common import parse_key_value
+
+    assert parse_key_value(" a =b") == ("a", "b")
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_key_value("=b")
