@@ -184,6 +184,9 @@ class Transport:
         self._bootstrap = {
             -1 - index: address for index, address in enumerate(parse_bootstrap(config.bootstrap_servers))
         }
+        # Addresses under ids of the caller's choosing (a group coordinator gets its own connection
+        # so group requests never queue behind fetches).
+        self._extra_addresses: dict[int, tuple[str, int]] = {}
         self._channels: dict[int, BrokerChannel] = {}
         self._connecting: dict[int, asyncio.Task[BrokerChannel]] = {}
         self._failures: dict[int, int] = {}
@@ -193,7 +196,18 @@ class Transport:
 
     # -- connections ---------------------------------------------------------------------------
 
+    def register_address(self, node_id: int, host: str, port: int) -> None:
+        """Connect to ``host:port`` when asked for ``node_id`` (an id outside the brokers' ids)."""
+        if self._extra_addresses.get(node_id) != (host, port):
+            self._extra_addresses[node_id] = (host, port)
+            channel = self._channels.pop(node_id, None)
+            if channel is not None:
+                channel.close()
+
     def _address(self, node_id: int) -> tuple[str, int]:
+        extra = self._extra_addresses.get(node_id)
+        if extra is not None:
+            return extra
         broker = self.metadata.brokers.get(node_id)
         if broker is not None:
             return broker.host, broker.port

@@ -1,42 +1,127 @@
-"""The Consumer: manual assignment and polling. Group membership (subscribe, commit) arrives with
-the group coordinator and plugs in beside the fetcher, without changing what is here."""
+"""The Consumer: manual assignment or group subscription, and polling.
+
+Group membership is the pure ``GroupMembership`` driven by ``GroupCoordinator`` on the loop thread
+(heartbeats keep going while the application works between polls); rebalance events it produces are
+run here, inside ``poll()``, on the application thread, as the Java client does."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
+import logging
+import re
+import threading
 import time
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from strom.assignors import get_assignor
 from strom.client.cluster import TopicPartition
 from strom.client.config import ConsumerConfig
+from strom.client.consumer.coordinator import GroupCoordinator
 from strom.client.consumer.fetcher import Fetcher
+from strom.client.consumer.membership import (
+    GroupMembership,
+    MembershipSettings,
+    PartitionsAssigned,
+    PartitionsLost,
+    PartitionsRevoked,
+    RebalanceEvent,
+)
 from strom.client.consumer.positions import ConsumerRecord, SubscriptionState
-from strom.client.errors import ClientClosedError, KafkaError
+from strom.client.errors import ClientClosedError, ConfigError, KafkaError
 from strom.client.offsets import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, OffsetAndTimestamp, list_offsets
 from strom.client.transport import LoopThread, Transport
 
-__all__ = ["Consumer", "ConsumerRecord", "GroupsNotAvailableError"]
+__all__ = [
+    "CommitCallback",
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "GroupsNotAvailableError",
+]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+CommitCallback = Callable[[dict[TopicPartition, int], KafkaError | None], object]
 
 
 class GroupsNotAvailableError(KafkaError, NotImplementedError):
-    """Consumer-group operations are not available yet."""
+    """A group operation on a consumer without ``group.id``."""
 
 
-_GROUPS_MESSAGE = "consumer groups arrive with the group coordinator; use assign() for now"
+class ConsumerRebalanceListener:
+    """Told about partitions this consumer gains and gives up; called inside ``poll()`` (and
+    ``close()``/``unsubscribe()``) on the application thread. Every method is a no-op by default.
+
+    ``on_partitions_revoked`` runs before the partitions go (after the auto-commit, if on): the place
+    to commit or flush what was processed. ``on_partitions_lost`` means they are already gone (the
+    member fell out of the group): another member may be reading them, so do not commit.
+    """
+
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        """Called with the partitions this consumer gives up in a rebalance."""
+
+    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """Called with the partitions a rebalance added (cooperative: possibly none)."""
+
+    def on_partitions_lost(self, lost: list[TopicPartition]) -> None:
+        """Called with partitions this consumer no longer owns because it lost its membership."""
+
+
+# How often a waiting poll() looks at the group even when nothing woke it.
+_GROUP_CHECK_S = 0.1
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 class Consumer:
-    """Reads records from partitions assigned by hand. ``poll()`` never blocks past its timeout."""
+    """Reads records from partitions assigned by hand (``assign``) or by a group (``subscribe``).
+    ``poll()`` never blocks past its timeout (apart from the callbacks and commit-on-revoke it runs)."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **settings: Any) -> None:
         self.config = ConsumerConfig.from_settings(config, **settings)
         self._subscriptions = SubscriptionState(self.config.auto_offset_reset)
         self._closed = False
+        self._listener = ConsumerRebalanceListener()
+        self._manually_assigned = False
+        # Async commit outcomes, run as callbacks on the application thread by the next poll/commit.
+        self._commit_outcomes: collections.deque[
+            tuple[CommitCallback, dict[TopicPartition, int], KafkaError | None]
+        ] = collections.deque()
+        self._next_auto_commit_ms = 0
+        self._group_lock = threading.Lock()
+        self._membership: GroupMembership | None = None
+        if self.config.group_id:
+            names = [
+                name.strip() for name in self.config.partition_assignment_strategy.split(",") if name.strip()
+            ]
+            try:
+                assignors = [get_assignor(name) for name in names]
+            except KeyError as error:
+                raise ConfigError(f"config 'partition.assignment.strategy': {error.args[0]}") from None
+            if not assignors:
+                raise ConfigError("config 'partition.assignment.strategy' names no assignor")
+            self._membership = GroupMembership(
+                MembershipSettings(
+                    group_id=self.config.group_id,
+                    group_instance_id=self.config.group_instance_id,
+                    session_timeout_ms=self.config.session_timeout_ms,
+                    heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+                    max_poll_interval_ms=self.config.max_poll_interval_ms,
+                    retry_backoff_ms=self.config.retry_backoff_ms,
+                    request_timeout_ms=self.config.request_timeout_ms,
+                    client_rack=self.config.client_rack or None,
+                ),
+                assignors,
+                _monotonic_ms(),
+            )
         self._loop_thread = LoopThread(f"strom-consumer-{self.config.client_id}")
         self._loop_thread.run(self._start())
 
@@ -44,6 +129,32 @@ class Consumer:
         self._transport = Transport(self.config)
         self._fetcher = Fetcher(self.config, self._transport, self._subscriptions)
         self._fetch_task = asyncio.ensure_future(self._fetcher.run())
+        self._group: GroupCoordinator | None = None
+        self._group_task: asyncio.Task[None] | None = None
+        if self._membership is not None:
+            self._group = GroupCoordinator(
+                self._transport,
+                self._membership,
+                self._group_lock,
+                self._notify_application,
+                retry_backoff_ms=self.config.retry_backoff_ms,
+                request_timeout_ms=self.config.request_timeout_ms,
+                metadata_max_age_ms=self.config.metadata_max_age_ms,
+            )
+            self._group_task = asyncio.ensure_future(self._group.run())
+
+    def _notify_application(self) -> None:
+        with self._subscriptions.lock:
+            self._subscriptions.lock.notify_all()
+
+    def _kick_group(self) -> None:
+        if self._group is not None:
+            self._loop_thread.call_soon(self._group.kick)
+
+    def _require_group(self) -> tuple[GroupMembership, GroupCoordinator]:
+        if self._membership is None or self._group is None:
+            raise GroupsNotAvailableError("this consumer has no group.id; set one to subscribe or commit")
+        return self._membership, self._group
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self._closed:
@@ -57,24 +168,213 @@ class Consumer:
     # -- assignment ----------------------------------------------------------------------------
 
     def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
+        if self._membership is not None and self._membership.subscribed:
+            raise KafkaError("assign() after subscribe(): call unsubscribe() first")
         topic_partitions = [TopicPartition(*tp) for tp in partitions]
+        self._manually_assigned = bool(topic_partitions)
         self._subscriptions.assign(topic_partitions)
         self._wake_fetcher()
 
     def assignment(self) -> set[TopicPartition]:
         return self._subscriptions.assignment()
 
-    def subscribe(self, topics: Iterable[str] | str, **listener: Any) -> None:
-        raise GroupsNotAvailableError(_GROUPS_MESSAGE)
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | re.Pattern[str],
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the group for ``topics``: a list of names, or a pattern (a compiled regex, or a string
+        starting with ``^``) matched against every topic, including topics created later. Partitions
+        arrive through rebalances inside ``poll()``; ``listener`` hears about them there."""
+        membership, group = self._require_group()
+        if self._closed:
+            raise ClientClosedError("consumer is closed")
+        if self._manually_assigned:
+            raise KafkaError("subscribe() after assign(): call unsubscribe() first")
+        self._listener = listener or ConsumerRebalanceListener()
+        with self._group_lock:
+            if isinstance(topics, re.Pattern):
+                membership.subscribe_pattern(topics)
+            elif isinstance(topics, str) and topics.startswith("^"):
+                membership.subscribe_pattern(re.compile(topics))
+            else:
+                names = [topics] if isinstance(topics, str) else list(topics)
+                if not names or not all(isinstance(name, str) and name for name in names):
+                    raise ValueError(f"subscribe() needs topic names or a pattern, not {topics!r}")
+                membership.subscribe(names)
+        self._loop_thread.call_soon(group.request_metadata_refresh)
+
+    def subscription(self) -> set[str]:
+        """The topics this consumer subscribes to now (a pattern's current matches)."""
+        if self._membership is None:
+            return set()
+        with self._group_lock:
+            return set(self._membership.subscribed_topics)
 
     def unsubscribe(self) -> None:
-        raise GroupsNotAvailableError(_GROUPS_MESSAGE)
+        """Give up every partition (listener told, auto-commit first) and leave the group."""
+        if self._membership is None or not self._membership.subscribed:
+            self._manually_assigned = False
+            self._subscriptions.assign([])
+            return
+        membership, group = self._require_group()
+        self._give_up_owned()
+        with self._group_lock:
+            membership.subscribed = False
+        self._run(group.leave("the consumer unsubscribed", self.config.request_timeout_ms))
+        with self._group_lock:
+            membership.unsubscribe()
+        self._subscriptions.assign([])
 
-    def commit(self, offsets: Any = None, asynchronous: bool = False) -> None:
-        raise GroupsNotAvailableError(_GROUPS_MESSAGE)
+    def _give_up_owned(self) -> None:
+        """Before leaving (close, unsubscribe): commit if auto-commit is on, tell the listener."""
+        membership = self._membership
+        if membership is None:
+            return
+        with self._group_lock:
+            owned = sorted(membership.owned)
+            in_generation = membership.generation_id >= 0 and membership.fatal_error is None
+        if not owned:
+            return
+        if in_generation and self.config.enable_auto_commit:
+            self._commit_quietly(owned)
+        self._listener.on_partitions_revoked(owned)
 
-    def committed(self, partitions: Iterable[tuple[str, int]]) -> None:
-        raise GroupsNotAvailableError(_GROUPS_MESSAGE)
+    def _commit_quietly(self, partitions: list[TopicPartition]) -> None:
+        positions = self._subscriptions.positions()
+        offsets = {tp: positions[tp] for tp in partitions if tp in positions}
+        try:
+            self._commit_sync(offsets)
+        except KafkaError as error:
+            log.warning("auto-commit of %s failed: %s", sorted(offsets), error)
+
+    def commit(
+        self,
+        offsets: Mapping[tuple[str, int], int] | None = None,
+        asynchronous: bool = False,
+        callback: CommitCallback | None = None,
+    ) -> None:
+        """Commit ``offsets`` (the offset of the NEXT record to read, per partition), or by default
+        the positions of every assigned partition (what ``poll()`` has returned so far).
+
+        Synchronous by default: returns once the coordinator stored them, raises ``CommitFailedError``
+        if the group rebalanced meanwhile. With ``asynchronous=True`` it returns at once and
+        ``callback(offsets, error_or_None)`` runs inside a later ``poll()`` or ``commit()``."""
+        self._require_group()
+        self._run_commit_callbacks()
+        if offsets is None:
+            to_commit = self._subscriptions.positions()
+        else:
+            to_commit = {TopicPartition(*tp): offset for tp, offset in offsets.items()}
+        if not asynchronous:
+            self._commit_sync(to_commit)
+            return
+        self._commit_async(to_commit, callback)
+
+    def _commit_sync(self, offsets: dict[TopicPartition, int]) -> None:
+        _, group = self._require_group()
+        self._run(group.commit(offsets, self.config.request_timeout_ms))
+
+    def _commit_async(self, offsets: dict[TopicPartition, int], callback: CommitCallback | None) -> None:
+        _, group = self._require_group()
+        if self._closed:
+            raise ClientClosedError("consumer is closed")
+        future = self._loop_thread.submit(group.commit(offsets, self.config.request_timeout_ms))
+
+        def done(finished: concurrent.futures.Future[None]) -> None:
+            error: KafkaError | None = None
+            if finished.cancelled():
+                error = ClientClosedError("consumer closed before the commit completed")
+            elif (raised := finished.exception()) is not None:
+                error = raised if isinstance(raised, KafkaError) else KafkaError(f"commit failed: {raised!r}")
+            if error is not None and callback is None:
+                log.info("asynchronous commit failed: %s", error)
+            if callback is not None:
+                self._commit_outcomes.append((callback, offsets, error))
+                self._notify_application()
+
+        future.add_done_callback(done)
+
+    def _run_commit_callbacks(self) -> None:
+        while self._commit_outcomes:
+            callback, offsets, error = self._commit_outcomes.popleft()
+            callback(offsets, error)
+
+    def committed(
+        self, partitions: Iterable[tuple[str, int]], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None where nothing is committed)."""
+        _, group = self._require_group()
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        timeout_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        return self._run(group.fetch_committed(wanted, timeout_ms))
+
+    # -- rebalances (application thread, inside poll) -------------------------------------------
+
+    def _group_step(self) -> None:
+        """Run what the membership needs from the application thread: rebalance callbacks, the
+        auto-commit, async commit callbacks. Raises what poll must raise (fenced, poll timeout)."""
+        membership = self._membership
+        if membership is None:
+            return
+        self._run_commit_callbacks()
+        now_ms = _monotonic_ms()
+        with self._group_lock:
+            events = membership.begin_poll(now_ms)
+        try:
+            for event in events:
+                self._run_rebalance_event(event)
+        finally:
+            with self._group_lock:
+                membership.callbacks_done(_monotonic_ms())
+            self._kick_group()
+        if (
+            self.config.enable_auto_commit
+            and membership.generation_id >= 0
+            and now_ms >= self._next_auto_commit_ms
+        ):
+            self._next_auto_commit_ms = now_ms + self.config.auto_commit_interval_ms
+            positions = self._subscriptions.positions()
+            if positions:
+                self._commit_async(positions, None)
+
+    def _run_rebalance_event(self, event: RebalanceEvent) -> None:
+        partitions = event.partitions
+        if isinstance(event, PartitionsRevoked):
+            if self.config.enable_auto_commit:
+                self._commit_quietly(partitions)
+            try:
+                self._listener.on_partitions_revoked(partitions)
+            finally:
+                self._subscriptions.remove_partitions(partitions)
+        elif isinstance(event, PartitionsLost):
+            try:
+                self._listener.on_partitions_lost(partitions)
+            finally:
+                self._subscriptions.remove_partitions(partitions)
+        elif isinstance(event, PartitionsAssigned):
+            self._subscriptions.add_partitions(partitions)
+            if partitions:
+                self._loop_thread.submit(self._load_committed(partitions))
+            self._listener.on_partitions_assigned(partitions)
+
+    async def _load_committed(self, partitions: list[TopicPartition]) -> None:
+        """Start newly assigned partitions at the group's committed offsets (loop thread)."""
+        group = self._group
+        assert group is not None
+        while not self._closed:
+            waiting = self._subscriptions.awaiting_committed(partitions)
+            if not waiting:
+                return
+            try:
+                found = await group.fetch_committed(waiting, self.config.request_timeout_ms)
+            except KafkaError as error:
+                log.info("fetching committed offsets of %s failed: %s", waiting, error)
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                continue
+            self._subscriptions.committed_loaded(found)
+            self._fetcher.wakeup.set()
+            return
 
     # -- polling -------------------------------------------------------------------------------
 
@@ -87,6 +387,7 @@ class Consumer:
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         subscriptions = self._subscriptions
         while True:
+            self._group_step()
             error = self._fetcher.pending_error
             if error is not None:
                 self._fetcher.pending_error = None
@@ -100,7 +401,8 @@ class Consumer:
                 return []
             with subscriptions.lock:
                 if not subscriptions.has_buffered() and self._fetcher.pending_error is None:
-                    subscriptions.lock.wait(remaining_s)
+                    # Woken by fetched records and by group events (an assignment to apply).
+                    subscriptions.lock.wait(min(remaining_s, _GROUP_CHECK_S))
 
     # -- positions -----------------------------------------------------------------------------
 
@@ -187,11 +489,25 @@ class Consumer:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Leave the group (a static member stays, so a restart within the session timeout keeps
+        its partitions), committing first when auto-commit is on, then stop."""
         if self._closed:
             return
+        if self._membership is not None and self._group is not None and self._membership.subscribed:
+            with contextlib.suppress(KafkaError):
+                self._give_up_owned()
+            with contextlib.suppress(KafkaError):
+                self._run(self._group.leave("the consumer is being closed", 5_000))
+        with contextlib.suppress(KafkaError):
+            self._run_commit_callbacks()
         self._closed = True
 
         async def shutdown() -> None:
+            if self._group_task is not None and self._group is not None:
+                self._group_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._group_task
+                await self._group.stop()
             self._fetch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._fetch_task

@@ -50,6 +50,8 @@ class _PartitionState:
     # "earliest", "latest" or None: how to find a position when there is none.
     reset_to: str | None = None
     paused: bool = False
+    # A group assignment: the committed offset is being fetched, so no reset may run yet.
+    awaiting_committed: bool = False
     buffered: FetchedRecords | None = None
     high_watermark: int = -1
 
@@ -67,6 +69,45 @@ class SubscriptionState:
         wanted = list(dict.fromkeys(topic_partitions))
         with self.lock:
             self._partitions = {tp: self._partitions.get(tp) or _PartitionState() for tp in wanted}
+
+    def add_partitions(self, topic_partitions: Iterable[TopicPartition]) -> None:
+        """Add partitions given by a group rebalance; they wait for their committed offsets."""
+        with self.lock:
+            for tp in topic_partitions:
+                if tp not in self._partitions:
+                    self._partitions[tp] = _PartitionState(awaiting_committed=True)
+
+    def remove_partitions(self, topic_partitions: Iterable[TopicPartition]) -> None:
+        with self.lock:
+            for tp in topic_partitions:
+                self._partitions.pop(tp, None)
+
+    def awaiting_committed(self, topic_partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        with self.lock:
+            return [
+                tp
+                for tp in topic_partitions
+                if (state := self._partitions.get(tp)) is not None and state.awaiting_committed
+            ]
+
+    def committed_loaded(self, committed: dict[TopicPartition, int | None]) -> None:
+        """Start from the committed offsets; partitions without one fall to auto.offset.reset."""
+        with self.lock:
+            for tp, offset in committed.items():
+                state = self._partitions.get(tp)
+                if state is None or not state.awaiting_committed:
+                    continue
+                state.awaiting_committed = False
+                if offset is not None:
+                    state.position = offset
+            self.lock.notify_all()
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """Every assigned partition that has a position, at it (what a commit stores)."""
+        with self.lock:
+            return {
+                tp: state.position for tp, state in self._partitions.items() if state.position is not None
+            }
 
     def assignment(self) -> set[TopicPartition]:
         with self.lock:
@@ -89,6 +130,7 @@ class SubscriptionState:
             state = self._state(topic_partition)
             state.position = offset
             state.reset_to = None
+            state.awaiting_committed = False
             state.buffered = None
 
     def request_reset(self, topic_partitions: Iterable[TopicPartition], reset_to: str) -> None:
@@ -97,6 +139,7 @@ class SubscriptionState:
                 state = self._state(topic_partition)
                 state.position = None
                 state.reset_to = reset_to
+                state.awaiting_committed = False
                 state.buffered = None
 
     def needing_reset(self) -> dict[TopicPartition, str]:
@@ -105,7 +148,7 @@ class SubscriptionState:
             return {
                 tp: state.reset_to or self.default_reset
                 for tp, state in self._partitions.items()
-                if state.position is None
+                if state.position is None and not state.awaiting_committed
             }
 
     def reset_done(self, topic_partition: TopicPartition, offset: int, reset_to: str) -> None:
