@@ -73,8 +73,10 @@ def test_bench_table_output_and_periodic_progress(
 ) -> None:
     topic = unique_topic("cli-bench-table")
     code = main(
-        ["bench", "produce", "--topic", topic, "--records", "2000", "--throughput", "4000"]
-        + ["--report-interval-ms", "100", "--bootstrap-server", shared_broker.bootstrap]
+        [
+            *("bench", "produce", "--topic", topic, "--records", "2000", "--throughput", "4000"),
+            *("--report-interval-ms", "100", "--bootstrap-server", shared_broker.bootstrap),
+        ]
     )
     captured = capsys.readouterr()
     assert code == 0

@@ -217,8 +217,10 @@ def test_consume_start_positions_and_formats(
 def test_cannot_connect_is_exit_1_with_a_clear_message() -> None:
     unused = f"127.0.0.1:{free_port()}"
     finished = subprocess.run(
-        [sys.executable, "-m", "strom.cli.main", "topics", "list", "--bootstrap-server", unused]
-        + ["--request-timeout-ms", "1000"],
+        [
+            *(sys.executable, "-m", "strom.cli.main", "topics", "list"),
+            *("--bootstrap-server", unused, "--request-timeout-ms", "1000"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
