@@ -235,6 +235,8 @@ def test_cooperative_scale_out_never_revokes_partitions_that_stay(bootstrap: str
             members.append(member)
         poll_until(members, lambda: sorted(len(m.assignment()) for m in members) == [4, 4])
         before = [set(m.assignment()) for m in members]
+        for listener in listeners[:2]:
+            listener.revoked.clear()  # forming the first pair may have moved partitions
         first = produce(bootstrap, topic, partitions, 5, "before")
         poll_until(members, lambda: {value for _, value in seen} >= first, seen)
         for index in range(2, 4):
@@ -270,6 +272,8 @@ def test_static_member_restarts_without_a_rebalance(bootstrap: str) -> None:
         static.subscribe([topic])
         poll_until([other, static], lambda: len(other.assignment()) == 2 and len(static.assignment()) == 2)
         held = set(static.assignment())
+        settled = RecordingListener()
+        other._listener = settled  # from here on: what the restart does to the other member
         static.close()  # a static member sends no LeaveGroup
         static = strom_consumer(bootstrap, group, group_instance_id="restarting", session_timeout_ms=10_000)
         static.subscribe([topic])
@@ -278,8 +282,7 @@ def test_static_member_restarts_without_a_rebalance(bootstrap: str) -> None:
         poll_until([other, static], lambda: True)
         time.sleep(1.0)
         poll_until([other, static], lambda: True)
-        assert other_listener.revoked == [] and other_listener.lost == []
-        assert len(other_listener.assigned) == 1
+        assert settled.revoked == [] and settled.lost == [] and settled.assigned == []
     finally:
         other.close()
         static.close()
