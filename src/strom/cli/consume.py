@@ -58,7 +58,8 @@ def register(commands: Any) -> None:
         type=int,
         default=None,
         metavar="MS",
-        help="stop when no record arrived for MS milliseconds (default: wait forever)",
+        help="stop when no record arrived for MS milliseconds (default: wait forever); with --group "
+        "the clock starts once the group has assigned partitions",
     )
     parser.add_argument(
         "--format",
@@ -196,6 +197,10 @@ def _consume(arguments: argparse.Namespace) -> int:
         while arguments.max_messages is None or count < arguments.max_messages:
             wait_ms = POLL_SLICE_MS
             if arguments.timeout_ms is not None:
+                if arguments.group is not None and not consumer.assignment():
+                    # Joining the group (the broker's initial rebalance delay, a rebalance): not
+                    # idleness of the topic, so the idle clock waits for partitions.
+                    last_record_at = time.monotonic()
                 idle_ms = (time.monotonic() - last_record_at) * 1000
                 if idle_ms >= arguments.timeout_ms:
                     break
