@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
+import os
+import random
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import confluent_kafka
 import pytest
 
 from strom.client.cluster import TopicPartition
 from strom.client.consumer import Consumer, ConsumerRebalanceListener
+from strom.client.errors import KafkaError
 from tests.compat.conftest import BrokerProcess
 from tests.compat.support import confluent_producer, create_topic, unique_topic
 
@@ -106,10 +113,10 @@ def test_subscribe_consume_commit_and_resume_from_committed_offsets(bootstrap: s
         seen.extend((0, record.value or b"") for record in consumer.poll(200))
         # Only what came after the commit: the committed offsets were the starting positions.
         assert sorted(value for _, value in seen) == sorted(second)
-        outcomes: list[object] = []
+        outcomes: list[tuple[dict[TopicPartition, int], KafkaError | None]] = []
         consumer.commit(asynchronous=True, callback=lambda offsets, error: outcomes.append((offsets, error)))
         poll_until([consumer], lambda: bool(outcomes))
-        offsets, error = outcomes[0]  # type: ignore[misc]
+        offsets, error = outcomes[0]
         assert error is None and offsets == {TopicPartition(topic, p): 25 for p in range(3)}
         consumer.commit({(topic, 0): 21})
         assert consumer.committed([(topic, 0)]) == {TopicPartition(topic, 0): 21}
@@ -288,6 +295,100 @@ def test_static_member_restarts_without_a_rebalance(bootstrap: str) -> None:
         static.close()
 
 
-@pytest.fixture
-def group_name() -> Iterator[str]:
-    yield unique_topic("g")
+# A worker: consume the group, print each value read and commit synchronously after each poll, so
+# everything committed was printed first (at-least-once). SIGKILL can strike anywhere.
+WORKER = """
+import sys
+from strom.client.consumer import Consumer
+consumer = Consumer(bootstrap_servers=sys.argv[1], group_id=sys.argv[2], auto_offset_reset="earliest",
+                    enable_auto_commit=False, session_timeout_ms=3000, heartbeat_interval_ms=300)
+consumer.subscribe([sys.argv[3]])
+while True:
+    records = consumer.poll(100)
+    for record in records:
+        sys.stdout.write(record.value.decode() + "\\n")
+    sys.stdout.flush()
+    if records:
+        try:
+            consumer.commit()
+        except Exception as error:
+            sys.stderr.write(f"commit failed: {error}\\n")
+"""
+
+
+def test_at_least_once_with_members_killed_and_restarted(bootstrap: str, tmp_path: os.PathLike[str]) -> None:
+    topic = unique_topic("sg-kill")
+    partitions = 6
+    create_topic(bootstrap, topic, partitions=partitions)
+    group = unique_topic("g-kill")
+    rng = random.Random(20)
+    outputs: list[str] = []
+    workers: list[subprocess.Popen[bytes]] = []
+
+    def start_worker() -> None:
+        path = os.path.join(tmp_path, f"worker-{len(outputs)}.out")
+        outputs.append(path)
+        with open(path, "wb") as out:
+            workers.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", WORKER, bootstrap, group, topic],
+                    stdout=out,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+
+    produced: set[str] = set()
+    committed_history: list[dict[TopicPartition, int | None]] = []
+    producer = confluent_producer(bootstrap)
+    try:
+        for _ in range(3):
+            start_worker()
+        checked = [TopicPartition(topic, p) for p in range(partitions)]
+        for round_index in range(12):
+            for index in range(40):
+                value = f"r{round_index}-{index}"
+                producer.produce(topic, value=value.encode(), partition=index % partitions)
+                produced.add(value)
+            producer.flush(30)
+            time.sleep(0.3)
+            if round_index % 3 == 1:
+                alive = [worker for worker in workers if worker.poll() is None]
+                victim = rng.choice(alive)
+                victim.send_signal(signal.SIGKILL)
+                victim.wait(10)
+                start_worker()
+            committed_history.append(_committed(bootstrap, group, checked))
+        # Let the survivors catch up, then check what they committed covers everything.
+        deadline = time.monotonic() + DEADLINE_S * 2
+        while True:
+            committed = _committed(bootstrap, group, checked)
+            committed_history.append(committed)
+            if sum(offset or 0 for offset in committed.values()) >= len(produced):
+                break
+            assert time.monotonic() < deadline, f"committed {committed} of {len(produced)} records"
+            time.sleep(0.3)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGKILL)
+                worker.wait(10)
+    consumed: set[str] = set()
+    for path in outputs:
+        with open(path) as lines:
+            consumed.update(line.strip() for line in lines if line.strip())
+    assert produced <= consumed, f"{len(produced - consumed)} records never consumed"
+    # Committed offsets never go backwards.
+    for earlier, later in itertools.pairwise(committed_history):
+        for tp, offset in earlier.items():
+            assert offset is None or (later[tp] or 0) >= offset, (
+                f"{tp} went back from {offset} to {later[tp]}"
+            )
+
+
+def _committed(
+    bootstrap: str, group: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int | None]:
+    """The group's committed offsets, read by OffsetFetch from a consumer that does not join it."""
+    with Consumer(bootstrap_servers=bootstrap, group_id=group) as reader:
+        return reader.committed(partitions)
