@@ -1,0 +1,140 @@
+"""Driver-side look-ups the source plans with: which partitions a query reads and where each one's
+offsets stand. A thin layer over the public client API (Admin for topics, Consumer for offsets)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+
+from strom.client.admin import Admin
+from strom.client.config import AdminConfig, ConsumerConfig
+from strom.client.consumer import Consumer
+from strom.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, TopicPartitionKey
+
+__all__ = ["OffsetPlanner", "admin_config", "consumer_config"]
+
+log = logging.getLogger(__name__)
+
+
+def _known_keys(config_class: type) -> set[str]:
+    return {config_field.name.replace("_", ".") for config_field in dataclasses.fields(config_class)}
+
+
+def admin_config(client_config: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options an Admin client takes (consumer-only keys are left out, not refused)."""
+    known = _known_keys(AdminConfig)
+    return {key: value for key, value in client_config.items() if key in known}
+
+
+def consumer_config(client_config: Mapping[str, str], **defaults: str) -> dict[str, str]:
+    """Consumer settings: ``defaults`` first, then the user's ``kafka.*`` options (which win).
+    ``group.id`` is dropped: the source assigns partitions itself and never joins a group."""
+    known = _known_keys(ConsumerConfig)
+    config = dict(defaults)
+    config.update({key: value for key, value in client_config.items() if key in known and key != "group.id"})
+    return config
+
+
+class OffsetPlanner:
+    """Opens its clients on first use; ``close()`` releases them. Not thread-safe (driver only)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._admin: Admin | None = None
+        self._consumer: Consumer | None = None
+
+    @property
+    def admin(self) -> Admin:
+        if self._admin is None:
+            self._admin = Admin(admin_config(self.options.client_config))
+        return self._admin
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(consumer_config(self.options.client_config))
+        return self._consumer
+
+    def close(self) -> None:
+        for client in (self._consumer, self._admin):
+            if client is not None:
+                client.close()
+        self._consumer = None
+        self._admin = None
+
+    def topic_partitions(self) -> list[TopicPartitionKey]:
+        """The partitions read now: listed by ``assign``, or every partition of the subscribed
+        topics (a pattern is matched against the topics that exist at this moment)."""
+        options = self.options
+        if options.assign:
+            return sorted(set(options.assign))
+        if options.subscribe:
+            names = list(options.subscribe)
+        else:
+            names = [topic for topic in self.admin.list_topics() if options.matches(topic)]
+        if not names:
+            return []
+        existing = set(self.admin.list_topics())
+        described = self.admin.describe_topics([name for name in names if name in existing])
+        return sorted(
+            (name, partition.partition)
+            for name, description in described.items()
+            for partition in description.partitions
+        )
+
+    def earliest(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+        return {(tp[0], tp[1]): offset for tp, offset in self.consumer.beginning_offsets(wanted).items()}
+
+    def latest(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+        return {(tp[0], tp[1]): offset for tp, offset in self.consumer.end_offsets(wanted).items()}
+
+    def resolve(
+        self, spec: OffsetSpec, partitions: list[TopicPartitionKey], *, ending: bool
+    ) -> dict[TopicPartitionKey, int]:
+        """Concrete offsets for ``spec`` on ``partitions``. A timestamp with no record at or after
+        it resolves to the latest offset (nothing to read yet), as Kafka's ListOffsets answers."""
+        if spec.kind == "earliest":
+            return self.earliest(partitions)
+        if spec.kind == "latest":
+            return self.latest(partitions)
+        if spec.kind == "offsets":
+            missing = [tp for tp in partitions if tp not in spec.offsets]
+            if missing and ending:
+                # A batch end given for some partitions only: the rest read to their latest.
+                log.info("no ending offset given for %s; reading to latest", missing)
+            elif missing:
+                raise ValueError(
+                    f"startingOffsets names no offset for {', '.join(f'{t}-{p}' for t, p in missing)}"
+                )
+            earliest = self.earliest([tp for tp in partitions if spec.offsets.get(tp) == EARLIEST])
+            latest = self.latest([tp for tp in partitions if spec.offsets.get(tp, LATEST) == LATEST])
+            resolved: dict[TopicPartitionKey, int] = {}
+            for tp in partitions:
+                offset = spec.offsets.get(tp, LATEST)
+                resolved[tp] = (
+                    earliest[tp] if offset == EARLIEST else latest[tp] if offset == LATEST else offset
+                )
+            return resolved
+        if spec.kind in ("timestamp", "timestamps"):
+            if spec.kind == "timestamp":
+                timestamps = {tp: spec.timestamp_ms for tp in partitions}
+            else:
+                missing = [tp for tp in partitions if tp not in spec.offsets]
+                if missing:
+                    raise ValueError(f"no timestamp given for {', '.join(f'{t}-{p}' for t, p in missing)}")
+                timestamps = {tp: spec.offsets[tp] for tp in partitions}
+            found = self.consumer.offsets_for_times(timestamps)
+            latest = self.latest(partitions)
+            answers = {(tp[0], tp[1]): answer for tp, answer in found.items()}
+            return {
+                tp: answer.offset if (answer := answers.get(tp)) is not None else latest[tp]
+                for tp in partitions
+            }
+        raise AssertionError(f"unknown offset spec kind {spec.kind!r}")

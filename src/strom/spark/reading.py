@@ -1,0 +1,168 @@
+"""Reading one offset range on an executor: the strom Consumer, assigned by hand, turned into
+Arrow record batches (column lists built by transposing the polled records, no Row per record).
+
+Data loss is checked where it can be seen: the range starts below the partition's log start
+offset (retention, DeleteRecords), or the broker answers OFFSET_OUT_OF_RANGE while the range is
+read. With ``failOnDataLoss`` true that fails the task with ``DataLossError``; with false the
+missing records are skipped and a warning is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from strom.client.consumer import Consumer, ConsumerRecord
+from strom.client.errors import NoOffsetForPartitionError
+from strom.spark.options import OffsetRange
+from strom.spark.planning import consumer_config
+
+__all__ = ["ARROW_SCHEMA", "SPARK_SCHEMA_DDL", "DataLossError", "read_range", "records_to_arrow"]
+
+log = logging.getLogger(__name__)
+
+# The read schema of Spark's Kafka source (headers only with includeHeaders=true).
+SPARK_SCHEMA_DDL = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+SPARK_HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
+
+_HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+)
+ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", _HEADER_TYPE))
+
+# Records per Arrow batch handed to Spark: large enough that per-batch costs vanish, small enough
+# that a worker holds a few MB at a time.
+POLL_RECORDS_MAX = 20_000
+
+
+class DataLossError(RuntimeError):
+    """Offsets a query was to read no longer exist (deleted by retention, DeleteRecords or compaction
+    of the whole range). Set ``failOnDataLoss`` to false to skip them instead."""
+
+
+def records_to_arrow(records: list[ConsumerRecord], include_headers: bool) -> pa.RecordBatch:
+    """One Arrow batch from polled records of one partition."""
+    count = len(records)
+    topics, partitions, offsets, timestamps, timestamp_types, keys, values, headers = zip(
+        *records, strict=True
+    )
+    columns: list[Any] = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([topics[0]] * count, pa.string()),
+        pa.array([partitions[0]] * count, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(timestamp_types, pa.int32()),
+    ]
+    schema = ARROW_SCHEMA
+    if include_headers:
+        columns.append(
+            pa.array(
+                [
+                    [{"key": key, "value": value} for key, value in record_headers]
+                    for record_headers in headers
+                ],
+                _HEADER_TYPE,
+            )
+        )
+        schema = ARROW_SCHEMA_WITH_HEADERS
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _lost(offset_range: OffsetRange, expected: int, log_start: int, fail_on_data_loss: bool) -> None:
+    message = (
+        f"{offset_range.topic}-{offset_range.partition}: offsets {expected}-{min(log_start, offset_range.until_offset) - 1}"
+        f" were deleted before they were read (log start offset is now {log_start})"
+    )
+    if fail_on_data_loss:
+        raise DataLossError(
+            message + "; set failOnDataLoss=false to skip missing records instead of failing the query"
+        )
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+
+
+def read_range(
+    offset_range: OffsetRange,
+    client_config: dict[str, str],
+    *,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``offset_range`` as Arrow batches, in offset order."""
+    if offset_range.size == 0:
+        return
+    tp = (offset_range.topic, offset_range.partition)
+    until = offset_range.until_offset
+    config = consumer_config(
+        client_config,
+        **{
+            "auto.offset.reset": "none",  # out of range must surface, not silently jump
+            "max.poll.records": str(POLL_RECORDS_MAX),
+            "max.partition.fetch.bytes": str(8 * 1024 * 1024),
+            "fetch.max.bytes": str(64 * 1024 * 1024),
+        },
+    )
+    consumer = Consumer(config)
+    try:
+        consumer.assign([tp])
+        expected = offset_range.from_offset
+        log_start = consumer.beginning_offsets([tp])[tp]
+        if expected < log_start:
+            _lost(offset_range, expected, log_start, fail_on_data_loss)
+            expected = log_start
+        consumer.seek(tp, expected)
+        idle_since = time.monotonic()
+        while expected < until:
+            try:
+                records = consumer.poll(timeout_ms=200)
+            except NoOffsetForPartitionError:
+                # Out of range while reading: the records at ``expected`` were just deleted. (The
+                # error can also be stale, from before our seek; then the log start is not above.)
+                log_start = consumer.beginning_offsets([tp])[tp]
+                if log_start > expected:
+                    _lost(offset_range, expected, log_start, fail_on_data_loss)
+                    expected = log_start
+                consumer.seek(tp, min(expected, until))
+                continue
+            if not records:
+                position = consumer.position(tp)
+                if position >= until:
+                    break
+                expected = max(expected, position)
+                if time.monotonic() - idle_since > poll_timeout_ms / 1000:
+                    raise TimeoutError(
+                        f"{tp[0]}-{tp[1]}: no records at offset {expected} within {poll_timeout_ms} ms"
+                        f" (reading up to {until})"
+                    )
+                continue
+            idle_since = time.monotonic()
+            first_offset = records[0].offset
+            if first_offset > expected:
+                # A gap: compaction (not a loss) or deletion racing the read (a loss).
+                log_start = consumer.beginning_offsets([tp])[tp]
+                if log_start > expected:
+                    _lost(offset_range, expected, log_start, fail_on_data_loss)
+            if records[-1].offset >= until:
+                records = [record for record in records if record.offset < until]
+            if records:
+                yield records_to_arrow(records, include_headers)
+                expected = records[-1].offset + 1
+            else:
+                expected = until
+    finally:
+        consumer.close()

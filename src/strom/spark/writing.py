@@ -1,0 +1,100 @@
+"""Writing on an executor: Arrow batches of rows produced with strom's idempotent producer.
+
+Columns as Spark's Kafka sink takes them: ``value`` (required, binary or string), ``key``,
+``topic`` (unless the ``topic`` option names one, which then wins), ``partition`` and ``headers``
+(array of struct<key: string, value: binary>). Every record must be acknowledged before the task
+reports success; any delivery failure fails the task, so Spark retries or fails the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+import pyarrow as pa
+
+from strom.client.producer import Producer
+from strom.spark.options import SourceOptionsError, WriteOptions
+
+__all__ = ["WRITABLE_COLUMNS", "check_write_schema", "write_batches"]
+
+WRITABLE_COLUMNS = ("value", "key", "topic", "partition", "headers")
+
+# Futures checked in rounds of this many, so memory stays bounded on a long partition while the
+# producer still keeps a deep pipeline of batches in flight.
+PENDING_FUTURES_MAX = 50_000
+
+
+def check_write_schema(column_types: Mapping[str, str], options: WriteOptions) -> None:
+    """Refuse a DataFrame the sink cannot write, on the driver, before any task starts.
+    ``column_types`` maps column names to Spark simple type names (``binary``, ``string``...)."""
+    if "value" not in column_types:
+        raise SourceOptionsError("format('strom') needs a 'value' column (binary or string)")
+    for name in ("value", "key"):
+        if name in column_types and column_types[name] not in ("binary", "string"):
+            raise SourceOptionsError(f"column {name!r} must be binary or string, not {column_types[name]}")
+    if options.topic is None and "topic" not in column_types:
+        raise SourceOptionsError("name the topic with the 'topic' option or a 'topic' column")
+    if "topic" in column_types and column_types["topic"] != "string":
+        raise SourceOptionsError(f"column 'topic' must be a string, not {column_types['topic']}")
+    if "partition" in column_types and column_types["partition"] not in (
+        "int",
+        "bigint",
+        "smallint",
+        "tinyint",
+    ):
+        raise SourceOptionsError(f"column 'partition' must be an integer, not {column_types['partition']}")
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        return None
+    return batch.column(index).to_pylist()  # type: ignore[no-any-return]
+
+
+def _headers(value: Any) -> list[tuple[str, bytes | None]] | None:
+    if not value:
+        return None
+    return [(header["key"], header["value"]) for header in value]
+
+
+def write_batches(batches: Iterable[pa.RecordBatch], options: WriteOptions) -> int:
+    """Produce every row; returns how many were written (all acknowledged)."""
+    producer = Producer(dict(options.client_config))
+    written = 0
+    pending: list[Future[Any]] = []
+    try:
+        for batch in batches:
+            count = batch.num_rows
+            values = _column(batch, "value")
+            assert values is not None, "schema was checked on the driver"
+            keys = _column(batch, "key") or [None] * count
+            topics = [options.topic] * count if options.topic else (_column(batch, "topic") or [None] * count)
+            partitions = _column(batch, "partition") or [None] * count
+            headers = _column(batch, "headers") or [None] * count
+            for value, key, topic, partition, record_headers in zip(
+                values, keys, topics, partitions, headers, strict=True
+            ):
+                if topic is None:
+                    raise ValueError("a row has a null topic and no 'topic' option is set")
+                pending.append(
+                    producer.send(
+                        topic, value=value, key=key, partition=partition, headers=_headers(record_headers)
+                    )
+                )
+            written += count
+            if len(pending) >= PENDING_FUTURES_MAX:
+                _wait(pending)
+                pending = []
+        producer.flush()
+        _wait(pending)
+    finally:
+        producer.close()
+    return written
+
+
+def _wait(futures: list[Future[Any]]) -> None:
+    for future in futures:
+        future.result()  # raises the delivery error: the task fails
