@@ -71,18 +71,17 @@ def make(
     linger_ms: int = 5, batch_size: int = 1000, **settings: object
 ) -> tuple[RecordAccumulator, SenderCore, ManualClock]:
     config = ProducerConfig.from_settings(linger_ms=linger_ms, batch_size=batch_size, **settings)
-    accumulator = RecordAccumulator(batch_size=batch_size, linger_ms=linger_ms, compression="none")
+    clock = ManualClock()
+    accumulator = RecordAccumulator(batch_size=batch_size, linger_ms=linger_ms, compression="none", clock=clock)
     core = SenderCore(config, accumulator, cluster())
     core.set_producer_id(7, 0)
-    return accumulator, core, ManualClock()
+    return accumulator, core, clock
 
 
 def append(
     accumulator: RecordAccumulator, clock: ManualClock, tp: TopicPartition, value: bytes
 ) -> DeliveryFuture:
-    future = DeliveryFuture()
-    accumulator.append(tp, clock.wall_ms(), None, value, (), future, None, clock.monotonic_ms())
-    return future
+    return accumulator.append(tp, clock.wall_ms(), None, value, (), None)
 
 
 def always_ready(node_id: int) -> bool:

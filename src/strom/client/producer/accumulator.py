@@ -1,28 +1,46 @@
 """Per-partition batching: the cheap half of ``send()`` and what the sender drains. Pure, no I/O.
 
-``append()`` runs on the application's thread under one lock and does per-record work only:
-encode the record into the partition's open ``BatchBuilder``. Everything per batch (closing,
-compressing, sequencing, sending) happens on the sender's side. A partition's batches leave in
-the order they were opened; a batch that must be retried goes back to the front of its queue.
+``append()`` runs on the application's thread and does as little as possible per record: under
+one lock it adds a (timestamp, key, value, headers) tuple to the partition's open batch and adds
+an estimate of its size. Everything else happens once per batch on the sender's side: encoding all
+the records in one pass (``build()``), compressing, sequencing, sending, and resolving. A record's
+``DeliveryFuture`` is a small handle onto its batch, not a Future of its own: the batch's single
+answer resolves every handle at once. A partition's batches leave in the order they were opened;
+a batch that must be retried goes back to the front of its queue.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from strom.base.clock import Clock
 from strom.client.cluster import TopicPartition
 from strom.client.producer.partitioner import StickyPartitioner
-from strom.protocol.records import BatchBuilder, CompressionType
+from strom.protocol.records import CompressionType
+from strom.protocol.records.batch import (
+    ROW_OVERHEAD_BYTES_ESTIMATE,
+    RecordRow,
+    build_batch_from_rows,
+    estimate_row_bytes,
+)
+from strom.protocol.records.header import HEADER_BYTES, NO_PRODUCER_ID, NO_SEQUENCE
 
 __all__ = ["DeliveryFuture", "ProducerBatch", "RecordAccumulator", "RecordMetadata"]
 
+log = logging.getLogger(__name__)
+
 Header = tuple[str, bytes | None]
 DeliveryCallback = Callable[[Exception | None, "RecordMetadata | None"], Any]
+DoneCallback = Callable[["DeliveryFuture"], object]
+
+# Creating a batch's Event lazily must not race with another waiter creating it too.
+_EVENT_CREATION_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,97 +53,123 @@ class RecordMetadata:
     timestamp: int
 
 
-_CONDITION_CREATION_LOCK = threading.Lock()
-
-
-class DeliveryFuture(Future["RecordMetadata"]):
-    """A ``concurrent.futures.Future`` whose condition variable is made on first use.
-
-    ``Future()`` builds a Condition (an RLock and more) per record, which costs more than
-    encoding the record; most delivery futures are never waited on one by one (``flush()`` waits
-    for all of them), so the condition is only made when someone does wait or resolve it.
-    """
-
-    def __init__(self) -> None:
-        self._state = "PENDING"
-        self._result = None
-        self._exception = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
-
-    @property
-    def _condition(self) -> threading.Condition:  # type: ignore[override]
-        condition: threading.Condition | None = self.__dict__.get("_lazy_condition")
-        if condition is None:
-            with _CONDITION_CREATION_LOCK:
-                condition = self.__dict__.get("_lazy_condition")
-                if condition is None:
-                    condition = self.__dict__["_lazy_condition"] = threading.Condition()
-        return condition
-
-
 class ProducerBatch:
-    """Records for one partition, built together and sent together."""
+    """Records for one partition, built together, sent together and resolved together."""
 
     __slots__ = (
+        "_event",
         "attempts",
-        "builder",
+        "base_offset",
+        "base_sequence",
         "callbacks",
         "created_ms",
+        "done_callbacks",
         "encoded",
-        "futures",
-        "timestamps",
+        "error",
+        "finished",
+        "log_append_time_ms",
+        "producer_epoch",
+        "producer_id",
+        "rows",
+        "size_bytes",
         "topic_partition",
     )
 
-    def __init__(self, topic_partition: TopicPartition, compression: int, created_ms: int) -> None:
+    def __init__(self, topic_partition: TopicPartition, created_ms: int) -> None:
         self.topic_partition = topic_partition
-        self.builder = BatchBuilder(compression=compression)
-        self.futures: list[Future[RecordMetadata]] = []
+        self.rows: list[RecordRow] = []
+        # Delivery callbacks by record index: most records have none, so no list per record.
         self.callbacks: dict[int, DeliveryCallback] = {}
-        self.timestamps: list[int] = []
+        # add_done_callback() registrations, run after the delivery callbacks.
+        self.done_callbacks: list[tuple[DeliveryFuture, DoneCallback]] = []
+        self.size_bytes = HEADER_BYTES
         self.created_ms = created_ms
         self.attempts = 0
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = -1
+        self.base_sequence = NO_SEQUENCE
         # The batch's bytes, built once when first drained so retries resend identical bytes.
         self.encoded: bytes | None = None
+        # The answer: set once, before ``finished``; read by the handles.
+        self.base_offset = -1
+        self.log_append_time_ms = -1
+        self.error: BaseException | None = None
+        self.finished = False
+        self._event: threading.Event | None = None
 
     @property
     def record_count(self) -> int:
-        return len(self.futures)
+        return len(self.rows)
 
-    @property
-    def base_sequence(self) -> int:
-        return self.builder.base_sequence
-
-    def build(self) -> bytes:
+    def build(self, compression: int = CompressionType.NONE) -> bytes:
+        """The batch's bytes (built on first call, the same bytes on every later one)."""
         if self.encoded is None:
-            self.encoded = self.builder.build()
+            self.encoded = build_batch_from_rows(
+                self.rows,
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+            )
         return self.encoded
 
-    def complete(self, base_offset: int, log_append_time_ms: int) -> None:
-        """Resolve every record's future (and callback) with its offset."""
+    # -- resolving -------------------------------------------------------------------------------
+
+    def metadata(self, index: int) -> RecordMetadata:
         topic, partition = self.topic_partition
-        callbacks = self.callbacks
-        for index, (future, timestamp) in enumerate(zip(self.futures, self.timestamps)):
-            metadata = RecordMetadata(
-                topic,
-                partition,
-                base_offset + index if base_offset >= 0 else -1,
-                log_append_time_ms if log_append_time_ms >= 0 else timestamp,
-            )
-            if future.set_running_or_notify_cancel():
-                future.set_result(metadata)
-            callback = callbacks.get(index)
-            if callback is not None:
-                _run_callback(callback, None, metadata)
+        base_offset = self.base_offset
+        return RecordMetadata(
+            topic,
+            partition,
+            base_offset + index if base_offset >= 0 else -1,
+            self.log_append_time_ms if self.log_append_time_ms >= 0 else self.rows[index][0],
+        )
+
+    def complete(self, base_offset: int, log_append_time_ms: int) -> None:
+        """Resolve every record (and call its callback) with its offset."""
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self._finish()
+        metadata = self.metadata
+        for index, callback in self.callbacks.items():
+            _run_callback(callback, None, metadata(index))
+        self._run_done_callbacks()
 
     def fail(self, error: Exception) -> None:
-        for index, future in enumerate(self.futures):
-            if future.set_running_or_notify_cancel():
-                future.set_exception(error)
-            callback = self.callbacks.get(index)
-            if callback is not None:
-                _run_callback(callback, error, None)
+        self.error = error
+        self._finish()
+        for callback in self.callbacks.values():
+            _run_callback(callback, error, None)
+        self._run_done_callbacks()
+
+    def _finish(self) -> None:
+        # ``finished`` first, then the event: a waiter makes the event first, then reads
+        # ``finished``; so either it sees the batch finished or this sees its event.
+        self.finished = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def _run_done_callbacks(self) -> None:
+        registered, self.done_callbacks = self.done_callbacks, []
+        for future, callback in registered:
+            try:
+                callback(future)
+            except Exception:
+                log.exception("future done callback raised")
+
+    def wait(self, timeout_s: float | None) -> bool:
+        if self.finished:
+            return True
+        event = self._event
+        if event is None:
+            with _EVENT_CREATION_LOCK:
+                event = self._event
+                if event is None:
+                    event = self._event = threading.Event()
+        if self.finished:
+            return True
+        return event.wait(timeout_s)
 
 
 def _run_callback(
@@ -135,15 +179,81 @@ def _run_callback(
     try:
         callback(error, metadata)
     except Exception:
-        import logging
+        log.exception("delivery callback raised")
 
-        logging.getLogger(__name__).exception("delivery callback raised")
+
+class DeliveryFuture(Future[RecordMetadata]):
+    """A record's delivery: a ``concurrent.futures.Future`` in interface, a (batch, index) pair inside.
+
+    A real Future per record (a Condition, an RLock, lists) costs more than encoding the record;
+    this handle costs two slots and resolves from its batch's one answer. It supports what
+    applications use: ``result``, ``exception``, ``done``, ``add_done_callback``. It is never
+    cancelled (a queued record cannot be taken back) and ``concurrent.futures.wait`` /
+    ``as_completed`` do not accept it; wait with ``result()`` or ``Producer.flush()`` instead.
+    """
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: ProducerBatch, index: int) -> None:  # no super().__init__: see above
+        self._batch = batch
+        self._index = index
+
+    def __repr__(self) -> str:
+        state = "finished" if self._batch.finished else "pending"
+        return f"<DeliveryFuture {self._batch.topic_partition} #{self._index} {state}>"
+
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return not self._batch.finished
+
+    def done(self) -> bool:
+        return self._batch.finished
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        batch = self._batch
+        if not batch.wait(timeout):
+            raise TimeoutError(f"record not delivered within {timeout} s")
+        if batch.error is not None:
+            raise batch.error
+        return batch.metadata(self._index)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        batch = self._batch
+        if not batch.wait(timeout):
+            raise TimeoutError(f"record not delivered within {timeout} s")
+        return batch.error
+
+    def add_done_callback(self, fn: DoneCallback) -> None:
+        batch = self._batch
+        if not batch.finished:
+            with _EVENT_CREATION_LOCK:
+                if not batch.finished:
+                    batch.done_callbacks.append((self, fn))
+                    return
+        try:
+            fn(self)
+        except Exception:
+            log.exception("future done callback raised")
+
+    def set_running_or_notify_cancel(self) -> bool:
+        raise RuntimeError("a DeliveryFuture is resolved by its producer")
+
+    def set_result(self, result: RecordMetadata) -> None:
+        raise RuntimeError("a DeliveryFuture is resolved by its producer")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        raise RuntimeError("a DeliveryFuture is resolved by its producer")
 
 
 class RecordAccumulator:
     """Open and closed batches per partition; thread-safe."""
 
-    def __init__(self, *, batch_size: int, linger_ms: int, compression: str | int) -> None:
+    def __init__(self, *, batch_size: int, linger_ms: int, compression: str | int, clock: Clock) -> None:
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.compression = (
@@ -151,13 +261,20 @@ class RecordAccumulator:
             if isinstance(compression, str)
             else CompressionType(compression)
         )
-        # Re-entrant so append_keyless() can choose the partition and append under one hold.
-        self.lock = threading.RLock()
+        self._clock = clock
+        self.lock = threading.Lock()
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        # The batch each partition is filling (the last of its queue, not yet drained).
+        self._open: dict[TopicPartition, ProducerBatch] = {}
+        # Per topic, the open batch keyless records go to (its sticky partition's).
+        self._sticky: dict[str, ProducerBatch] = {}
         # Batches whose records have not all been resolved; flush() waits for zero.
         self._incomplete = 0
         self._incomplete_changed = threading.Condition(self.lock)
         self.flushing = 0
+        # Set by append() when the sender should look now (a batch opened, so its linger timer
+        # starts, or one filled up); the producer wakes the sender and clears it.
+        self.wake_needed = False
 
     # -- the application's side ----------------------------------------------------------------
 
@@ -166,71 +283,86 @@ class RecordAccumulator:
         topic: str,
         partition_count: int,
         partitioner: StickyPartitioner,
-        timestamp_ms: int,
+        timestamp_ms: int | None,
         value: bytes | None,
-        headers: Iterable[Header],
-        future: Future[RecordMetadata],
+        headers: Sequence[Header],
         callback: DeliveryCallback | None,
-        now_ms: int,
-    ) -> bool:
-        """``append()`` to the topic's sticky partition, moving on when its batch is closed (KIP-480)."""
+    ) -> DeliveryFuture:
+        """``append()`` to the topic's sticky partition, moving on when its batch is full or
+        drained (KIP-480)."""
+        if timestamp_ms is None:
+            timestamp_ms = self._clock.wall_ms()
         with self.lock:
-            partition = partitioner.current(topic)
-            if partition is None or partition >= partition_count:
+            batch = self._sticky.get(topic)
+            if (
+                batch is None
+                or batch.encoded is not None
+                or batch.size_bytes >= self.batch_size
+                or batch.topic_partition.partition >= partition_count
+            ):
                 partition = partitioner.next_partition(topic, partition_count)
+                batch = self._open_batch(TopicPartition(topic, partition))
+                self._sticky[topic] = batch
+            rows = batch.rows
+            index = len(rows)
+            rows.append((timestamp_ms, None, value, headers))
+            if headers:
+                batch.size_bytes += estimate_row_bytes(None, value, headers)
             else:
-                queue = self._queues.get(TopicPartition(topic, partition))
-                if (
-                    not queue
-                    or queue[-1].encoded is not None
-                    or queue[-1].builder.size_bytes >= self.batch_size
-                ):
-                    partition = partitioner.next_partition(topic, partition_count)
-            return self.append(
-                TopicPartition(topic, partition), timestamp_ms, None, value, headers, future, callback, now_ms
-            )
+                batch.size_bytes += ROW_OVERHEAD_BYTES_ESTIMATE + (0 if value is None else len(value))
+            if callback is not None:
+                batch.callbacks[index] = callback
+            if batch.size_bytes >= self.batch_size:
+                self.wake_needed = True
+        return DeliveryFuture(batch, index)
 
     def append(
         self,
         topic_partition: TopicPartition,
-        timestamp_ms: int,
+        timestamp_ms: int | None,
         key: bytes | None,
         value: bytes | None,
-        headers: Iterable[Header],
-        future: Future[RecordMetadata],
+        headers: Sequence[Header],
         callback: DeliveryCallback | None,
-        now_ms: int,
-    ) -> bool:
-        """Add one record. Returns True when the sender should look now: a batch was opened (its
-        linger timer starts) or filled up."""
+    ) -> DeliveryFuture:
+        """Add one record to the partition's open batch (opening one when needed)."""
+        if timestamp_ms is None:
+            timestamp_ms = self._clock.wall_ms()
         with self.lock:
-            queue = self._queues.get(topic_partition)
-            if queue is None:
-                queue = self._queues[topic_partition] = deque()
-            batch = queue[-1] if queue and queue[-1].encoded is None else None
-            wake = False
-            if batch is None or batch.builder.size_bytes >= self.batch_size:
-                batch = ProducerBatch(topic_partition, self.compression, now_ms)
-                queue.append(batch)
-                self._incomplete += 1
-                wake = True
-            batch.builder.append(timestamp_ms, key, value, headers)
+            batch = self._open_batch(topic_partition)
+            rows = batch.rows
+            index = len(rows)
+            rows.append((timestamp_ms, key, value, headers))
+            batch.size_bytes += estimate_row_bytes(key, value, headers)
             if callback is not None:
-                batch.callbacks[len(batch.futures)] = callback
-            batch.futures.append(future)
-            batch.timestamps.append(timestamp_ms)
-            if batch.builder.size_bytes >= self.batch_size:
-                wake = True
-            return wake
+                batch.callbacks[index] = callback
+            if batch.size_bytes >= self.batch_size:
+                self.wake_needed = True
+        return DeliveryFuture(batch, index)
+
+    def _open_batch(self, topic_partition: TopicPartition) -> ProducerBatch:
+        """The partition's open batch, a new one if it has none. Called holding the lock."""
+        batch = self._open.get(topic_partition)
+        if batch is None or batch.size_bytes >= self.batch_size:
+            batch = self._new_batch(topic_partition)
+        return batch
+
+    def _new_batch(self, topic_partition: TopicPartition) -> ProducerBatch:
+        batch = ProducerBatch(topic_partition, self._clock.monotonic_ms())
+        queue = self._queues.get(topic_partition)
+        if queue is None:
+            queue = self._queues[topic_partition] = deque()
+        queue.append(batch)
+        self._open[topic_partition] = batch
+        self._incomplete += 1
+        self.wake_needed = True
+        return batch
 
     def has_open_batch(self, topic_partition: TopicPartition) -> bool:
         """The partition has a batch that still takes records (KIP-480's "until the batch is sent")."""
         with self.lock:
-            queue = self._queues.get(topic_partition)
-            if not queue:
-                return False
-            last = queue[-1]
-            return last.encoded is None and last.builder.size_bytes < self.batch_size
+            batch = self._open.get(topic_partition)
+            return batch is not None and batch.size_bytes < self.batch_size
 
     # -- the sender's side ---------------------------------------------------------------------
 
@@ -249,7 +381,7 @@ class RecordAccumulator:
                 if (
                     first.encoded is not None
                     or len(queue) > 1
-                    or first.builder.size_bytes >= self.batch_size
+                    or first.size_bytes >= self.batch_size
                     or self.flushing
                 ):
                     ready.append(topic_partition)
@@ -271,7 +403,16 @@ class RecordAccumulator:
             batch = queue.popleft()
             if not queue:
                 del self._queues[topic_partition]
+            self._close(batch)
         return batch
+
+    def _close(self, batch: ProducerBatch) -> None:
+        """``batch`` takes no more records. Called holding the lock."""
+        topic_partition = batch.topic_partition
+        if self._open.get(topic_partition) is batch:
+            del self._open[topic_partition]
+        if self._sticky.get(topic_partition.topic) is batch:
+            del self._sticky[topic_partition.topic]
 
     def peek_size(self, topic_partition: TopicPartition) -> int:
         with self.lock:
@@ -279,7 +420,7 @@ class RecordAccumulator:
             if not queue:
                 return 0
             first = queue[0]
-            return len(first.encoded) if first.encoded is not None else first.builder.size_bytes
+            return len(first.encoded) if first.encoded is not None else first.size_bytes
 
     def requeue(self, batch: ProducerBatch) -> None:
         """Put a batch to retry back at the front of its partition, ordered by sequence."""
@@ -303,7 +444,9 @@ class RecordAccumulator:
             for topic_partition in list(self._queues):
                 queue = self._queues[topic_partition]
                 while queue and now_ms - queue[0].created_ms >= delivery_timeout_ms:
-                    expired.append(queue.popleft())
+                    batch = queue.popleft()
+                    self._close(batch)
+                    expired.append(batch)
                 if not queue:
                     del self._queues[topic_partition]
         return expired
@@ -312,6 +455,8 @@ class RecordAccumulator:
         with self.lock:
             batches = [batch for queue in self._queues.values() for batch in queue]
             self._queues.clear()
+            self._open.clear()
+            self._sticky.clear()
         return batches
 
     def done(self, batch: ProducerBatch) -> None:

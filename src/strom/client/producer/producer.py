@@ -14,12 +14,7 @@ from strom.base.clock import SystemClock
 from strom.client.cluster import TopicPartition
 from strom.client.config import ProducerConfig
 from strom.client.errors import ClientClosedError, ConfigError, KafkaError, KafkaTimeoutError, error_for_code
-from strom.client.producer.accumulator import (
-    DeliveryCallback,
-    DeliveryFuture,
-    RecordAccumulator,
-    RecordMetadata,
-)
+from strom.client.producer.accumulator import DeliveryCallback, RecordAccumulator, RecordMetadata
 from strom.client.producer.partitioner import StickyPartitioner, partition_for_key
 from strom.client.producer.sender import ProduceJob, SenderCore
 from strom.client.transport import LoopThread, Transport
@@ -68,7 +63,9 @@ class Producer:
             batch_size=self.config.batch_size,
             linger_ms=self.config.linger_ms,
             compression=self.config.compression_type,
+            clock=self._clock,
         )
+        self._ignore_keys = self.config.partitioner_ignore_keys
         self._partitioner = StickyPartitioner()
         # Partition counts readable from application threads without touching the loop.
         self._partition_counts: dict[str, int] = {}
@@ -99,44 +96,47 @@ class Producer:
         timestamp: int | None = None,
         callback: DeliveryCallback | None = None,
     ) -> Future[RecordMetadata]:
-        """Queue one record; the future resolves to where it landed once the broker acknowledges."""
+        """Queue one record; the future resolves to where it landed once the broker acknowledges.
+
+        The per-record cost is kept to argument checks and one append under a lock: encoding,
+        sequencing and resolving happen once per batch on the producer's thread.
+        """
         if self._closing:
             raise ClientClosedError("producer is closed")
-        value_bytes = value if value is None or type(value) is bytes else _to_bytes("value", value)
-        key_bytes = key if key is None or type(key) is bytes else _to_bytes("key", key)
+        if value is not None and type(value) is not bytes:
+            value = _to_bytes("value", value)
         partition_count = self._partition_counts.get(topic)
         if partition_count is None:
             partition_count = self._wait_for_topic(topic)
-        future = DeliveryFuture()
-        if partition is None:
-            if key_bytes is None or self.config.partitioner_ignore_keys:
-                if self._accumulator.append_keyless(
-                    topic,
-                    partition_count,
-                    self._partitioner,
-                    self._clock.wall_ms() if timestamp is None else timestamp,
-                    value_bytes,
-                    _headers(headers) if headers else (),
-                    future,
-                    callback,
-                    self._clock.monotonic_ms(),
-                ):
-                    self._wake()
-                return future
-            partition = partition_for_key(key_bytes, partition_count)
-        elif not 0 <= partition < partition_count:
-            raise ConfigError(f"topic {topic!r} has partitions 0-{partition_count - 1}, not {partition}")
-        now_ms = self._clock.wall_ms()
-        if self._accumulator.append(
-            TopicPartition(topic, partition),
-            now_ms if timestamp is None else timestamp,
-            key_bytes,
-            value_bytes,
-            _headers(headers) if headers else (),
-            future,
-            callback,
-            self._clock.monotonic_ms(),
-        ):
+        accumulator = self._accumulator
+        if partition is None and (key is None or self._ignore_keys):
+            future = accumulator.append_keyless(
+                topic,
+                partition_count,
+                self._partitioner,
+                timestamp,
+                value,
+                _headers(headers) if headers else (),
+                callback,
+            )
+        else:
+            if key is not None and type(key) is not bytes:
+                key = _to_bytes("key", key)
+            if partition is None:
+                assert key is not None
+                partition = partition_for_key(key, partition_count)
+            elif not 0 <= partition < partition_count:
+                raise ConfigError(f"topic {topic!r} has partitions 0-{partition_count - 1}, not {partition}")
+            future = accumulator.append(
+                TopicPartition(topic, partition),
+                timestamp,
+                key,
+                value,
+                _headers(headers) if headers else (),
+                callback,
+            )
+        if accumulator.wake_needed:
+            accumulator.wake_needed = False
             self._wake()
         return future
 

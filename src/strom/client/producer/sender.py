@@ -150,12 +150,11 @@ class SenderCore:
             state.retries_waiting -= 1
             return
         if self.idempotent:
-            builder = batch.builder
-            builder.producer_id = self.producer_id
-            builder.producer_epoch = self.producer_epoch
-            builder.base_sequence = state.next_sequence
+            batch.producer_id = self.producer_id
+            batch.producer_epoch = self.producer_epoch
+            batch.base_sequence = state.next_sequence
             state.next_sequence = (state.next_sequence + batch.record_count) % _SEQUENCE_MODULUS
-        batch.build()
+        batch.build(self.accumulator.compression)
 
     # -- answers -------------------------------------------------------------------------------
 

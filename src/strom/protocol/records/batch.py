@@ -334,6 +334,105 @@ def build_batch(
     )
 
 
+RecordRow = tuple[int, bytes | None, bytes | None, Sequence[Header]]
+"""One record as a producer queues it: (timestamp in ms, key, value, headers)."""
+
+# Per-record overhead besides key, value and headers, as ``estimate_row_bytes`` counts it: length,
+# attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount at their usual sizes.
+ROW_OVERHEAD_BYTES_ESTIMATE = 12
+
+
+def estimate_row_bytes(key: bytes | None, value: bytes | None, headers: Sequence[Header] = ()) -> int:
+    """About how many bytes a record takes in a batch (exact within a few bytes per record)."""
+    size = ROW_OVERHEAD_BYTES_ESTIMATE
+    if key is not None:
+        size += len(key)
+    if value is not None:
+        size += len(value)
+    for header_key, header_value in headers:
+        size += len(header_key) + 2 + (0 if header_value is None else len(header_value) + 2)
+    return size
+
+
+def encode_record_rows(rows: Sequence[RecordRow], base_timestamp: int) -> bytes:
+    """The records payload (uncompressed) of ``rows`` with offset deltas 0, 1, ... and timestamps
+    relative to ``base_timestamp``; byte for byte what ``encode_record`` gives record by record.
+
+    One loop with every common case inlined: this is the producer's per-record cost.
+    """
+    small = SMALL_VALUE_ENCODINGS
+    small_offset = -SMALL_VALUE_MIN
+    small_max = SMALL_VALUE_MAX
+    out = bytearray()
+    offset_delta = -1
+    for timestamp_ms, key, value, headers in rows:
+        offset_delta += 1
+        timestamp_delta = timestamp_ms - base_timestamp
+        if SMALL_VALUE_MIN <= timestamp_delta < small_max:
+            head = b"\x00" + small[timestamp_delta + small_offset]
+        else:
+            head = b"\x00" + encode_varlong(timestamp_delta)
+        head += (
+            small[offset_delta + small_offset] if offset_delta < small_max else encode_varint(offset_delta)
+        )
+        if key is None:
+            head += b"\x01"
+        else:
+            key_bytes = len(key)
+            head += (
+                small[key_bytes + small_offset] if key_bytes < small_max else encode_varint(key_bytes)
+            ) + key
+        if value is None:
+            head += b"\x01"
+            value = b""
+        else:
+            value_bytes = len(value)
+            head += (
+                small[value_bytes + small_offset] if value_bytes < small_max else encode_varint(value_bytes)
+            )
+        tail = _encode_headers(headers) if headers else b"\x00"
+        body_bytes = len(head) + len(value) + len(tail)
+        out += small[body_bytes + small_offset] if body_bytes < small_max else encode_varint(body_bytes)
+        out += head
+        out += value
+        out += tail
+    return bytes(out)
+
+
+def build_batch_from_rows(
+    rows: Sequence[RecordRow],
+    *,
+    compression: int = CompressionType.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+) -> bytes:
+    """A producer's v2 batch of ``rows`` (offsets from 0, CreateTime, based on the first record's
+    timestamp): the same bytes as ``BatchBuilder`` appending the rows one by one."""
+    if rows:
+        base_timestamp = rows[0][0]
+        max_timestamp = max(row[0] for row in rows)
+    else:
+        base_timestamp = max_timestamp = NO_TIMESTAMP
+    return _assemble_batch(
+        encode_record_rows(rows, base_timestamp),
+        record_count=len(rows),
+        base_offset=0,
+        last_offset_delta=max(len(rows) - 1, 0),
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        compression=compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
+        timestamp_type=CREATE_TIME,
+        is_transactional=is_transactional,
+        is_control=False,
+    )
+
+
 class BatchBuilder:
     """Accumulates records with absolute timestamps and builds one v2 batch (the producer's view).
 
