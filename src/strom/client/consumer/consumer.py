@@ -153,7 +153,9 @@ class Consumer:
 
     def _require_group(self) -> tuple[GroupMembership, GroupCoordinator]:
         if self._membership is None or self._group is None:
-            raise GroupsNotAvailableError("this consumer has no group.id; set one to subscribe or commit")
+            raise GroupsNotAvailableError(
+                "this consumer has no group.id, so no group coordinator: set group.id to subscribe or commit"
+            )
         return self._membership, self._group
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
