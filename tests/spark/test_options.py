@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -39,7 +40,7 @@ def test_exactly_one_way_to_choose_topics() -> None:
         parse_read_options(BOOTSTRAP, streaming=False)
     with pytest.raises(SourceOptionsError, match="subscribe, assign"):
         parse_read_options({**BOOTSTRAP, "subscribe": "a", "assign": '{"a": [0]}'}, streaming=False)
-    with pytest.raises(SourceOptionsError, match="bootstrap.servers"):
+    with pytest.raises(SourceOptionsError, match=r"bootstrap\.servers"):
         parse_read_options({"subscribe": "a"}, streaming=False)
 
 
@@ -143,7 +144,7 @@ def test_split_ranges_covers_each_range_exactly() -> None:
     for original in ranges[:2]:
         mine = [piece for piece in pieces if piece.partition == original.partition]
         assert mine[0].from_offset == original.from_offset and mine[-1].until_offset == original.until_offset
-        assert all(a.until_offset == b.from_offset for a, b in zip(mine, mine[1:], strict=False))
+        assert all(a.until_offset == b.from_offset for a, b in itertools.pairwise(mine))
         assert all(piece.size > 0 for piece in mine)
     large = [piece for piece in pieces if piece.partition == 0]
     assert len(large) > len(pieces) - len(large)
