@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from strom.base.clock import Clock
 from strom.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
@@ -29,13 +30,17 @@ LOAD_CHUNK_BYTES = 1024 * 1024
 class AsyncioTimer:
     """The coordinator's keyed timers on the event loop: scheduling a key replaces its timer.
 
+    Re-arming is the hot case (every heartbeat pushes its member's session deadline back), so a
+    later deadline only moves the entry's deadline; the loop callback, when it fires early, arms
+    itself again for the remainder instead of being cancelled and re-created each time.
     Timers scheduled before the loop is known (the coordinator arms its first ones when it is
     built) are armed when ``bind(loop)`` is called, with their full delay from then.
     """
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._handles: dict[str, asyncio.TimerHandle] = {}
+        # key -> [deadline in loop time, operation, the loop handle that will look at it]
+        self._entries: dict[str, list[Any]] = {}
         self._unbound: dict[str, tuple[int, Callable[[], None]]] = {}
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -45,30 +50,45 @@ class AsyncioTimer:
             self.schedule(key, delay_ms, operation)
 
     def schedule(self, key: str, delay_ms: int, operation: Callable[[], None]) -> None:
-        self.cancel(key)
-        if self._loop is None:
+        loop = self._loop
+        if loop is None:
             self._unbound[key] = (delay_ms, operation)
             return
+        deadline = loop.time() + max(delay_ms, 0) / 1000
+        entry = self._entries.get(key)
+        if entry is not None and entry[2].when() <= deadline:
+            entry[0] = deadline
+            entry[1] = operation
+            return
+        if entry is not None:
+            entry[2].cancel()
+        self._entries[key] = [deadline, operation, loop.call_at(deadline, self._fire, key)]
 
-        def fire() -> None:
-            self._handles.pop(key, None)
-            try:
-                operation()
-            except Exception:
-                log.exception("coordinator timer %s failed", key)
-
-        self._handles[key] = self._loop.call_later(max(delay_ms, 0) / 1000, fire)
+    def _fire(self, key: str) -> None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        assert self._loop is not None
+        deadline, operation = entry[0], entry[1]
+        if deadline > self._loop.time():
+            entry[2] = self._loop.call_at(deadline, self._fire, key)
+            return
+        del self._entries[key]
+        try:
+            operation()
+        except Exception:
+            log.exception("coordinator timer %s failed", key)
 
     def cancel(self, key: str) -> None:
         self._unbound.pop(key, None)
-        handle = self._handles.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            entry[2].cancel()
 
     def cancel_all(self) -> None:
-        for handle in self._handles.values():
-            handle.cancel()
-        self._handles.clear()
+        for entry in self._entries.values():
+            entry[2].cancel()
+        self._entries.clear()
         self._unbound.clear()
 
 

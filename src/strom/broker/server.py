@@ -37,6 +37,9 @@ READ_CHUNK_BYTES = 256 * 1024
 # Above this many buffered response bytes we wait for the socket to drain before reading more.
 WRITE_BUFFER_BYTES_HIGH = 8 * 1024 * 1024
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+# APIs whose handler may wait before answering: Produce (fsync), Fetch (long poll), OffsetCommit
+# (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete.
+MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47})
 
 
 class CloseConnection(Exception):
@@ -172,11 +175,22 @@ class BrokerServer:
                         error,
                     )
                     break
+                # The answers to the requests in one read go out in one write: pipelining clients
+                # (heartbeats, metadata) then cost one syscall per read, not per request. Answers
+                # already made are written before a request that may wait (a long poll, a parked
+                # join, an fsync), so no answer waits behind a later request.
+                outgoing: list[Blob] = []
                 for frame in frames:
+                    if outgoing and len(frame) >= 2 and int.from_bytes(frame[:2], "big") in MAY_WAIT_API_KEYS:
+                        writer.writelines(outgoing)
+                        metrics.bytes_out_total += sum(map(len, outgoing))
+                        outgoing = []
                     response = await self._dispatch(frame, client_host, connection_id)
                     if response is not None:
-                        writer.writelines(response)
-                        metrics.bytes_out_total += sum(map(len, response))
+                        outgoing.extend(response)
+                if outgoing:
+                    writer.writelines(outgoing)
+                    metrics.bytes_out_total += sum(map(len, outgoing))
                 if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_HIGH:
                     await writer.drain()
         except CloseConnection as error:

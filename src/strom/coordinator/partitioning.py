@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 OFFSETS_TOPIC = "__consumer_offsets"
 
 _INT32_MIN = -(2**31)
@@ -17,6 +19,8 @@ def java_string_hashcode(text: str) -> int:
     return hash_value - 2**32 if hash_value >= 2**31 else hash_value
 
 
+# Every group request asks which partition owns its group, and the hash is a pure-Python loop.
+@functools.lru_cache(maxsize=65536)
 def partition_for_group(group_id: str, partitions: int) -> int:
     """``abs(hashCode) % partitions`` with Kafka's ``Utils.abs``: Integer.MIN_VALUE maps to 0."""
     assert partitions > 0, f"offsets topic needs at least one partition, got {partitions}"
