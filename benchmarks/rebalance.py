@@ -56,6 +56,7 @@ import confluent_kafka
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported untyped
 
+from benchmarks.report import replace_section
 from strom.assignors import Assignment, Subscription, encode_assignment, encode_subscription
 from strom.protocol.errors import ErrorCode
 from strom.protocol.headers import decode_response_header, encode_request
@@ -64,8 +65,6 @@ from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatRespons
 from strom.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 
-MARKER_START = "<!-- rebalance:start -->"
-MARKER_END = "<!-- rebalance:end -->"
 MEMBER_COUNTS = (10, 50, 100)
 HEARTBEAT_INTERVAL_MS = 100
 SESSION_TIMEOUT_MS = 30_000
@@ -731,18 +730,6 @@ def render(
     return "\n".join(lines)
 
 
-def replace_section(path: Path, section: str) -> None:
-    """Put ``section`` between the markers in ``path``, appending the markers when absent."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    block = f"{MARKER_START}\n{section}\n{MARKER_END}"
-    start, end = text.find(MARKER_START), text.find(MARKER_END)
-    if start != -1 and end > start:
-        text = text[:start] + block + text[end + len(MARKER_END) :]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"
-    path.write_text(text, encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -782,7 +769,7 @@ def main() -> int:
     section = render(storms, scale_outs, heartbeats, profile)
     print(section)
     if not arguments.no_write:
-        replace_section(Path(arguments.output), section)
+        replace_section(Path(arguments.output), "rebalance", section)
     return 0
 
 

@@ -38,6 +38,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported untyped
 
+from benchmarks.report import replace_section
+
 MIB = 1024 * 1024
 RECORD_SIZES_BYTES = (100, 1024)
 PARTITION_COUNTS = (1, 6)
@@ -353,7 +355,7 @@ def render(
     raw_by_size = {result.record_bytes: result for result in ceilings if result.label.startswith("raw")}
     client_by_size = {result.record_bytes: result for result in ceilings if result.label.startswith("client")}
     lines = [
-        "# strom benchmarks",
+        "## Broker throughput (`python -m benchmarks.run`)",
         "",
         f"Run: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} with `python -m benchmarks.run`.",
         f"Machine: {machine_description()}.",
@@ -399,7 +401,7 @@ def main() -> int:
     text = render(rows, ceilings, versions, arguments.producers)
     print(text)
     if not arguments.no_write:
-        Path(arguments.output).write_text(text, encoding="utf-8")
+        replace_section(Path(arguments.output), "broker", text)
     return 0
 
 
