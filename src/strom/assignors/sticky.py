@@ -22,6 +22,8 @@ partitions. "cooperative-sticky" reads the owned partitions and generation of su
 then applies KIP-429's rule: a partition whose owner changes is left out of both assignments in this
 rebalance — the old owner sees it missing and revokes it, and the next rebalance, which the revoking
 member triggers by rejoining, assigns it to its new owner. Partitions that stay are never revoked.
+Because the follow-up round only sees what members kept, cooperative-sticky uses a target that the
+follow-up reproduces from that (see `cooperative_target`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import struct
 
 from strom.assignors.base import Assignor, GroupMember, RebalanceProtocol
 from strom.assignors.protocol import Assignment, TopicPartition, group_by_topic
+from strom.base import limits
 from strom.protocol.primitives import DecodeError, Reader, Writer
 
 # The generation a member reports before it has ever been assigned anything.
@@ -229,6 +232,54 @@ def sticky_target(
     return target, ownership
 
 
+def _without_contested(
+    target: dict[str, list[TopicPartition]], ownership: Ownership
+) -> dict[str, list[TopicPartition]]:
+    """`target` minus every partition another member may still be consuming: KIP-429's first round.
+
+    A partition is held back when someone else claims it, unless this member is its rightful owner
+    (it keeps it; the stale claimant revokes)."""
+    kept: dict[str, list[TopicPartition]] = {}
+    for member_id, partitions in target.items():
+        kept[member_id] = [
+            topic_partition
+            for topic_partition in partitions
+            if not ownership.claimants_of.get(topic_partition, set()) - {member_id}
+            or ownership.owner_of.get(topic_partition) == member_id
+        ]
+    return kept
+
+
+def _as_sets(assignment: dict[str, list[TopicPartition]]) -> dict[str, set[TopicPartition]]:
+    return {member_id: set(partitions) for member_id, partitions in assignment.items()}
+
+
+def cooperative_target(
+    partitions_per_topic: dict[str, int],
+    members: list[GroupMember],
+    previous: dict[str, tuple[list[TopicPartition], int]],
+) -> dict[str, list[TopicPartition]]:
+    """What each member gets in this cooperative round: a sticky target minus contested partitions.
+
+    The follow-up round sees only what members hold after this one, so it recomputes the target from
+    that. The target must therefore reproduce itself from its own uncontested part, or the follow-up
+    may hand a partition revoked here straight back to the member that revoked it. The greedy
+    balancing for unequal subscriptions does not guarantee that (the order of its moves matters), so
+    the target is recomputed from its uncontested part until it stops changing. From such a fixed
+    point the follow-up round computes the same target, revokes nothing and completes it.
+    """
+    target, ownership = sticky_target(partitions_per_topic, members, previous)
+    for _ in range(limits.cooperative_target_rounds_max):
+        kept = _without_contested(target, ownership)
+        # As the follow-up round will see the group: every claim uncontested, one generation.
+        follow_up = {member_id: (partitions, 0) for member_id, partitions in kept.items()}
+        next_target, _ = sticky_target(partitions_per_topic, members, follow_up)
+        if _as_sets(next_target) == _as_sets(target):
+            return kept
+        target = next_target
+    return _without_contested(target, ownership)
+
+
 # -- the assignors -----------------------------------------------------------------------------------
 
 
@@ -326,17 +377,5 @@ class CooperativeStickyAssignor(Assignor):
         self, partitions_per_topic: dict[str, int], members: list[GroupMember]
     ) -> dict[str, Assignment]:
         previous = {member.member_id: self.previous_ownership(member) for member in members}
-        target, ownership = sticky_target(partitions_per_topic, members, previous)
-        result: dict[str, Assignment] = {}
-        for member in members:
-            member_id = member.member_id
-            kept: list[TopicPartition] = []
-            for topic_partition in target[member_id]:
-                other_claimants = ownership.claimants_of.get(topic_partition, set()) - {member_id}
-                # Held back while another member may still be consuming it, unless this member is the
-                # rightful owner (it keeps it; the stale claimant revokes).
-                if other_claimants and ownership.owner_of.get(topic_partition) != member_id:
-                    continue
-                kept.append(topic_partition)
-            result[member_id] = Assignment(partitions=kept)
-        return result
+        target = cooperative_target(partitions_per_topic, members, previous)
+        return {member_id: Assignment(partitions=partitions) for member_id, partitions in target.items()}

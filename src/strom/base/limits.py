@@ -44,3 +44,9 @@ group_members_max = 100_000
 
 # Protocols (assignors) one JoinGroup may offer: clients offer a handful; each is kept per member.
 member_protocols_max = 64
+
+# Times cooperative-sticky recomputes its target from the target's own uncontested part, looking for
+# a target the follow-up rebalance reproduces. Random groups settle within two recomputations; the
+# bound only stops a pathological group from keeping the leader busy (it then still assigns safely:
+# nothing is handed out while another member holds it).
+cooperative_target_rounds_max = 8

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from strom.assignors import Assignment, CooperativeStickyAssignor, StickyAssignor
+from strom.assignors import Assignment, CooperativeStickyAssignor, StickyAssignor, TopicPartition
 from strom.assignors.sticky import decode_sticky_user_data, encode_sticky_user_data
 from strom.protocol.primitives import DecodeError
 from tests.unit.assignors.helpers import member, partitions_of, spread
@@ -154,3 +154,28 @@ def test_cooperative_reads_generation_from_old_style_user_data() -> None:
     ]
     result = partitions_of(CooperativeStickyAssignor().assign({"t": 2}, members))
     assert result == {"c0": [("t", 1)], "c1": [("t", 0)]}
+
+
+def test_cooperative_follow_up_never_returns_a_revoked_partition_to_its_owner() -> None:
+    # Found by hypothesis. The greedy balancing first moved ("t1", 3) from "0" to "1" and only then
+    # ("t2", 0) to "00", after which the first move was no longer needed: the follow-up round, seeing
+    # ("t1", 3) unowned, handed it straight back to "0", which had revoked it for nothing.
+    partitions_per_topic = {"t0": 1, "t1": 7, "t2": 1}
+    topics_of = {"1": ["t0", "t1", "t2"], "00": ["t2"], "000": ["t2", "t0"], "0": ["t0", "t1", "t2"]}
+    owned: dict[str, list[TopicPartition]] = {member_id: [] for member_id in topics_of}
+    owned["0"] = [*spread("t1", 3, 4, 5, 6), ("t2", 0)]
+    assignor = CooperativeStickyAssignor()
+    first = partitions_of(
+        assignor.assign(
+            partitions_per_topic,
+            [member(member_id, topics, owned[member_id], 3) for member_id, topics in topics_of.items()],
+        )
+    )
+    assert first == {"0": spread("t1", 3, 4, 5, 6), "1": spread("t1", 0, 1, 2), "00": [], "000": [("t0", 0)]}
+    second = partitions_of(
+        assignor.assign(
+            partitions_per_topic,
+            [member(member_id, topics, first[member_id], 4) for member_id, topics in topics_of.items()],
+        )
+    )
+    assert second == {**first, "00": [("t2", 0)]}
