@@ -152,7 +152,6 @@ def _produce_kafka_python(bootstrap: str, topics: tuple[str, str], count: int, v
         linger_ms=LINGER_MS,
         batch_size=BATCH_BYTES,
         max_request_size=4 * MIB,
-        buffer_memory=256 * MIB,
         compression_type=None,
     )
     try:

@@ -9,50 +9,18 @@ import logging
 
 from strom.client.cluster import TopicPartition
 from strom.client.config import ConsumerConfig
-from strom.client.consumer.positions import ConsumerRecord, FetchedRecords, SubscriptionState
+from strom.client.consumer.decode import decode_partition_records
+from strom.client.consumer.positions import SubscriptionState
 from strom.client.errors import KafkaError, NoOffsetForPartitionError, error_for_code
 from strom.client.offsets import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP, list_offsets
 from strom.client.transport import Transport
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
-from strom.protocol.records import CorruptBatchError, iter_batches
+from strom.protocol.records import CorruptBatchError
 
-__all__ = ["Fetcher"]
+__all__ = ["Fetcher", "decode_partition_records"]
 
 log = logging.getLogger(__name__)
-
-
-def decode_partition_records(
-    topic_partition: TopicPartition, fetch_offset: int, records: bytes | bytearray | memoryview | None
-) -> FetchedRecords:
-    """The records at or after ``fetch_offset`` (a fetch returns whole batches, which may start
-    earlier), without control records."""
-    topic, partition = topic_partition
-    decoded: list[ConsumerRecord] = []
-    next_offset = fetch_offset
-    if records:
-        for batch in iter_batches(records):
-            header = batch.header
-            next_offset = max(next_offset, header.base_offset + header.last_offset_delta + 1)
-            if header.is_control:
-                continue
-            timestamp_type = header.timestamp_type
-            for record in batch.absolute_records():
-                if record.offset < fetch_offset:
-                    continue
-                decoded.append(
-                    ConsumerRecord(
-                        topic,
-                        partition,
-                        record.offset,
-                        record.timestamp,
-                        timestamp_type,
-                        record.key,
-                        record.value,
-                        record.headers,
-                    )
-                )
-    return FetchedRecords(fetch_offset, decoded, next_offset)
 
 
 class Fetcher:

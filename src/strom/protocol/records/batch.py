@@ -519,7 +519,8 @@ class BatchBuilder:
 # Decoding
 
 
-def _decode_headers(data: bytes, pos: int, end: int, count: int) -> tuple[list[Header], int]:
+def decode_record_headers(data: bytes, pos: int, end: int, count: int) -> tuple[list[Header], int]:
+    """Decode a record's ``count`` headers from ``pos`` not reading past ``end``; returns (headers, next pos)."""
     if count < 0 or count > (end - pos) // 2:  # a header takes at least two bytes
         raise CorruptBatchError(f"record header count {count} is out of bounds")
     headers: list[Header] = []
@@ -638,7 +639,7 @@ def decode_records(data: bytes, pos: int, end: int, count: int) -> list[Record]:
                 headers: list[Header] = []
             else:
                 header_count, pos = read_varint(data, pos, record_end)
-                headers, pos = _decode_headers(data, pos, record_end, header_count)
+                headers, pos = decode_record_headers(data, pos, record_end, header_count)
             if pos != record_end:
                 raise CorruptBatchError("record length does not match its fields")
             append(new_record(offset_delta, timestamp_delta, key, value, headers, attributes))
