@@ -1,28 +1,53 @@
-"""Admin: topics, partitions, configs, records and offsets. Group operations arrive with the
-group coordinator."""
+"""Admin: topics, partitions, configs, records and offsets, and consumer groups.
+
+Group operations go to each group's coordinator, found with FindCoordinator: list, describe (with
+consumer assignments decoded), delete, and the group's committed offsets (list, alter, reset to
+earliest/latest/a timestamp/given offsets, delete). Requests are built for the version the broker
+negotiated by small pure functions below, so they are tested without a broker.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from strom.assignors import Assignment, decode_assignment
 from strom.client.cluster import BrokerNode, TopicPartition
 from strom.client.config import AdminConfig
-from strom.client.errors import KafkaError, error_for_code
-from strom.client.offsets import OffsetAndTimestamp, list_offsets, timestamp_spec
+from strom.client.errors import (
+    KafkaError,
+    ProtocolError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from strom.client.offsets import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    OffsetAndTimestamp,
+    list_offsets,
+    timestamp_spec,
+)
 from strom.client.transport import LoopThread, Transport
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_configs import AlterConfigsRequest
 from strom.protocol.messages.create_partitions import CreatePartitionsRequest
 from strom.protocol.messages.create_topics import CreateTopicsRequest
+from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from strom.protocol.messages.delete_records import DeleteRecordsRequest
 from strom.protocol.messages.delete_topics import DeleteTopicsRequest
 from strom.protocol.messages.describe_cluster import DescribeClusterRequest
 from strom.protocol.messages.describe_configs import DescribeConfigsRequest
+from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from strom.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from strom.protocol.primitives import DecodeError
 
 __all__ = [
     "Admin",
@@ -31,7 +56,11 @@ __all__ = [
     "ConfigEntry",
     "ConfigResource",
     "ConfigResourceType",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
     "NewTopic",
+    "OffsetAndMetadata",
     "PartitionDescription",
     "TopicDescription",
 ]
@@ -103,6 +132,273 @@ class ClusterDescription:
 def _raise_for(code: int, message: str | None, context: str) -> None:
     if code != ErrorCode.NONE:
         raise error_for_code(code, message, context=context)
+
+
+# -- consumer groups: results ----------------------------------------------------------------------
+
+# The protocol type of groups run by Kafka consumers: their member metadata and assignments use the
+# consumer protocol's encoding, which describe_groups decodes.
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+# FindCoordinator's key type for a consumer group (1 is a transactional id).
+GROUP_KEY_TYPE = 0
+
+# OffsetCommit from outside the group: no generation, no member. The coordinator accepts it only
+# while the group has no members.
+ADMIN_GENERATION_ID = -1
+ADMIN_MEMBER_ID = ""
+
+# Connection ids for coordinators, below every bootstrap id (-1, -2, ...), so group requests get
+# their own connection.
+_COORDINATOR_CONNECTION_BASE = -1_000_000
+
+# Group states in which the group has no members, so its offsets may be changed from outside.
+_INACTIVE_GROUP_STATES = frozenset({"Empty", "Dead"})
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    # None when the broker answers ListGroups below v4, which carries no state.
+    state: str | None
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    # Decoded when the group's protocol type is "consumer" (None otherwise, or if undecodable).
+    assignment: Assignment | None
+    assignment_bytes: bytes
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    # The assignor the group chose ("range", "cooperative-sticky", ...); empty while rebalancing.
+    protocol: str
+    members: list[MemberDescription]
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    offset: int
+    metadata: str | None = None
+
+
+# -- consumer groups: requests and responses for a negotiated version (pure) -----------------------
+
+
+def find_coordinator_request(group_id: str, version: int) -> FindCoordinatorRequest:
+    """v4+ takes a list of keys; older versions one key."""
+    if version >= 4:
+        return FindCoordinatorRequest(key_type=GROUP_KEY_TYPE, coordinator_keys=[group_id])
+    return FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY_TYPE if version >= 1 else 0)
+
+
+def coordinator_from_response(response: FindCoordinatorResponse, group_id: str, version: int) -> BrokerNode:
+    """The coordinator's address, or the error as a ``KafkaError`` (retriable ones included)."""
+    context = f"find coordinator of group {group_id!r}"
+    if version >= 4:
+        for coordinator in response.coordinators:
+            if coordinator.key == group_id:
+                _raise_for(coordinator.error_code, coordinator.error_message, context)
+                return BrokerNode(coordinator.node_id, coordinator.host, coordinator.port)
+        raise ProtocolError(f"{context}: the response does not name the group")
+    _raise_for(response.error_code, response.error_message, context)
+    return BrokerNode(response.node_id, response.host, response.port)
+
+
+def group_description_from(described: DescribeGroupsResponse.DescribedGroup) -> GroupDescription:
+    """One DescribeGroups result; assignments decoded for consumer groups. Raises its error code."""
+    _raise_for(described.error_code, None, f"describe group {described.group_id!r}")
+    members: list[MemberDescription] = []
+    for member in described.members:
+        assignment: Assignment | None = None
+        if described.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            try:
+                assignment = decode_assignment(member.member_assignment)
+            except DecodeError:
+                # One member's odd bytes must not hide the rest of the group: the raw bytes stay.
+                assignment = None
+        members.append(
+            MemberDescription(
+                member.member_id,
+                member.group_instance_id,
+                member.client_id,
+                member.client_host,
+                assignment,
+                bytes(member.member_assignment),
+            )
+        )
+    return GroupDescription(
+        described.group_id, described.group_state, described.protocol_type, described.protocol_data, members
+    )
+
+
+def _partitions_by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(set(partitions)):
+        by_topic.setdefault(topic, []).append(partition)
+    return by_topic
+
+
+def offset_fetch_request(
+    group_id: str, partitions: Iterable[TopicPartition] | None, version: int
+) -> OffsetFetchRequest:
+    """Committed offsets of ``partitions`` (None: every partition the group has an offset for,
+    which needs v2+). v8+ carries groups in a list."""
+    by_topic = None if partitions is None else _partitions_by_topic(partitions)
+    if by_topic is None and version < 2:
+        raise UnsupportedVersionError("listing all of a group's offsets needs OffsetFetch v2+")
+    if version >= 8:
+        group = OffsetFetchRequest.OffsetFetchRequestGroup(
+            group_id=group_id,
+            topics=None
+            if by_topic is None
+            else [
+                OffsetFetchRequest.OffsetFetchRequestTopics(name=topic, partition_indexes=indexes)
+                for topic, indexes in by_topic.items()
+            ],
+        )
+        return OffsetFetchRequest(groups=[group])
+    return OffsetFetchRequest(
+        group_id=group_id,
+        topics=None
+        if by_topic is None
+        else [
+            OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=indexes)
+            for topic, indexes in by_topic.items()
+        ],
+    )
+
+
+def offsets_from_fetch_response(
+    response: OffsetFetchResponse, group_id: str, version: int
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    """Committed offsets by partition; partitions without one (offset -1) are left out."""
+    context = f"list offsets of group {group_id!r}"
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    if version >= 8:
+        groups = [group for group in response.groups if group.group_id == group_id]
+        if not groups:
+            raise ProtocolError(f"{context}: the response does not name the group")
+        _raise_for(groups[0].error_code, None, context)
+        for topic in groups[0].topics:
+            for partition in topic.partitions:
+                tp = TopicPartition(topic.name, partition.partition_index)
+                _raise_for(partition.error_code, None, f"{context}, {tp}")
+                if partition.committed_offset >= 0:
+                    offsets[tp] = OffsetAndMetadata(partition.committed_offset, partition.metadata)
+        return offsets
+    if version >= 2:
+        _raise_for(response.error_code, None, context)
+    for old_topic in response.topics:
+        for old_partition in old_topic.partitions:
+            tp = TopicPartition(old_topic.name, old_partition.partition_index)
+            _raise_for(old_partition.error_code, None, f"{context}, {tp}")
+            if old_partition.committed_offset >= 0:
+                offsets[tp] = OffsetAndMetadata(old_partition.committed_offset, old_partition.metadata)
+    return offsets
+
+
+def offset_commit_request(
+    group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], version: int
+) -> OffsetCommitRequest:
+    """An OffsetCommit from outside the group (generation -1, no member id): accepted only while the
+    group is empty."""
+    by_topic: dict[str, list[OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
+    for (topic, partition), committed in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append(
+            OffsetCommitRequest.OffsetCommitRequestPartition(
+                partition_index=partition,
+                committed_offset=committed.offset,
+                committed_metadata=committed.metadata,
+            )
+        )
+    topics = [
+        OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=partitions)
+        for topic, partitions in by_topic.items()
+    ]
+    # generation and member id are ignorable fields: v0 simply does not send them.
+    return OffsetCommitRequest(
+        group_id=group_id,
+        generation_id_or_member_epoch=ADMIN_GENERATION_ID,
+        member_id=ADMIN_MEMBER_ID,
+        topics=topics,
+    )
+
+
+def raise_for_commit(response: OffsetCommitResponse, group_id: str) -> None:
+    """The first partition error of an admin OffsetCommit, explained when it means "not empty"."""
+    for topic in response.topics:
+        for partition in topic.partitions:
+            code = partition.error_code
+            if code == ErrorCode.NONE:
+                continue
+            context = f"alter offsets of group {group_id!r}, {TopicPartition(topic.name, partition.partition_index)}"
+            message = None
+            if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+                # What the coordinator answers a commit without a member while the group has members.
+                message = "the group has active members; offsets can only be altered while it is empty"
+            raise error_for_code(code, message, context)
+
+
+def offset_delete_request(group_id: str, partitions: Iterable[TopicPartition]) -> OffsetDeleteRequest:
+    return OffsetDeleteRequest(
+        group_id=group_id,
+        topics=[
+            OffsetDeleteRequest.OffsetDeleteRequestTopic(
+                name=topic,
+                partitions=[
+                    OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=index)
+                    for index in indexes
+                ],
+            )
+            for topic, indexes in _partitions_by_topic(partitions).items()
+        ],
+    )
+
+
+def raise_for_offset_delete(response: OffsetDeleteResponse, group_id: str) -> None:
+    context = f"delete offsets of group {group_id!r}"
+    _raise_for(response.error_code, None, context)
+    for topic in response.topics:
+        for partition in topic.partitions:
+            tp = TopicPartition(topic.name, partition.partition_index)
+            _raise_for(partition.error_code, None, f"{context}, {tp}")
+
+
+def reset_targets(
+    to: str | int | Mapping[TopicPartition, int],
+    partitions: Iterable[TopicPartition],
+    earliest: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+    at_timestamp: Mapping[TopicPartition, int | None],
+) -> dict[TopicPartition, int]:
+    """Where each partition's committed offset goes for a reset.
+
+    ``to`` is "earliest", "latest", a timestamp in ms (the first offset at or after it; the end of the
+    partition when no record is that late) or explicit offsets, which are kept inside
+    [earliest, latest] as Kafka's tool does, so a consumer never resumes out of range.
+    """
+    targets: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        if to == "earliest":
+            targets[tp] = earliest[tp]
+        elif to == "latest":
+            targets[tp] = latest[tp]
+        elif isinstance(to, Mapping):
+            targets[tp] = min(max(to[tp], earliest[tp]), latest[tp])
+        else:
+            found = at_timestamp[tp]
+            targets[tp] = latest[tp] if found is None else found
+    return targets
 
 
 class Admin:
@@ -410,3 +706,221 @@ class Admin:
                 f"isolation level must be read_uncommitted or read_committed, not {isolation_level!r}"
             )
         return self._run(list_offsets(self._transport, converted, isolation_level=level))
+
+    # -- consumer groups -----------------------------------------------------------------------
+
+    async def _version(self, node_id: int, api_key: int) -> int:
+        """The version the connection to ``node_id`` encodes ``api_key`` at (connecting if needed)."""
+        channel = await self._transport.channel(node_id)
+        return channel.connection.version_for(api_key)
+
+    async def _find_coordinator(self, group_id: str) -> int:
+        """The connection id of ``group_id``'s coordinator, asked afresh every time: callers retry
+        NOT_COORDINATOR and friends by calling this again."""
+        transport = self._transport
+        node = transport.least_loaded_node()
+        version = await self._version(node, FindCoordinatorRequest.API_KEY)
+        response = await transport.send(node, find_coordinator_request(group_id, version))
+        coordinator = coordinator_from_response(response, group_id, version)
+        connection_id = _COORDINATOR_CONNECTION_BASE - coordinator.node_id
+        transport.register_address(connection_id, coordinator.host, coordinator.port)
+        return connection_id
+
+    def _on_coordinator(self, group_id: str, operation: Callable[[int], Awaitable[T]]) -> T:
+        """Run ``operation(coordinator connection id)``, finding the coordinator again and retrying
+        while the answer is retriable (coordinator moving or loading) within request.timeout.ms."""
+
+        async def attempt() -> T:
+            return await operation(await self._find_coordinator(group_id))
+
+        return self._run(self._transport.with_retries(attempt))
+
+    def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        """Every group on every broker, optionally only those in ``states`` ("Stable", "Empty",
+        "PreparingRebalance", "CompletingRebalance", "Dead"), sorted by group id."""
+        wanted_states = None if states is None else sorted(set(states))
+
+        async def ask(node_id: int) -> list[GroupListing]:
+            version = await self._version(node_id, ListGroupsRequest.API_KEY)
+            if wanted_states and version < 4:
+                raise UnsupportedVersionError(
+                    f"filtering groups by state needs ListGroups v4+; broker {node_id} offers v{version}"
+                )
+            request = (
+                ListGroupsRequest(states_filter=wanted_states or []) if version >= 4 else ListGroupsRequest()
+            )
+            response: ListGroupsResponse = await self._transport.send(node_id, request)
+            _raise_for(response.error_code, None, f"list groups on broker {node_id}")
+            return [
+                GroupListing(group.group_id, group.protocol_type, group.group_state if version >= 4 else None)
+                for group in response.groups
+            ]
+
+        async def attempt() -> list[GroupListing]:
+            await self._transport.refresh_metadata([])
+            answers = await asyncio.gather(
+                *(ask(node_id) for node_id in sorted(self._transport.metadata.brokers))
+            )
+            return sorted(
+                (listing for answer in answers for listing in answer), key=lambda each: each.group_id
+            )
+
+        return self._run(self._transport.with_retries(attempt))
+
+    def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        """State, protocol and members of each group. A group that does not exist is described as
+        the broker says (state "Dead", no members)."""
+        descriptions: dict[str, GroupDescription] = {}
+        for group_id in dict.fromkeys(group_ids):
+            descriptions[group_id] = self._describe_group(group_id)
+        return descriptions
+
+    def _describe_group(self, group_id: str) -> GroupDescription:
+        async def describe(coordinator: int) -> GroupDescription:
+            response: DescribeGroupsResponse = await self._transport.send(
+                coordinator, DescribeGroupsRequest(groups=[group_id])
+            )
+            for described in response.groups:
+                if described.group_id == group_id:
+                    return group_description_from(described)
+            raise ProtocolError(f"describe group {group_id!r}: the response does not name the group")
+
+        return self._on_coordinator(group_id, describe)
+
+    def delete_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete each group and its offsets. Refused (NON_EMPTY_GROUP) while a group has members;
+        GROUP_ID_NOT_FOUND for a group that does not exist. Groups are deleted in the order given;
+        the first refusal raises, naming its group."""
+        for group_id in dict.fromkeys(group_ids):
+
+            async def delete(coordinator: int, group_id: str = group_id) -> None:
+                response: DeleteGroupsResponse = await self._transport.send(
+                    coordinator, DeleteGroupsRequest(groups_names=[group_id])
+                )
+                for result in response.results:
+                    if result.group_id == group_id:
+                        _raise_for(result.error_code, None, f"delete group {group_id!r}")
+                        return
+                raise ProtocolError(f"delete group {group_id!r}: the response does not name the group")
+
+            self._on_coordinator(group_id, delete)
+
+    def list_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (of ``partitions``, or all); partitions without a committed
+        offset are left out."""
+        wanted = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+
+        async def fetch(coordinator: int) -> dict[TopicPartition, OffsetAndMetadata]:
+            version = await self._version(coordinator, OffsetFetchRequest.API_KEY)
+            response = await self._transport.send(
+                coordinator, offset_fetch_request(group_id, wanted, version)
+            )
+            return offsets_from_fetch_response(response, group_id, version)
+
+        return self._on_coordinator(group_id, fetch)
+
+    def alter_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+    ) -> None:
+        """Commit ``offsets`` for the group from outside it. The coordinator refuses this while the
+        group has members (raised as UNKNOWN_MEMBER_ID, with that explanation)."""
+        committed = {
+            TopicPartition(*tp): value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            for tp, value in offsets.items()
+        }
+        if not committed:
+            return
+
+        async def commit(coordinator: int) -> None:
+            version = await self._version(coordinator, OffsetCommitRequest.API_KEY)
+            response = await self._transport.send(
+                coordinator, offset_commit_request(group_id, committed, version)
+            )
+            raise_for_commit(response, group_id)
+
+        self._on_coordinator(group_id, commit)
+
+    def delete_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """Delete the group's committed offsets of ``partitions``. Refused per partition
+        (GROUP_SUBSCRIBED_TO_TOPIC) for topics an active member subscribes to."""
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        if not wanted:
+            return
+
+        async def delete(coordinator: int) -> None:
+            response = await self._transport.send(coordinator, offset_delete_request(group_id, wanted))
+            raise_for_offset_delete(response, group_id)
+
+        self._on_coordinator(group_id, delete)
+
+    def reset_group_offsets(
+        self,
+        group_id: str,
+        to: str | int | Mapping[TopicPartition, int],
+        partitions: Iterable[TopicPartition] | None = None,
+        topics: Iterable[str] | None = None,
+        dry_run: bool = False,
+    ) -> dict[TopicPartition, int]:
+        """Move the group's committed offsets and return the new ones (with ``dry_run`` only return
+        them). ``to``: "earliest", "latest", a timestamp in ms, or explicit offsets per partition
+        (kept within each partition's earliest..latest).
+
+        Which partitions: the keys of explicit offsets; else ``partitions``; else every partition of
+        ``topics``; else every partition the group has a committed offset for. Refused (NON_EMPTY_GROUP)
+        while the group has members, as Kafka's tool refuses: they would overwrite the reset with
+        their next commit.
+        """
+        description = self._describe_group(group_id)
+        if description.members or description.state not in _INACTIVE_GROUP_STATES:
+            raise error_for_code(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"the group is {description.state} with {len(description.members)} member(s); "
+                "stop its consumers before resetting its offsets",
+                context=f"reset offsets of group {group_id!r}",
+            )
+        if isinstance(to, Mapping):
+            explicit = {TopicPartition(*tp): offset for tp, offset in to.items()}
+            chosen = sorted(explicit)
+            target: str | int | Mapping[TopicPartition, int] = explicit
+        else:
+            timestamp_spec(to)  # refuses anything but "earliest", "latest" or a timestamp early
+            target = to
+            if partitions is not None:
+                chosen = sorted({TopicPartition(*tp) for tp in partitions})
+            elif topics is not None:
+                chosen = self._partitions_of(list(topics))
+            else:
+                chosen = sorted(self.list_group_offsets(group_id))
+        if not chosen:
+            return {}
+        earliest = self._offsets_at(chosen, EARLIEST_TIMESTAMP)
+        latest = self._offsets_at(chosen, LATEST_TIMESTAMP)
+        at_timestamp: dict[TopicPartition, int | None] = {}
+        if isinstance(target, int) and not isinstance(target, bool):
+            at_timestamp = self._offsets_at(chosen, target)
+        targets = reset_targets(
+            target,
+            chosen,
+            {tp: offset for tp, offset in earliest.items() if offset is not None},
+            {tp: offset for tp, offset in latest.items() if offset is not None},
+            at_timestamp,
+        )
+        if not dry_run:
+            self.alter_group_offsets(group_id, targets)
+        return targets
+
+    def _offsets_at(
+        self, partitions: list[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int | None]:
+        found = self._run(list_offsets(self._transport, dict.fromkeys(partitions, timestamp)))
+        return {tp: None if answer is None else answer.offset for tp, answer in found.items()}
+
+    def _partitions_of(self, topics: list[str]) -> list[TopicPartition]:
+        described = self.describe_topics(topics)
+        return [
+            TopicPartition(name, partition.partition)
+            for name, description in sorted(described.items())
+            for partition in description.partitions
+        ]
