@@ -317,7 +317,7 @@ def _consume_aiokafka(bootstrap: str, topics: tuple[str, str], count: int) -> fl
         try:
             seconds = 0.0
             for topic, records in ((topics[0], WARM_UP_RECORDS), (topics[1], count)):
-                await consumer.partitions_for_topic(topic)
+                consumer.partitions_for_topic(topic)  # plain method in aiokafka
                 started = time.perf_counter()
                 partition = TopicPartition(topic, 0)
                 consumer.assign([partition])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from types import TracebackType
@@ -108,6 +109,9 @@ class Producer:
         partition_count = self._partition_counts.get(topic)
         if partition_count is None:
             partition_count = self._wait_for_topic(topic)
+        if timestamp is None:
+            # SystemClock.wall_ms() inlined: a method call per record shows in the profile.
+            timestamp = time.time_ns() // 1_000_000
         accumulator = self._accumulator
         if partition is None and (key is None or self._ignore_keys):
             future = accumulator.append_keyless(

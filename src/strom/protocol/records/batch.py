@@ -362,41 +362,82 @@ def encode_record_rows(rows: Sequence[RecordRow], base_timestamp: int) -> bytes:
     """
     small = SMALL_VALUE_ENCODINGS
     small_offset = -SMALL_VALUE_MIN
+    small_min = SMALL_VALUE_MIN
     small_max = SMALL_VALUE_MAX
-    out = bytearray()
+    # Eight pieces per record into one list, joined once: measured faster than growing a
+    # bytearray or concatenating the small fields first.
+    parts: list[bytes] = []
+    extend = parts.extend
     offset_delta = -1
     for timestamp_ms, key, value, headers in rows:
         offset_delta += 1
         timestamp_delta = timestamp_ms - base_timestamp
-        if SMALL_VALUE_MIN <= timestamp_delta < small_max:
-            head = b"\x00" + small[timestamp_delta + small_offset]
-        else:
-            head = b"\x00" + encode_varlong(timestamp_delta)
-        head += (
+        timestamp_field = (
+            small[timestamp_delta + small_offset]
+            if small_min <= timestamp_delta < small_max
+            else encode_varlong(timestamp_delta)
+        )
+        offset_field = (
             small[offset_delta + small_offset] if offset_delta < small_max else encode_varint(offset_delta)
         )
+        if key is None and value is not None and not headers:  # the common record, inlined further
+            value_bytes = len(value)
+            value_length_field = (
+                small[value_bytes + small_offset] if value_bytes < small_max else encode_varint(value_bytes)
+            )
+            body_bytes = 3 + len(timestamp_field) + len(offset_field) + len(value_length_field) + value_bytes
+            extend(
+                (
+                    small[body_bytes + small_offset] if body_bytes < small_max else encode_varint(body_bytes),
+                    b"\x00",
+                    timestamp_field,
+                    offset_field,
+                    b"\x01",
+                    value_length_field,
+                    value,
+                    b"\x00",
+                )
+            )
+            continue
         if key is None:
-            head += b"\x01"
+            key_field = b"\x01"
         else:
             key_bytes = len(key)
-            head += (
+            key_field = (
                 small[key_bytes + small_offset] if key_bytes < small_max else encode_varint(key_bytes)
             ) + key
         if value is None:
-            head += b"\x01"
+            value_length_field = b"\x01"
             value = b""
+            value_bytes = 0
         else:
             value_bytes = len(value)
-            head += (
+            value_length_field = (
                 small[value_bytes + small_offset] if value_bytes < small_max else encode_varint(value_bytes)
             )
-        tail = _encode_headers(headers) if headers else b"\x00"
-        body_bytes = len(head) + len(value) + len(tail)
-        out += small[body_bytes + small_offset] if body_bytes < small_max else encode_varint(body_bytes)
-        out += head
-        out += value
-        out += tail
-    return bytes(out)
+        headers_field = _encode_headers(headers) if headers else b"\x00"
+        body_bytes = (
+            1
+            + len(timestamp_field)
+            + len(offset_field)
+            + len(key_field)
+            + len(value_length_field)
+            + value_bytes
+            + len(headers_field)
+        )
+        extend(
+            (
+                small[body_bytes + small_offset] if body_bytes < small_max else encode_varint(body_bytes),
+                b"\x00",
+                timestamp_field,
+                offset_field,
+                key_field,
+                value_length_field,
+                value,
+                headers_field,
+            )
+        )
+    return b"".join(parts)
 
 
 def build_batch_from_rows(
