@@ -1,7 +1,7 @@
 """``strom groups``: list, describe (with lag), delete consumer groups and reset their offsets.
 
 The admin client's group operations (``list_groups``, ``describe_groups``, ``list_group_offsets``,
-``alter_group_offsets``, ``delete_groups``) answer in the client's own types; the ``_*_from``
+``alter_group_offsets``, ``delete_groups``) answer in the client's own types; the ``*_view``
 adapters below read them into this module's plain views, so the tables and the JSON are built by
 pure functions the unit tests call directly.
 """
@@ -11,23 +11,39 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.cli.common import add_command, add_command_group, open_admin
 from strom.cli.consume import parse_timestamp_ms
 from strom.cli.output import CliError, Report, Table, UsageError, write_report
 from strom.cli.reset_plan import PlannedReset, ResetTarget, parse_topic_partitions, plan_offset_reset
 
+if TYPE_CHECKING:
+    from strom.client.admin import Admin, GroupListing, MemberDescription, OffsetAndMetadata
+    from strom.client.admin import GroupDescription as ClientGroupDescription
+    from strom.client.cluster import TopicPartition
+
 __all__ = [
+    "INACTIVE_GROUP_STATES",
     "GroupDescription",
     "GroupMember",
+    "committed_view",
     "describe_group_report",
+    "description_view",
+    "is_active",
     "list_groups_report",
+    "listing_rows",
+    "member_view",
     "register",
     "reset_plan_report",
 ]
 
 Partition = tuple[str, int]
+
+# States in which a group has no members: only then may a tool move its offsets (members would
+# overwrite a reset with their next commit) or delete it. Kafka's state names, as DescribeGroups
+# gives them.
+INACTIVE_GROUP_STATES = frozenset({"Empty", "Dead"})
 
 
 @dataclass(frozen=True)
@@ -105,68 +121,63 @@ def register(commands: Any) -> None:
     reset.add_argument("--execute", action="store_true", help="apply the plan (without it: dry run)")
 
 
-# -- adapters from the admin client's answers ------------------------------------------------------
+# -- adapters from the admin client's answers (pure) -----------------------------------------------
 
 
-def _partition_from(item: Any) -> Partition:
-    if isinstance(item, tuple):
-        return str(item[0]), int(item[1])
-    return str(item.topic), int(item.partition)
-
-
-def _offset_from(item: Any) -> int | None:
-    """A committed offset as the client gives it (an int or an object with ``.offset``); -1 or
-    None mean nothing committed."""
-    offset = getattr(item, "offset", item)
-    if offset is None or int(offset) < 0:
-        return None
-    return int(offset)
-
-
-def _member_from(item: Any) -> GroupMember:
-    assignment = getattr(item, "assignment", None) or ()
-    if hasattr(assignment, "partitions"):  # an assignment object rather than a list
-        assignment = assignment.partitions
+def member_view(member: MemberDescription) -> GroupMember:
+    """One member as the reports show it; a member whose assignment could not be decoded (or a
+    group that is not a consumer group) shows no partitions."""
+    assigned = member.assignment.partitions if member.assignment is not None else []
     return GroupMember(
-        member_id=str(item.member_id),
-        client_id=str(getattr(item, "client_id", "") or ""),
-        host=str(getattr(item, "client_host", None) or getattr(item, "host", "") or ""),
-        assignment=tuple(sorted(_partition_from(partition) for partition in assignment)),
-        group_instance_id=getattr(item, "group_instance_id", None),
+        member_id=member.member_id,
+        client_id=member.client_id,
+        host=member.host,
+        assignment=tuple(sorted((topic, partition) for topic, partition in assigned)),
+        group_instance_id=member.group_instance_id,
     )
 
 
-def _state_text(state: Any) -> str:
-    name = getattr(state, "name", None)
-    text = str(name if name is not None else state)
-    # Enum names such as COMPLETING_REBALANCE read as Kafka's state names (CompletingRebalance).
-    if text.isupper() or "_" in text:
-        text = "".join(part.capitalize() for part in text.lower().split("_"))
-    return text
-
-
-def _description_from(item: Any) -> GroupDescription:
+def description_view(description: ClientGroupDescription) -> GroupDescription:
     return GroupDescription(
-        group_id=str(item.group_id),
-        state=_state_text(item.state),
-        protocol_type=str(getattr(item, "protocol_type", "") or ""),
-        protocol=str(getattr(item, "protocol", None) or getattr(item, "protocol_data", "") or ""),
-        members=tuple(_member_from(member) for member in item.members),
+        group_id=description.group_id,
+        state=description.state,
+        protocol_type=description.protocol_type,
+        protocol=description.protocol,
+        members=tuple(member_view(member) for member in description.members),
     )
 
 
-def _describe_one(admin: Any, group_id: str) -> GroupDescription:
-    answer = admin.describe_groups([group_id])
-    described = answer[group_id] if isinstance(answer, Mapping) else next(iter(answer))
-    return _description_from(described)
+def committed_view(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> dict[Partition, int | None]:
+    """Committed offsets by partition; a negative offset (Kafka's -1) means nothing committed."""
+    return {
+        (topic, partition): (committed.offset if committed.offset >= 0 else None)
+        for (topic, partition), committed in offsets.items()
+    }
 
 
-def _committed_of(admin: Any, group_id: str) -> dict[Partition, int | None]:
-    answer = admin.list_group_offsets(group_id)
-    return {_partition_from(partition): _offset_from(offset) for partition, offset in answer.items()}
+def listing_rows(listings: Iterable[GroupListing]) -> list[tuple[str, str | None, str]]:
+    return [(listing.group_id, listing.state, listing.protocol_type) for listing in listings]
 
 
-def _log_bounds(admin: Any, partitions: Iterable[Partition], spec: str) -> dict[Partition, int]:
+def is_active(description: GroupDescription) -> bool:
+    """Whether the group has members (or is between generations): its offsets are theirs to move.
+    The same rule as the coordinator's, which takes commits from outside only while Empty or Dead."""
+    return bool(description.members) or description.state not in INACTIVE_GROUP_STATES
+
+
+def _describe_one(admin: Admin, group_id: str) -> GroupDescription:
+    return description_view(admin.describe_groups([group_id])[group_id])
+
+
+def _committed_of(admin: Admin, group_id: str) -> dict[Partition, int | None]:
+    return committed_view(admin.list_group_offsets(group_id))
+
+
+def _log_offsets(
+    admin: Admin, partitions: Iterable[Partition], spec: str | int
+) -> dict[Partition, int | None]:
+    """ListOffsets for each partition: ``"earliest"``, ``"latest"`` or a timestamp in ms (None where
+    no record is at or after it)."""
     from strom.client.cluster import TopicPartition
 
     wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
@@ -174,17 +185,25 @@ def _log_bounds(admin: Any, partitions: Iterable[Partition], spec: str) -> dict[
         return {}
     found = admin.list_offsets(dict.fromkeys(wanted, spec))
     return {
-        (partition.topic, partition.partition): (answer.offset if answer is not None else 0)
-        for partition, answer in found.items()
+        (tp.topic, tp.partition): (None if answer is None else answer.offset) for tp, answer in found.items()
+    }
+
+
+def _log_bounds(admin: Admin, partitions: Iterable[Partition], spec: str) -> dict[Partition, int]:
+    """The log start (``"earliest"``) or end (``"latest"``) of each partition; a partition's log
+    always has both, so a missing answer is the empty log's 0."""
+    return {
+        key: 0 if offset is None else offset for key, offset in _log_offsets(admin, partitions, spec).items()
     }
 
 
 # -- reports (pure) ----------------------------------------------------------------------------------
 
 
-def list_groups_report(groups: Iterable[tuple[str, str, str]]) -> Report:
-    """Rows of (group id, state, protocol type)."""
-    rows = sorted(groups)
+def list_groups_report(groups: Iterable[tuple[str, str | None, str]]) -> Report:
+    """Rows of (group id, state, protocol type), by group id; a state is None from brokers whose
+    ListGroups (below v4) does not say it."""
+    rows = sorted(groups, key=lambda row: row[0])
     value = [{"group": group, "state": state, "protocol_type": kind} for group, state, kind in rows]
     report = Report(value, [Table(["GROUP", "STATE", "PROTOCOL-TYPE"], [list(row) for row in rows])])
     if not rows:
@@ -329,15 +348,7 @@ def reset_plan_report(group_id: str, plan: list[PlannedReset], executed: bool) -
 
 def _list(arguments: argparse.Namespace) -> int:
     with open_admin(arguments) as admin:
-        listed = admin.list_groups()  # type: ignore[attr-defined]  # group operations are landing in the client
-    rows = [
-        (
-            str(item.group_id),
-            _state_text(getattr(item, "state", "") or ""),
-            str(getattr(item, "protocol_type", "") or ""),
-        )
-        for item in listed
-    ]
+        rows = listing_rows(admin.list_groups())
     write_report(list_groups_report(rows), arguments.output)
     return 0
 
@@ -354,11 +365,27 @@ def _describe(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_if_active(description: GroupDescription, doing: str) -> None:
+    if is_active(description):
+        raise CliError(
+            f"cannot {doing} group {description.group_id!r}: it has {len(description.members)} active "
+            f"member(s) (state {description.state}); stop its consumers first"
+        )
+
+
 def _delete(arguments: argparse.Namespace) -> int:
     with open_admin(arguments) as admin:
-        admin.delete_groups(arguments.groups)  # type: ignore[attr-defined]
-    for group in arguments.groups:
-        print(f"deleted group {group!r}")
+        groups = list(dict.fromkeys(arguments.groups))
+        # Checked before deleting any, so a refusal leaves every group as it was; the coordinator
+        # still refuses (NON_EMPTY_GROUP) a consumer that joins in between.
+        for group_id in groups:
+            description = _describe_one(admin, group_id)
+            _refuse_if_active(description, "delete")
+            if description.state == "Dead" and not _committed_of(admin, group_id):
+                raise CliError(f"group {group_id!r} does not exist")
+        for group_id in groups:
+            admin.delete_groups([group_id])
+            print(f"deleted group {group_id!r}")
     return 0
 
 
@@ -377,6 +404,19 @@ def _target_of(arguments: argparse.Namespace) -> ResetTarget:
     return ResetTarget("datetime", parse_timestamp_ms(arguments.to_datetime))
 
 
+def _chosen_partitions(admin: Admin, selections: list[tuple[str, list[int] | None]]) -> list[Partition]:
+    """Every partition the ``--topic`` options name, checked against the topics' metadata."""
+    topics = admin.describe_topics(sorted({topic for topic, _ in selections}))
+    partitions: list[Partition] = []
+    for topic, chosen in selections:
+        existing = {partition.partition for partition in topics[topic].partitions}
+        missing = sorted(set(chosen or ()) - existing)
+        if missing:
+            raise UsageError(f"topic {topic!r} has no partition {', '.join(map(str, missing))}")
+        partitions += [(topic, number) for number in (chosen if chosen is not None else sorted(existing))]
+    return partitions
+
+
 def _reset_offsets(arguments: argparse.Namespace) -> int:
     from strom.client.cluster import TopicPartition
 
@@ -386,35 +426,17 @@ def _reset_offsets(arguments: argparse.Namespace) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     with open_admin(arguments) as admin:
-        description = _describe_one(admin, arguments.group)
-        if description.members:
-            raise CliError(
-                f"group {arguments.group!r} has {len(description.members)} active member(s) "
-                f"(state {description.state}); stop its consumers before resetting offsets"
-            )
-        topics = admin.describe_topics(sorted({topic for topic, _ in selections}))
-        partitions: list[Partition] = []
-        for topic, chosen in selections:
-            existing = {partition.partition for partition in topics[topic].partitions}
-            missing = sorted(set(chosen or ()) - existing)
-            if missing:
-                raise UsageError(f"topic {topic!r} has no partition {', '.join(map(str, missing))}")
-            partitions += [(topic, number) for number in (chosen if chosen is not None else sorted(existing))]
+        _refuse_if_active(_describe_one(admin, arguments.group), "reset the offsets of")
+        partitions = _chosen_partitions(admin, selections)
         committed = _committed_of(admin, arguments.group)
         starts = _log_bounds(admin, partitions, "earliest")
         ends = _log_bounds(admin, partitions, "latest")
-        at_time: dict[Partition, int | None] | None = None
-        if target.kind == "datetime":
-            found = admin.list_offsets(
-                {TopicPartition(topic, number): target.value for topic, number in partitions}
-            )
-            at_time = {
-                (partition.topic, partition.partition): (answer.offset if answer is not None else None)
-                for partition, answer in found.items()
-            }
+        at_time = _log_offsets(admin, partitions, target.value) if target.kind == "datetime" else None
         plan = plan_offset_reset(partitions, committed, starts, ends, target, at_time)
         if arguments.execute:
-            admin.alter_group_offsets(  # type: ignore[attr-defined]
+            # The coordinator refuses this commit (UNKNOWN_MEMBER_ID) if a consumer joined since the
+            # check above, so a reset never races a live member silently.
+            admin.alter_group_offsets(
                 arguments.group,
                 {TopicPartition(row.topic, row.partition): row.new_offset for row in plan},
             )

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-from types import SimpleNamespace
 
 from strom.cli.consume import format_record, record_to_json
 from strom.cli.groups import (
     GroupDescription,
     GroupMember,
-    _description_from,
-    _offset_from,
     describe_group_report,
     list_groups_report,
     reset_plan_report,
@@ -175,27 +172,3 @@ def test_reset_plan_report_says_whether_it_ran() -> None:
             }
         ],
     }
-
-
-def test_group_adapters_read_client_shapes() -> None:
-    member = SimpleNamespace(
-        member_id="m",
-        client_id="c",
-        client_host="/h",
-        assignment=[SimpleNamespace(topic="t", partition=1), ("t", 0)],
-        group_instance_id=None,
-    )
-    described = _description_from(
-        SimpleNamespace(
-            group_id="g",
-            state=SimpleNamespace(name="COMPLETING_REBALANCE"),
-            protocol_type="consumer",
-            protocol="range",
-            members=[member],
-        )
-    )
-    assert described.state == "CompletingRebalance"
-    assert described.members[0].assignment == (("t", 0), ("t", 1))
-    assert described.members[0].host == "/h"
-    assert _offset_from(SimpleNamespace(offset=-1)) is None
-    assert _offset_from(12) == 12

@@ -1,0 +1,273 @@
+"""``strom groups``: the adapters from the admin client's real result types, and every command run
+through ``main`` against an in-memory admin (no sockets): what is printed, what is refused, and
+which offsets a reset commits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from strom.assignors import Assignment
+from strom.cli import groups
+from strom.cli.main import main
+from strom.client.admin import (
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    OffsetAndMetadata,
+    PartitionDescription,
+    TopicDescription,
+)
+from strom.client.cluster import TopicPartition
+from strom.client.offsets import OffsetAndTimestamp
+
+GROUP = "orders-app"
+TOPIC = "orders"
+
+
+def member(member_id: str, partitions: list[tuple[str, int]] | None) -> MemberDescription:
+    assignment = None if partitions is None else Assignment(partitions=list(partitions))
+    return MemberDescription(member_id, None, f"client-{member_id}", "/127.0.0.1", assignment, b"")
+
+
+class FakeAdmin:
+    """The admin calls the groups commands make, answered from dictionaries; commits recorded."""
+
+    def __init__(self) -> None:
+        self.descriptions: dict[str, GroupDescription] = {}
+        self.committed: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        self.log_starts = {TopicPartition(TOPIC, 0): 0, TopicPartition(TOPIC, 1): 5}
+        self.log_ends = {TopicPartition(TOPIC, 0): 100, TopicPartition(TOPIC, 1): 40}
+        # Offsets ListOffsets finds for a timestamp (None: no record that new).
+        self.at_time: dict[TopicPartition, int | None] = {
+            TopicPartition(TOPIC, 0): 60,
+            TopicPartition(TOPIC, 1): None,
+        }
+        self.altered: list[tuple[str, dict[TopicPartition, int]]] = []
+        self.deleted: list[str] = []
+
+    def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        return [
+            GroupListing(description.group_id, description.protocol_type, description.state)
+            for description in self.descriptions.values()
+        ]
+
+    def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        return {
+            group_id: self.descriptions.get(group_id, GroupDescription(group_id, "Dead", "", "", []))
+            for group_id in group_ids
+        }
+
+    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        return dict(self.committed.get(group_id, {}))
+
+    def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
+        partitions = [PartitionDescription(number, 1, (1,), (1,)) for number in (0, 1)]
+        return {name: TopicDescription(name, partitions) for name in names}
+
+    def list_offsets(self, specs: Mapping[TopicPartition, str | int]) -> dict[TopicPartition, Any]:
+        answers: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for partition, spec in specs.items():
+            if spec == "earliest":
+                answers[partition] = OffsetAndTimestamp(self.log_starts[partition], -1)
+            elif spec == "latest":
+                answers[partition] = OffsetAndTimestamp(self.log_ends[partition], -1)
+            else:
+                found = self.at_time[partition]
+                answers[partition] = None if found is None else OffsetAndTimestamp(found, int(spec))
+        return answers
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        self.altered.append((group_id, dict(offsets)))
+
+    def delete_groups(self, group_ids: Iterable[str]) -> None:
+        self.deleted += list(group_ids)
+
+
+@pytest.fixture
+def admin(monkeypatch: pytest.MonkeyPatch) -> FakeAdmin:
+    fake = FakeAdmin()
+    fake.descriptions[GROUP] = GroupDescription(GROUP, "Empty", "consumer", "", [])
+    fake.committed[GROUP] = {
+        TopicPartition(TOPIC, 0): OffsetAndMetadata(30),
+        TopicPartition(TOPIC, 1): OffsetAndMetadata(10, "note"),
+    }
+
+    @contextmanager
+    def open_fake(arguments: Any) -> Iterator[FakeAdmin]:
+        yield fake
+
+    monkeypatch.setattr(groups, "open_admin", open_fake)
+    return fake
+
+
+def make_stable(admin: FakeAdmin) -> None:
+    admin.descriptions[GROUP] = GroupDescription(
+        GROUP,
+        "Stable",
+        "consumer",
+        "range",
+        [member("m-1", [(TOPIC, 1), (TOPIC, 0)])],
+    )
+
+
+# -- adapters ------------------------------------------------------------------------------------
+
+
+def test_description_view_reads_members_and_sorted_assignments() -> None:
+    described = groups.description_view(
+        GroupDescription(
+            GROUP,
+            "CompletingRebalance",
+            "consumer",
+            "cooperative-sticky",
+            [member("a", [(TOPIC, 1), (TOPIC, 0)]), member("b", None)],
+        )
+    )
+    assert described.state == "CompletingRebalance"
+    assert described.protocol == "cooperative-sticky"
+    assert described.members[0] == groups.GroupMember(
+        "a", "client-a", "/127.0.0.1", ((TOPIC, 0), (TOPIC, 1)), None
+    )
+    # An assignment the client could not decode shows as no partitions rather than hiding the member.
+    assert described.members[1].assignment == ()
+
+
+def test_committed_view_drops_metadata_and_treats_negative_as_nothing() -> None:
+    view = groups.committed_view(
+        {TopicPartition(TOPIC, 0): OffsetAndMetadata(7, "m"), TopicPartition(TOPIC, 1): OffsetAndMetadata(-1)}
+    )
+    assert view == {(TOPIC, 0): 7, (TOPIC, 1): None}
+
+
+@pytest.mark.parametrize(
+    ("state", "members", "active"),
+    [("Empty", 0, False), ("Dead", 0, False), ("Stable", 1, True), ("PreparingRebalance", 0, True)],
+)
+def test_is_active_follows_the_coordinator(state: str, members: int, active: bool) -> None:
+    description = groups.GroupDescription(
+        GROUP, state, "consumer", "", tuple(groups.GroupMember(f"m{i}", "c", "h") for i in range(members))
+    )
+    assert groups.is_active(description) is active
+
+
+# -- commands --------------------------------------------------------------------------------------
+
+
+def test_list_prints_state_or_a_dash_when_the_broker_does_not_say(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    admin.descriptions["old"] = GroupDescription("old", None, "consumer", "", [])  # type: ignore[arg-type]
+    assert main(["groups", "list"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "GROUP       STATE  PROTOCOL-TYPE",
+        "old         -      consumer",
+        "orders-app  Empty  consumer",
+    ]
+    assert main(["groups", "list", "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0] == {
+        "group": "old",
+        "state": None,
+        "protocol_type": "consumer",
+    }
+
+
+def test_describe_shows_lag_and_owner_per_partition(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_stable(admin)
+    assert main(["groups", "describe", GROUP, "--output", "json"]) == 0
+    value = json.loads(capsys.readouterr().out)
+    assert value["state"] == "Stable" and value["protocol"] == "range"
+    assert [
+        (row["partition"], row["committed_offset"], row["log_end_offset"], row["lag"])
+        for row in value["offsets"]
+    ] == [
+        (0, 30, 100, 70),
+        (1, 10, 40, 30),
+    ]
+    assert {row["member_id"] for row in value["offsets"]} == {"m-1"}
+    assert value["total_lag"] == 100
+    assert value["members"][0]["client_id"] == "client-m-1"
+
+
+def test_describe_of_an_unknown_group_exits_1(admin: FakeAdmin, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["groups", "describe", "nobody"]) == 1
+    assert capsys.readouterr().err == "strom: error: group 'nobody' does not exist\n"
+
+
+def test_reset_is_refused_while_the_group_has_members(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_stable(admin)
+    assert main(["groups", "reset-offsets", GROUP, "--topic", TOPIC, "--to-earliest", "--execute"]) == 1
+    error = capsys.readouterr().err
+    assert "1 active member(s) (state Stable); stop its consumers first" in error
+    assert admin.altered == []
+
+
+def test_reset_dry_run_prints_the_plan_and_commits_nothing(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["groups", "reset-offsets", GROUP, "--topic", TOPIC, "--shift-by", "-12"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == [TOPIC, "0", "30", "18", "0", "100"]
+    assert lines[3].split() == [TOPIC, "1", "10", "5", "5", "40"]  # clamped at the log start
+    assert lines[-1].startswith("dry run: nothing changed")
+    assert admin.altered == []
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (["--to-earliest"], {0: 0, 1: 5}),
+        (["--to-latest"], {0: 100, 1: 40}),
+        (["--to-offset", "50"], {0: 50, 1: 40}),
+        (["--shift-by", "3"], {0: 33, 1: 13}),
+        (["--to-datetime", "1700000000000"], {0: 60, 1: 40}),
+    ],
+    ids=lambda value: str(value),
+)
+def test_reset_execute_commits_the_plan(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str], target: list[str], expected: dict[int, int]
+) -> None:
+    assert main(["groups", "reset-offsets", GROUP, "--topic", TOPIC, *target, "--execute"]) == 0
+    assert admin.altered == [
+        (GROUP, {TopicPartition(TOPIC, partition): offset for partition, offset in expected.items()})
+    ]
+    assert capsys.readouterr().out.splitlines()[-1] == "offsets reset"
+
+
+def test_reset_of_chosen_partitions_and_an_unknown_partition(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["groups", "reset-offsets", GROUP, "--topic", f"{TOPIC}:1", "--to-earliest", "--execute"]) == 0
+    )
+    assert admin.altered == [(GROUP, {TopicPartition(TOPIC, 1): 5})]
+    assert main(["groups", "reset-offsets", GROUP, "--topic", f"{TOPIC}:0,7", "--to-earliest"]) == 2
+    assert "topic 'orders' has no partition 7" in capsys.readouterr().err
+
+
+def test_delete_refuses_an_active_group_before_deleting_any(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    admin.descriptions["idle"] = GroupDescription("idle", "Empty", "consumer", "", [])
+    make_stable(admin)
+    assert main(["groups", "delete", "idle", GROUP]) == 1
+    assert "cannot delete group 'orders-app': it has 1 active member(s)" in capsys.readouterr().err
+    assert admin.deleted == []
+
+
+def test_delete_empty_groups_and_refuse_unknown_ones(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["groups", "delete", GROUP]) == 0
+    assert admin.deleted == [GROUP]
+    assert capsys.readouterr().out == "deleted group 'orders-app'\n"
+    assert main(["groups", "delete", "nobody"]) == 1
+    assert "group 'nobody' does not exist" in capsys.readouterr().err
