@@ -39,6 +39,8 @@ class FakeAdmin:
 
     def __init__(self) -> None:
         self.descriptions: dict[str, GroupDescription] = {}
+        # Listed as an old broker lists groups: ListGroups below v4 has no state.
+        self.listed_without_state: list[str] = []
         self.committed: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.log_starts = {TopicPartition(TOPIC, 0): 0, TopicPartition(TOPIC, 1): 5}
         self.log_ends = {TopicPartition(TOPIC, 0): 100, TopicPartition(TOPIC, 1): 40}
@@ -54,7 +56,7 @@ class FakeAdmin:
         return [
             GroupListing(description.group_id, description.protocol_type, description.state)
             for description in self.descriptions.values()
-        ]
+        ] + [GroupListing(group_id, "consumer", None) for group_id in self.listed_without_state]
 
     def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
         return {
@@ -161,7 +163,7 @@ def test_is_active_follows_the_coordinator(state: str, members: int, active: boo
 def test_list_prints_state_or_a_dash_when_the_broker_does_not_say(
     admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    admin.descriptions["old"] = GroupDescription("old", None, "consumer", "", [])  # type: ignore[arg-type]
+    admin.listed_without_state.append("old")
     assert main(["groups", "list"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "GROUP       STATE  PROTOCOL-TYPE",
