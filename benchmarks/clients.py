@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -203,7 +202,7 @@ def _produce_aiokafka(bootstrap: str, topics: tuple[str, str], count: int, value
 # -- consumers ------------------------------------------------------------------------------------
 
 
-def _consume_strom(bootstrap: str, topics: tuple[str, str], count: int) -> float:
+def _consume_strom(bootstrap: str, topic: str, count: int) -> float:
     from strom.client.consumer import Consumer
 
     consumer = Consumer(
@@ -214,25 +213,23 @@ def _consume_strom(bootstrap: str, topics: tuple[str, str], count: int) -> float
         max_poll_records=CONSUME_CHUNK_RECORDS,
     )
     try:
-        seconds = 0.0
-        for topic, records in ((topics[0], WARM_UP_RECORDS), (topics[1], count)):
-            consumer.beginning_offsets([(topic, 0)])  # metadata in hand before the clock starts
-            poll = consumer.poll
-            started = time.perf_counter()
-            consumer.assign([(topic, 0)])
-            consumer.seek((topic, 0), 0)
-            read = 0
-            deadline = started + CASE_TIMEOUT_S
-            while read < records and time.perf_counter() < deadline:
-                read += len(poll(1000))
-            seconds = time.perf_counter() - started
-            assert read == records, f"read {read} of {records}"
+        consumer.beginning_offsets([(topic, 0)])  # metadata in hand before the clock starts
+        poll = consumer.poll
+        started = time.perf_counter()
+        consumer.assign([(topic, 0)])
+        consumer.seek((topic, 0), 0)
+        read = 0
+        deadline = started + CASE_TIMEOUT_S
+        while read < count and time.perf_counter() < deadline:
+            read += len(poll(1000))
+        seconds = time.perf_counter() - started
+        assert read == count, f"read {read} of {count}"
         return seconds
     finally:
         consumer.close()
 
 
-def _consume_confluent(bootstrap: str, topics: tuple[str, str], count: int) -> float:
+def _consume_confluent(bootstrap: str, topic: str, count: int) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -252,26 +249,24 @@ def _consume_confluent(bootstrap: str, topics: tuple[str, str], count: int) -> f
         }
     )
     try:
-        seconds = 0.0
-        for topic, records in ((topics[0], WARM_UP_RECORDS), (topics[1], count)):
-            consumer.list_topics(topic, timeout=30)
-            consume = consumer.consume
-            started = time.perf_counter()
-            consumer.assign([TopicPartition(topic, 0, 0)])
-            read = 0
-            deadline = started + CASE_TIMEOUT_S
-            while read < records and time.perf_counter() < deadline:
-                for message in consume(num_messages=CONSUME_CHUNK_RECORDS, timeout=1.0):
-                    if message.error() is None:
-                        read += 1
-            seconds = time.perf_counter() - started
-            assert read == records, f"read {read} of {records}"
+        consumer.list_topics(topic, timeout=30)
+        consume = consumer.consume
+        started = time.perf_counter()
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        read = 0
+        deadline = started + CASE_TIMEOUT_S
+        while read < count and time.perf_counter() < deadline:
+            for message in consume(num_messages=CONSUME_CHUNK_RECORDS, timeout=1.0):
+                if message.error() is None:
+                    read += 1
+        seconds = time.perf_counter() - started
+        assert read == count, f"read {read} of {count}"
         return seconds
     finally:
         consumer.close()
 
 
-def _consume_kafka_python(bootstrap: str, topics: tuple[str, str], count: int) -> float:
+def _consume_kafka_python(bootstrap: str, topic: str, count: int) -> float:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -283,26 +278,24 @@ def _consume_kafka_python(bootstrap: str, topics: tuple[str, str], count: int) -
         max_poll_records=CONSUME_CHUNK_RECORDS,
     )
     try:
-        seconds = 0.0
-        for topic, records in ((topics[0], WARM_UP_RECORDS), (topics[1], count)):
-            consumer.partitions_for_topic(topic)
-            started = time.perf_counter()
-            partition = TopicPartition(topic, 0)
-            consumer.assign([partition])
-            consumer.seek(partition, 0)
-            read = 0
-            deadline = started + CASE_TIMEOUT_S
-            while read < records and time.perf_counter() < deadline:
-                for batch in consumer.poll(1000, max_records=CONSUME_CHUNK_RECORDS).values():
-                    read += len(batch)
-            seconds = time.perf_counter() - started
-            assert read == records, f"read {read} of {records}"
+        consumer.partitions_for_topic(topic)
+        started = time.perf_counter()
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek(partition, 0)
+        read = 0
+        deadline = started + CASE_TIMEOUT_S
+        while read < count and time.perf_counter() < deadline:
+            for batch in consumer.poll(1000, max_records=CONSUME_CHUNK_RECORDS).values():
+                read += len(batch)
+        seconds = time.perf_counter() - started
+        assert read == count, f"read {read} of {count}"
         return seconds
     finally:
         consumer.close()
 
 
-def _consume_aiokafka(bootstrap: str, topics: tuple[str, str], count: int) -> float:
+def _consume_aiokafka(bootstrap: str, topic: str, count: int) -> float:
     async def run() -> float:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -315,21 +308,19 @@ def _consume_aiokafka(bootstrap: str, topics: tuple[str, str], count: int) -> fl
         )
         await consumer.start()
         try:
-            seconds = 0.0
-            for topic, records in ((topics[0], WARM_UP_RECORDS), (topics[1], count)):
-                consumer.partitions_for_topic(topic)  # plain method in aiokafka
-                started = time.perf_counter()
-                partition = TopicPartition(topic, 0)
-                consumer.assign([partition])
-                consumer.seek(partition, 0)
-                read = 0
-                deadline = started + CASE_TIMEOUT_S
-                while read < records and time.perf_counter() < deadline:
-                    fetched = await consumer.getmany(timeout_ms=1000, max_records=CONSUME_CHUNK_RECORDS)
-                    for batch in fetched.values():
-                        read += len(batch)
-                seconds = time.perf_counter() - started
-                assert read == records, f"read {read} of {records}"
+            consumer.partitions_for_topic(topic)  # plain method in aiokafka
+            started = time.perf_counter()
+            partition = TopicPartition(topic, 0)
+            consumer.assign([partition])
+            consumer.seek(partition, 0)
+            read = 0
+            deadline = started + CASE_TIMEOUT_S
+            while read < count and time.perf_counter() < deadline:
+                fetched = await consumer.getmany(timeout_ms=1000, max_records=CONSUME_CHUNK_RECORDS)
+                for batch in fetched.values():
+                    read += len(batch)
+            seconds = time.perf_counter() - started
+            assert read == count, f"read {read} of {count}"
             return seconds
         finally:
             await consumer.stop()
@@ -337,8 +328,15 @@ def _consume_aiokafka(bootstrap: str, topics: tuple[str, str], count: int) -> fl
     return asyncio.run(run())
 
 
+def _consume_warm(consume: ConsumeFunction, bootstrap: str, topics: tuple[str, str], count: int) -> float:
+    """Read the warm-up topic, then the measured one with a new client in the same process (a
+    client reassigned from a caught-up partition may first wait out that partition's long poll)."""
+    consume(bootstrap, topics[0], WARM_UP_RECORDS)
+    return consume(bootstrap, topics[1], count)
+
+
 ProduceFunction = Callable[[str, tuple[str, str], int, bytes], float]
-ConsumeFunction = Callable[[str, tuple[str, str], int], float]
+ConsumeFunction = Callable[[str, str, int], float]
 
 
 @dataclass(frozen=True)
@@ -409,7 +407,7 @@ def measure(records: int, rounds: int, clients: tuple[ClientCase, ...]) -> Figur
                     figures.produce_rates.setdefault(case.name, []).append(rate)
                     line = f"round {round_index + 1}: {case.name:<30} produce {rate:>11,.0f} rec/s"
                     if case.consume is not None:
-                        seconds = run_isolated(case.consume, broker.bootstrap, topics, records)
+                        seconds = run_isolated(_consume_warm, case.consume, broker.bootstrap, topics, records)
                         rate = records / seconds
                         figures.consume_rates.setdefault(case.name, []).append(rate)
                         line += f"   consume {rate:>11,.0f} rec/s"
@@ -420,13 +418,13 @@ def measure(records: int, rounds: int, clients: tuple[ClientCase, ...]) -> Figur
 
 
 def _versions() -> str:
-    import aiokafka
+    from importlib.metadata import version
+
     import confluent_kafka
-    import kafka
 
     return (
-        f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]}), "
-        f"kafka-python {kafka.__version__}, aiokafka {aiokafka.__version__}, Python {platform.python_version()}"
+        f"confluent-kafka {version('confluent-kafka')} (librdkafka {confluent_kafka.libversion()[0]}),"
+        f" kafka-python {version('kafka-python')}, aiokafka {version('aiokafka')}"
     )
 
 
