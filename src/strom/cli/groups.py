@@ -185,7 +185,8 @@ def _log_offsets(
         return {}
     found = admin.list_offsets(dict.fromkeys(wanted, spec))
     return {
-        (tp.topic, tp.partition): (None if answer is None else answer.offset) for tp, answer in found.items()
+        (found_partition.topic, found_partition.partition): (None if answer is None else answer.offset)
+        for found_partition, answer in found.items()
     }
 
 
