@@ -201,10 +201,10 @@ def _decode_records(
                     pos += 2
                 else:
                     byte, pos = read_unsigned_varint(data, pos, end)
-            record_bytes = (byte >> 1) ^ -(byte & 1)
-            record_end = pos + record_bytes
-            if record_bytes < 6 or record_end > end:
-                raise CorruptBatchError(f"record length {record_bytes} is out of bounds")
+            # A length is never negative (odd zigzag): then the value is simply byte >> 1.
+            record_end = pos + (byte >> 1)
+            if byte & 1 or byte < 12 or record_end > end:  # at least 6 bytes
+                raise CorruptBatchError(f"record length {(byte >> 1) ^ -(byte & 1)} is out of bounds")
             # attributes (unused) at pos, then timestampDelta (varlong)
             byte = data[pos + 1]
             if byte < 0x80:
@@ -263,8 +263,9 @@ def _decode_records(
             elif byte & 1:
                 raise CorruptBatchError("negative record value length")
             else:
-                value = data[pos : pos + (byte >> 1)]
-                pos += byte >> 1
+                value_end = pos + (byte >> 1)
+                value = data[pos:value_end]
+                pos = value_end
             # headers
             if pos >= record_end:
                 raise CorruptBatchError("record ends before its header count")
