@@ -107,7 +107,8 @@ def first_offsets_read(bootstrap: str, group: str, topic: str) -> dict[int, int]
 
 def committed_by_admin(bootstrap: str, group: str) -> dict[int, int]:
     with Admin({"bootstrap.servers": bootstrap}) as admin:
-        return {tp.partition: committed.offset for tp, committed in admin.list_group_offsets(group).items()}
+        offsets = admin.list_group_offsets(group)
+    return {topic_partition.partition: committed.offset for topic_partition, committed in offsets.items()}
 
 
 def test_groups_list_describe_reset_delete_against_a_confluent_group(
