@@ -16,8 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from strom.client.consumer import Consumer, ConsumerRecord
-from strom.client.errors import NoOffsetForPartitionError
+from strom.client.consumer import ConsumerRecord
+from strom.protocol.errors import ErrorCode
+from strom.spark.fetching import PartitionFetcher, chunk_to_arrow
 from strom.spark.options import OffsetRange
 from strom.spark.planning import consumer_config
 
@@ -43,9 +44,9 @@ ARROW_SCHEMA = pa.schema(
 )
 ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", _HEADER_TYPE))
 
-# Records per Arrow batch handed to Spark: large enough that per-batch costs vanish, small enough
-# that a worker holds a few MB at a time.
-POLL_RECORDS_MAX = 20_000
+# Bytes per Fetch (and so per Arrow batch handed to Spark): large enough that per-request and
+# per-batch costs vanish, small enough that a worker holds a few MB at a time (two in flight).
+FETCH_PARTITION_BYTES = 4 * 1024 * 1024
 
 
 class DataLossError(RuntimeError):
@@ -103,66 +104,63 @@ def read_range(
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``offset_range`` as Arrow batches, in offset order."""
+    """The records of ``offset_range`` as Arrow batches, in offset order (one per Fetch response)."""
     if offset_range.size == 0:
         return
-    tp = (offset_range.topic, offset_range.partition)
-    until = offset_range.until_offset
+    topic, partition, until = offset_range.topic, offset_range.partition, offset_range.until_offset
     config = consumer_config(
         client_config,
         **{
-            "auto.offset.reset": "none",  # out of range must surface, not silently jump
-            "max.poll.records": str(POLL_RECORDS_MAX),
-            "max.partition.fetch.bytes": str(8 * 1024 * 1024),
-            "fetch.max.bytes": str(64 * 1024 * 1024),
+            "max.partition.fetch.bytes": str(FETCH_PARTITION_BYTES),
+            "fetch.max.bytes": str(FETCH_PARTITION_BYTES),
+            "fetch.max.wait.ms": "100",
         },
     )
-    consumer = Consumer(config)
+    fetcher = PartitionFetcher(config, topic, partition)
     try:
-        consumer.assign([tp])
         expected = offset_range.from_offset
-        log_start = consumer.beginning_offsets([tp])[tp]
+        log_start = fetcher.log_start_offset()
         if expected < log_start:
             _lost(offset_range, expected, log_start, fail_on_data_loss)
             expected = log_start
-        consumer.seek(tp, expected)
+        pending = fetcher.submit(expected) if expected < until else None
         idle_since = time.monotonic()
-        while expected < until:
-            try:
-                records = consumer.poll(timeout_ms=200)
-            except NoOffsetForPartitionError:
-                # Out of range while reading: the records at ``expected`` were just deleted. (The
-                # error can also be stale, from before our seek; then the log start is not above.)
-                log_start = consumer.beginning_offsets([tp])[tp]
+        wait_s = (poll_timeout_ms + fetcher.config.request_timeout_ms) / 1000
+        while pending is not None and expected < until:
+            chunk = pending.result(wait_s)
+            pending = None
+            if chunk.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                log_start = fetcher.log_start_offset()
                 if log_start > expected:
                     _lost(offset_range, expected, log_start, fail_on_data_loss)
                     expected = log_start
-                consumer.seek(tp, min(expected, until))
+                elif time.monotonic() - idle_since > poll_timeout_ms / 1000:
+                    raise TimeoutError(f"{topic}-{partition}: offset {expected} stays out of range")
+                if expected < until:
+                    pending = fetcher.submit(expected)
                 continue
-            if not records:
-                position = consumer.position(tp)
-                if position >= until:
-                    break
-                expected = max(expected, position)
-                if time.monotonic() - idle_since > poll_timeout_ms / 1000:
-                    raise TimeoutError(
-                        f"{tp[0]}-{tp[1]}: no records at offset {expected} within {poll_timeout_ms} ms"
-                        f" (reading up to {until})"
-                    )
-                continue
-            idle_since = time.monotonic()
-            first_offset = records[0].offset
-            if first_offset > expected:
-                # A gap: compaction (not a loss) or deletion racing the read (a loss).
-                log_start = consumer.beginning_offsets([tp])[tp]
-                if log_start > expected:
-                    _lost(offset_range, expected, log_start, fail_on_data_loss)
-            if records[-1].offset >= until:
-                records = [record for record in records if record.offset < until]
-            if records:
-                yield records_to_arrow(records, include_headers)
-                expected = records[-1].offset + 1
-            else:
-                expected = until
+            next_offset = chunk.next_offset()
+            if expected < next_offset < until:
+                pending = fetcher.submit(next_offset)  # on the wire while this one is decoded
+            batch, after = chunk_to_arrow(chunk, topic, partition, expected, until, include_headers)
+            if batch is not None:
+                first_offset = batch.column(4)[0].as_py()
+                if first_offset > expected:
+                    # A gap: compaction (not a loss) or deletion racing the read (a loss).
+                    log_start = fetcher.log_start_offset()
+                    if log_start > expected:
+                        _lost(offset_range, expected, log_start, fail_on_data_loss)
+                yield batch
+            advanced = max(after, next_offset)
+            if advanced > expected:
+                expected = advanced
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > poll_timeout_ms / 1000:
+                raise TimeoutError(
+                    f"{topic}-{partition}: no records at offset {expected} within {poll_timeout_ms} ms"
+                    f" (reading up to {until}; high watermark {chunk.high_watermark})"
+                )
+            if pending is None and expected < until:
+                pending = fetcher.submit(expected)
     finally:
-        consumer.close()
+        fetcher.close()

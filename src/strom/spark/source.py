@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class RangePartition(InputPartition):  # type: ignore[misc]
+class RangePartition(InputPartition):
     """One Spark task: one offset range of one topic-partition."""
 
     offset_range: OffsetRange
@@ -72,7 +72,7 @@ class RangePartition(InputPartition):  # type: ignore[misc]
 
 
 @dataclass
-class WrittenCount(WriterCommitMessage):  # type: ignore[misc]
+class WrittenCount(WriterCommitMessage):
     records: int
 
 
@@ -106,7 +106,7 @@ class _Planned:
         return state
 
 
-class StromBatchReader(_Planned, DataSourceReader):  # type: ignore[misc]
+class StromBatchReader(_Planned, DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._planner = None
@@ -134,7 +134,7 @@ class StromBatchReader(_Planned, DataSourceReader):  # type: ignore[misc]
         return _read(self.options, partition)
 
 
-class StromStreamReader(_Planned, DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class StromStreamReader(_Planned, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._planner = None
@@ -234,7 +234,7 @@ class StromStreamReader(_Planned, DataSourceStreamReader, SupportsTriggerAvailab
         log.warning("%s; continuing (failOnDataLoss=false)", message)
 
 
-class StromBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class StromBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
 
@@ -242,7 +242,7 @@ class StromBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         return WrittenCount(write_batches(iterator, self.options))
 
 
-class StromStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class StromStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
 
@@ -256,7 +256,7 @@ class StromStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         """Records already acknowledged stay written (at-least-once, as Spark's Kafka sink)."""
 
 
-class StromDataSource(DataSource):  # type: ignore[misc]
+class StromDataSource(DataSource):
     """``spark.read.format("strom")`` and friends; register with ``strom.spark.register(spark)``."""
 
     @classmethod
