@@ -30,8 +30,13 @@ from strom.client.transport import LoopThread, Transport
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.fetch import FetchRequest
 from strom.protocol.records import iter_batches
-from strom.protocol.records.header import BatchHeader, iter_batch_headers, parse_batch_header_lenient
-from strom.spark.columnar import decode_batch_columns
+from strom.protocol.records.header import (
+    COMPRESSION_MASK,
+    BatchHeader,
+    iter_batch_headers,
+    parse_batch_header_lenient,
+)
+from strom.spark.columnar import BatchColumns, decode_batches_columns
 
 __all__ = ["FetchedChunk", "PartitionFetcher", "chunk_to_arrow"]
 
@@ -169,59 +174,68 @@ def chunk_to_arrow(
 ) -> tuple[pa.RecordBatch | None, int]:
     """The records of ``chunk`` in ``[from_offset, until_offset)`` as one Arrow batch (None if none),
     and the offset of the last record taken + 1 (``from_offset`` if none)."""
-    offsets: list[Any] = []
-    timestamps: list[Any] = []
-    timestamp_types: list[Any] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    headers: list[Any] = []
     buffer = chunk.records
+    pieces: list[BatchColumns] = []
+    plain_run: list[tuple[int, BatchHeader]] = []
+
+    def decode(batches: list[tuple[int, BatchHeader]]) -> None:
+        columns = decode_batches_columns(
+            buffer, batches, want_headers=include_headers, decompressed_bytes_max=DECOMPRESSED_BYTES_MAX
+        )
+        if columns is not None:
+            pieces.append(columns)
+            return
+        for pos, header in batches:  # one by one through the protocol decoder
+            generic = _decode_generic(buffer[pos : pos + header.size_bytes], include_headers)
+            if generic is not None:
+                pieces.append(generic)
+
     for pos, header in _whole_batches(buffer):
         if header is None:
             # Legacy message sets: the protocol decoder handles them; rare enough not to optimise.
-            _decode_generic(buffer[pos:], from_offset, until_offset, include_headers,
-                            offsets, timestamps, timestamp_types, keys, values, headers)  # fmt: skip
+            if plain_run:
+                decode(plain_run)
+                plain_run = []
+            generic = _decode_generic(buffer[pos:], include_headers)
+            if generic is not None:
+                pieces.append(generic)
             break
         if header.is_control or header.last_offset < from_offset or header.base_offset >= until_offset:
             continue
-        columns = decode_batch_columns(
-            buffer, pos, header, want_headers=include_headers, decompressed_bytes_max=DECOMPRESSED_BYTES_MAX
-        )
-        if columns is None:
-            _decode_generic(buffer[pos : pos + header.size_bytes], from_offset, until_offset, include_headers,
-                            offsets, timestamps, timestamp_types, keys, values, headers)  # fmt: skip
-            continue
-        batch_offsets = columns.offsets
-        low = int(np.searchsorted(batch_offsets, from_offset))
-        high = int(np.searchsorted(batch_offsets, until_offset))
-        if low >= high:
-            continue
-        count = high - low
-        offsets.append(batch_offsets[low:high])
-        timestamps.append(columns.timestamps_ms[low:high])
-        timestamp_types.append(np.full(count, header.timestamp_type, np.int32))
-        keys += columns.keys[low:high] if (low, high) != (0, len(batch_offsets)) else columns.keys
-        values += columns.values[low:high] if (low, high) != (0, len(batch_offsets)) else columns.values
-        if include_headers:
-            headers += [[]] * count
-    if not offsets:
+        if header.attributes & COMPRESSION_MASK:
+            if plain_run:
+                decode(plain_run)
+                plain_run = []
+            decode([(pos, header)])
+        else:
+            plain_run.append((pos, header))
+    if plain_run:
+        decode(plain_run)
+    if not pieces:
         return None, from_offset
-    all_offsets = np.concatenate(offsets)
-    count = len(all_offsets)
-    columns_out: list[Any] = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+    offsets = np.concatenate([piece.offsets for piece in pieces])
+    low = int(np.searchsorted(offsets, from_offset))
+    high = int(np.searchsorted(offsets, until_offset))
+    if low >= high:
+        return None, from_offset
+    count = high - low
+    columns: list[Any] = [
+        pa.concat_arrays([piece.keys for piece in pieces]).slice(low, count),
+        pa.concat_arrays([piece.values for piece in pieces]).slice(low, count),
         pa.array([topic] * count, pa.string()),
         pa.array(np.full(count, partition, np.int32)),
-        pa.array(all_offsets),
-        pa.array(np.concatenate(timestamps), _TIMESTAMP_MS).cast(_TIMESTAMP_US),
-        pa.array(np.concatenate(timestamp_types)),
+        pa.array(offsets[low:high]),
+        pa.array(np.concatenate([piece.timestamps_ms for piece in pieces])[low:high], _TIMESTAMP_MS).cast(
+            _TIMESTAMP_US
+        ),
+        pa.array(np.concatenate([piece.timestamp_types for piece in pieces])[low:high]),
     ]
     names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
     if include_headers:
-        columns_out.append(pa.array(headers, HEADER_TYPE))
+        headers = [header for piece in pieces for header in piece.headers or []]
+        columns.append(pa.array(headers[low:high], HEADER_TYPE))
         names.append("headers")
-    return pa.RecordBatch.from_arrays(columns_out, names=names), int(all_offsets[-1]) + 1
+    return pa.RecordBatch.from_arrays(columns, names=names), int(offsets[high - 1]) + 1
 
 
 def _whole_batches(buffer: bytes) -> list[tuple[int, BatchHeader | None]]:
@@ -242,31 +256,24 @@ def _whole_batches(buffer: bytes) -> list[tuple[int, BatchHeader | None]]:
     return found
 
 
-def _decode_generic(
-    buffer: bytes,
-    from_offset: int,
-    until_offset: int,
-    include_headers: bool,
-    offsets: list[Any],
-    timestamps: list[Any],
-    timestamp_types: list[Any],
-    keys: list[bytes | None],
-    values: list[bytes | None],
-    headers: list[Any],
-) -> None:
-    """The protocol decoder's way (legacy formats, headers, anything the columnar path declined)."""
-    for batch in iter_batches(buffer):
-        if batch.header.is_control:
-            continue
-        records = [
-            record for record in batch.absolute_records() if from_offset <= record.offset < until_offset
-        ]
-        if not records:
-            continue
-        offsets.append(np.array([record.offset for record in records], np.int64))
-        timestamps.append(np.array([record.timestamp for record in records], np.int64))
-        timestamp_types.append(np.full(len(records), batch.header.timestamp_type, np.int32))
-        keys += [record.key for record in records]
-        values += [record.value for record in records]
-        if include_headers:
-            headers += [[{"key": key, "value": value} for key, value in record.headers] for record in records]
+def _decode_generic(buffer: bytes, include_headers: bool) -> BatchColumns | None:
+    """The protocol decoder's way (legacy formats, headers, anything the columnar path declined);
+    raises ``CorruptBatchError`` for a corrupt batch."""
+    records = [
+        (record, batch.header.timestamp_type)
+        for batch in iter_batches(buffer)
+        if not batch.header.is_control
+        for record in batch.absolute_records()
+    ]
+    if not records:
+        return None
+    return BatchColumns(
+        offsets=np.array([record.offset for record, _ in records], np.int64),
+        timestamps_ms=np.array([record.timestamp for record, _ in records], np.int64),
+        timestamp_types=np.array([timestamp_type for _, timestamp_type in records], np.int32),
+        keys=pa.array([record.key for record, _ in records], pa.binary()),
+        values=pa.array([record.value for record, _ in records], pa.binary()),
+        headers=[[{"key": key, "value": value} for key, value in record.headers] for record, _ in records]
+        if include_headers
+        else None,
+    )
