@@ -72,7 +72,9 @@ def make(
 ) -> tuple[RecordAccumulator, SenderCore, ManualClock]:
     config = ProducerConfig.from_settings(linger_ms=linger_ms, batch_size=batch_size, **settings)
     clock = ManualClock()
-    accumulator = RecordAccumulator(batch_size=batch_size, linger_ms=linger_ms, compression="none", clock=clock)
+    accumulator = RecordAccumulator(
+        batch_size=batch_size, linger_ms=linger_ms, compression="none", clock=clock
+    )
     core = SenderCore(config, accumulator, cluster())
     core.set_producer_id(7, 0)
     return accumulator, core, clock
