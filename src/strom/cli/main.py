@@ -13,6 +13,7 @@ from pathlib import Path
 from strom.cli import bench, consume, groups, produce, topics
 from strom.cli.errors import describe_kafka_error
 from strom.cli.output import CliError, UsageError
+from strom.cli.pipeline import add_pipeline_parser
 from strom.client.errors import KafkaError
 
 
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(run=_broker)
     for command_group in (topics, produce, consume, groups, bench):
         command_group.register(commands)
+    add_pipeline_parser(commands)
     return parser
 
 
