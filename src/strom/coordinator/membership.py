@@ -6,6 +6,8 @@ drops a member or moves the group on answers them, so each request is answered e
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import uuid
 from collections.abc import Callable
 
@@ -27,6 +29,8 @@ from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatRespons
 from strom.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from strom.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
 from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+
+log = logging.getLogger("strom.coordinator")
 
 
 def join_response(result: JoinResult, version: int) -> JoinGroupResponse:
@@ -227,11 +231,17 @@ class Membership:
         old_member.answer_sync(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         self.runtime.timer.cancel(session_timeout_key(group.group_id, old_member_id))
         member = group.replace_member_id(old_member_id, new_member_id)
-        if group.state is not GroupState.STABLE or member.protocols != template.protocols:
+        if group.state is not GroupState.STABLE or not self._keeps_selected_protocol(group, member, template):
             self._update_member_and_rebalance(group, member, template, callback)
             return
-        # A restarted static member with the same subscription: no rebalance. It takes its old
-        # place (and assignment, and leadership) under a new member id, once that is written.
+        # A restarted static member in a Stable group: no rebalance, as long as the protocol the
+        # group would select stays the same (Kafka's rule; the subscription bytes themselves may
+        # differ — a restarted client reports no owned partitions and a new generation). It takes
+        # its old place (and assignment, and leadership) under a new member id, once written.
+        old_member_fields = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
+        member.protocols = template.protocols
+        member.rebalance_timeout_ms = template.rebalance_timeout_ms
+        member.session_timeout_ms = template.session_timeout_ms
         self._arm_session(group, member)
         generation_id = group.generation_id
 
@@ -245,28 +255,38 @@ class Membership:
                 if still_current:
                     self.runtime.timer.cancel(session_timeout_key(group.group_id, new_member_id))
                     restored = group.replace_member_id(new_member_id, old_member_id)
+                    restored.protocols, restored.rebalance_timeout_ms, restored.session_timeout_ms = (
+                        old_member_fields
+                    )
                     self._arm_session(group, restored)
                 callback(JoinResult(group_write_error(error), member_id=new_member_id))
                 return
             is_leader = group.is_leader(new_member_id)
-            # A static leader replacing itself keeps the current assignment: before v9 it gets no
-            # member list (nothing to reassign), from v9 the list with skip_assignment set.
+            # A static leader replacing itself keeps the current assignment. From v9 it gets the
+            # member list with skip_assignment set (KIP-814). Before v9 it is told the OLD member
+            # id as the leader, as Kafka does: its new id does not match, so it acts as a follower
+            # and fetches its stored assignment instead of computing a new one that a Stable group
+            # would never hand out (and instead of rejoining over an empty member list).
             include_members = is_leader and version >= 9
             result = self._current_generation_result(group, member, include_members=include_members)
             if include_members:
-                result = JoinResult(
-                    result.error,
-                    result.member_id,
-                    result.generation_id,
-                    result.protocol_type,
-                    result.protocol_name,
-                    result.leader_id,
-                    result.members,
-                    skip_assignment=True,
-                )
+                result = dataclasses.replace(result, skip_assignment=True)
+            elif is_leader:
+                result = dataclasses.replace(result, leader_id=old_member_id)
             callback(result)
 
         self._write_group(group, written)
+
+    @staticmethod
+    def _keeps_selected_protocol(group: Group, member: Member, template: Member) -> bool:
+        """Would the group still select its current protocol with ``template``'s protocols in
+        ``member``'s place? (Checked without leaving the change behind.)"""
+        current = member.protocols
+        member.protocols = template.protocols
+        try:
+            return bool(group.candidate_protocols()) and group.select_protocol() == group.protocol_name
+        finally:
+            member.protocols = current
 
     def _current_generation_result(
         self, group: Group, member: Member, *, include_members: bool
@@ -287,7 +307,7 @@ class Membership:
         if group.initial_delay_active:
             group.new_member_added = True
         self._arm_session(group, member)
-        self._maybe_prepare_rebalance(group)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} joined")
 
     def _update_member_and_rebalance(
         self, group: Group, member: Member, template: Member, callback: JoinCallback
@@ -301,16 +321,17 @@ class Membership:
         member.answer_join(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
         member.join_callback = callback
         self._arm_session(group, member)
-        self._maybe_prepare_rebalance(group)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
 
     # ================================================================ rebalance
-    def _maybe_prepare_rebalance(self, group: Group) -> None:
+    def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
         if group.state in ALLOWED_PREVIOUS[GroupState.PREPARING_REBALANCE]:
-            self.prepare_rebalance(group)
+            self.prepare_rebalance(group, reason)
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
 
-    def prepare_rebalance(self, group: Group) -> None:
+    def prepare_rebalance(self, group: Group, reason: str) -> None:
+        log.info("group %s: rebalancing: %s", group.group_id, reason)
         runtime = self.runtime
         if group.state is GroupState.COMPLETING_REBALANCE:
             self._reset_and_propagate(group, ErrorCode.REBALANCE_IN_PROGRESS)
@@ -426,7 +447,7 @@ class Membership:
         for member_id in sorted(group.pending_sync_members):
             if member_id in group.members:
                 self._remove_member(group, member_id)
-        self.prepare_rebalance(group)
+        self.prepare_rebalance(group, "members did not send SyncGroup in time")
 
     def _reset_and_propagate(self, group: Group, error: ErrorCode) -> None:
         assert group.state is GroupState.COMPLETING_REBALANCE, group.state
@@ -523,7 +544,7 @@ class Membership:
     def _remove_member_and_update_group(self, group: Group, member_id: str) -> None:
         self._remove_member(group, member_id)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self.prepare_rebalance(group)
+            self.prepare_rebalance(group, f"member {member_id} left or expired")
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
 
@@ -589,7 +610,7 @@ class Membership:
                 return  # the group moved on; whoever moved it answered the parked syncs
             if error != ErrorCode.NONE:
                 self._reset_and_propagate(group, group_write_error(error))
-                self.prepare_rebalance(group)
+                self.prepare_rebalance(group, f"writing the assignment failed: {error.name}")
                 return
             # The assignments were set by replaying the written record (runtime.write).
             self.runtime.timer.cancel(sync_timeout_key(group.group_id))

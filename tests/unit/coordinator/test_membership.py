@@ -343,10 +343,20 @@ def test_static_leader_restart_keeps_leadership(version: int, members_listed: in
     generation, leader = a_box[0].generation_id, a_box[0].member_id
     harness.sync("g", leader, generation, {leader: b"A"}, instance_id="a")
     restarted = harness.join(instance_id="a", version=version)
-    assert restarted[0].leader == restarted[0].member_id != leader
+    new_id = restarted[0].member_id
+    assert new_id != leader
     assert len(restarted[0].members) == members_listed
     assert restarted[0].skip_assignment is (version >= 9)
+    if version >= 9:
+        assert restarted[0].leader == new_id
+    else:
+        # Told the old id as leader, the client acts as a follower (Kafka's rule before KIP-814)...
+        assert restarted[0].leader == leader
+    # ...and either way it gets its stored assignment back, with no rebalance.
+    [synced] = harness.sync("g", new_id, generation, {}, instance_id="a")
+    assert synced.error_code == ErrorCode.NONE and synced.assignment == b"A"
     assert state(harness) is GroupState.STABLE
+    assert harness.coordinator.group("g").leader_id == new_id
 
 
 def test_static_leave_removes_at_once_and_close_waits_for_session() -> None:
@@ -369,13 +379,28 @@ def test_static_leave_removes_at_once_and_close_waits_for_session() -> None:
     assert b_box  # answered long ago
 
 
-def test_static_member_with_changed_metadata_triggers_rebalance() -> None:
+def test_static_member_with_changed_metadata_keeps_the_generation() -> None:
+    """Kafka's rule: a restarted static member's subscription bytes may differ (no owned
+    partitions, a new generation in them); only a change of the selected protocol rebalances."""
     harness = Harness()
     a_box = harness.join(instance_id="a")
     harness.advance(0)
     harness.sync("g", a_box[0].member_id, a_box[0].generation_id, {}, instance_id="a")
     box = harness.join(instance_id="a", protocols=[("range", b"other")])
+    assert box[0].error_code == ErrorCode.NONE
+    assert box[0].generation_id == a_box[0].generation_id
+
+
+def test_static_member_changing_the_selected_protocol_triggers_rebalance() -> None:
+    harness = Harness()
+    a_box = harness.join(instance_id="a", protocols=[("range", b""), ("roundrobin", b"")])
+    harness.advance(0)
+    assert a_box[0].protocol_name == "range"
+    harness.sync("g", a_box[0].member_id, a_box[0].generation_id, {}, instance_id="a")
+    box = harness.join(instance_id="a", protocols=[("roundrobin", b""), ("range", b"")])
+    harness.advance(0)
     assert box[0].generation_id == a_box[0].generation_id + 1
+    assert box[0].protocol_name == "roundrobin"
 
 
 def test_static_replacement_write_failure_reverts() -> None:
