@@ -7,8 +7,12 @@ What is measured, in one run, on 127.0.0.1 only:
 - strom produce: N producer processes (confluent-kafka, acks=1, no compression, linger 5 ms, 1 MiB
   batches) each send their share of the records to a fresh topic; the time is from the moment all
   start to the moment the last one's flush() returns (every record acknowledged).
-- strom consume: one confluent-kafka consumer, manual assignment of every partition from offset 0,
-  ``consume(num_messages=10000)`` until every record was read.
+- strom consume: as many confluent-kafka consumer processes as producers (at most one per
+  partition), each assigned its share of the partitions from offset 0, ``consume(num_messages=100000)``
+  with the cyclic garbage collector off, until every record was read.
+- broker CPU: user + system time of the broker process during each case, per record, and the
+  records per second one CPU of broker time handles at that cost — the broker's own capacity, apart
+  from what the Python load generators sharing the 2 CPUs can offer.
 - raw TCP ceiling: an asyncio sink that accepts a stream and appends it to a file, fed the same
   number of payload bytes over loopback in 1 MiB writes; what any broker on this machine could do at
   best when it does nothing but receive and write.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import gc
 import multiprocessing
 import os
 import platform
@@ -54,6 +59,16 @@ class Result:
     records: int
     record_bytes: int
     seconds: float
+    broker_cpu_s: float = 0.0  # CPU time the broker process used during the case
+
+    @property
+    def broker_cpu_us_per_record(self) -> float:
+        return self.broker_cpu_s / self.records * 1e6
+
+    @property
+    def broker_capacity_per_cpu(self) -> float:
+        """Records per second one CPU of broker time handles at this cost."""
+        return self.records / self.broker_cpu_s if self.broker_cpu_s else 0.0
 
     @property
     def records_per_s(self) -> float:
@@ -71,6 +86,12 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Broker:
@@ -150,8 +171,9 @@ def _produce_worker(
 
 
 def measure_produce(
-    bootstrap: str, topic: str, partitions: int, count: int, record_bytes: int, producers: int
+    broker: Broker, topic: str, partitions: int, count: int, record_bytes: int, producers: int
 ) -> Result:
+    bootstrap = broker.bootstrap
     context = multiprocessing.get_context("fork")
     start = context.Event()
     out = context.Queue()
@@ -165,13 +187,15 @@ def measure_produce(
     for worker in workers:
         worker.start()
     time.sleep(1.0)  # every worker connected and holding metadata
+    cpu_before = cpu_seconds(broker.process.pid)
     start.set()
     reports = [out.get(timeout=CASE_TIMEOUT_S) for _ in workers]
+    cpu_used = cpu_seconds(broker.process.pid) - cpu_before
     for worker in workers:
         worker.join(30)
     assert all(remaining == 0 for _, _, remaining in reports), f"undelivered records: {reports}"
     seconds = max(end for _, end, _ in reports) - min(begin for begin, _, _ in reports)
-    return Result(f"produce {partitions}p", share * producers, record_bytes, seconds)
+    return Result(f"produce {partitions}p", share * producers, record_bytes, seconds, cpu_used)
 
 
 def _client_ceiling_worker(count: int, record_bytes: int, out: object) -> None:
@@ -207,40 +231,78 @@ def measure_client_ceiling(count: int, record_bytes: int) -> Result:
 # -- consume ----------------------------------------------------------------------------------------
 
 
-def measure_consume(bootstrap: str, topic: str, partitions: int, count: int, record_bytes: int) -> Result:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "strom-benchmark",  # never joined: manual assignment, no commits
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "fetch.max.bytes": 64 * MIB,
-            "max.partition.fetch.bytes": 4 * MIB,
-            # librdkafka stops fetching for fetch.queue.backoff.ms (default 1 s) whenever its local
-            # queue holds more than queued.min.messages; one 16 MiB fetch of 100-byte records
-            # overfills the default 100,000 and the consumer then idles a second per fetch.
-            "queued.min.messages": 2_000_000,
-            "queued.max.messages.kbytes": 1024 * 1024,
-            "fetch.queue.backoff.ms": 10,
-            "fetch.wait.max.ms": 100,
-        }
-    )
+CONSUMER_CONFIG = {
+    "group.id": "strom-benchmark",  # never joined: manual assignment, no commits
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "fetch.max.bytes": 64 * MIB,
+    "max.partition.fetch.bytes": 4 * MIB,
+    # librdkafka stops fetching for fetch.queue.backoff.ms (default 1 s) whenever its local queue
+    # holds more than queued.min.messages; one 16 MiB fetch of 100-byte records overfills the
+    # default 100,000 and the consumer then idles a second per fetch.
+    "queued.min.messages": 2_000_000,
+    "queued.max.messages.kbytes": 1024 * 1024,
+    "fetch.queue.backoff.ms": 10,
+    "fetch.wait.max.ms": 100,
+}
+
+
+def _consume_worker(
+    bootstrap: str, topic: str, partitions: list[int], count: int, start: object, out: object
+) -> None:
+    # Each consumed record is a Python object; the cyclic collector walking 100,000 of them per
+    # consume() call is the largest cost of the load generator itself, so it is off here.
+    gc.disable()
+    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_CONFIG})
     consumer.list_topics(topic, timeout=30)
-    read = 0
-    errors = 0
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(topic, partition, 0) for partition in range(partitions)])
-    deadline = started + CASE_TIMEOUT_S
-    while read < count and time.perf_counter() < deadline:
-        for message in consumer.consume(num_messages=10_000, timeout=1.0):
+    start.wait()  # type: ignore[attr-defined]
+    started = time.time()
+    consumer.assign([TopicPartition(topic, partition, 0) for partition in partitions])
+    read = errors = 0
+    deadline = time.monotonic() + CASE_TIMEOUT_S
+    while read < count and time.monotonic() < deadline:
+        messages = consumer.consume(num_messages=100_000, timeout=1.0)
+        for message in messages:
             if message.error() is None:
                 read += 1
             else:
                 errors += 1
-    seconds = time.perf_counter() - started
+        del messages
+    ended = time.time()
     consumer.close()
-    assert read == count, f"read {read} of {count} records ({errors} errors)"
-    return Result(f"consume {partitions}p", count, record_bytes, seconds)
+    out.put((started, ended, read, errors))  # type: ignore[attr-defined]
+
+
+def measure_consume(
+    broker: Broker, topic: str, partitions: int, count: int, record_bytes: int, consumers: int
+) -> Result:
+    """``consumers`` processes, each assigned its share of the partitions, read everything."""
+    consumers = max(1, min(consumers, partitions))
+    context = multiprocessing.get_context("fork")
+    start = context.Event()
+    out = context.Queue()
+    shares = [list(range(partitions))[index::consumers] for index in range(consumers)]
+    # Records were produced round-robin over the partitions, so each share's count is known.
+    expected = [
+        sum(count // partitions + (1 if p < count % partitions else 0) for p in share) for share in shares
+    ]
+    workers = [
+        context.Process(target=_consume_worker, args=(broker.bootstrap, topic, share, wanted, start, out))
+        for share, wanted in zip(shares, expected, strict=True)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.0)
+    cpu_before = cpu_seconds(broker.process.pid)
+    start.set()
+    reports = [out.get(timeout=CASE_TIMEOUT_S + 30) for _ in workers]
+    cpu_used = cpu_seconds(broker.process.pid) - cpu_before
+    for worker in workers:
+        worker.join(30)
+    read = sum(report[2] for report in reports)
+    assert read == count, f"read {read} of {count} records ({sum(r[3] for r in reports)} errors)"
+    seconds = max(report[1] for report in reports) - min(report[0] for report in reports)
+    return Result(f"consume {partitions}p", count, record_bytes, seconds, cpu_used)
 
 
 # -- the raw ceiling ------------------------------------------------------------------------------
@@ -318,8 +380,8 @@ def run(quick: bool, producers: int) -> tuple[list[tuple[str, Result, Result]], 
         try:
             # Warm-up: touch the broker's buffers, the page cache and both client paths.
             create_topic(broker.bootstrap, "warmup", 1)
-            measure_produce(broker.bootstrap, "warmup", 1, 200_000, 100, producers)
-            measure_consume(broker.bootstrap, "warmup", 1, 200_000, 100)
+            measure_produce(broker, "warmup", 1, 200_000, 100, producers)
+            measure_consume(broker, "warmup", 1, 200_000, 100, producers)
             measure_raw_ceiling(200_000, 100, work_dir)
             for record_bytes in RECORD_SIZES_BYTES:
                 count = counts[record_bytes]
@@ -329,11 +391,9 @@ def run(quick: bool, producers: int) -> tuple[list[tuple[str, Result, Result]], 
                 for partitions in PARTITION_COUNTS:
                     topic = f"bench-{record_bytes}b-{partitions}p"
                     create_topic(broker.bootstrap, topic, partitions)
-                    produced = measure_produce(
-                        broker.bootstrap, topic, partitions, count, record_bytes, producers
-                    )
+                    produced = measure_produce(broker, topic, partitions, count, record_bytes, producers)
                     consumed = measure_consume(
-                        broker.bootstrap, topic, partitions, produced.records, record_bytes
+                        broker, topic, partitions, produced.records, record_bytes, producers
                     )
                     rows.append((f"{record_bytes} B, {partitions} partition(s)", produced, consumed))
                     print(
@@ -362,8 +422,9 @@ def render(
         f"Clients: {versions}; {producers} producer process(es); broker, clients and sink share the machine.",
         "",
         "| case | produce rec/s | produce MB/s | consume rec/s | consume MB/s | raw TCP->file rec/s (MB/s) "
-        "| produce / raw | consume / raw | produce() ceiling rec/s, 1 process |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| produce / raw | consume / raw | produce() ceiling rec/s, 1 process "
+        "| broker CPU µs/record produce | consume | broker rec/s per CPU produce | consume |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, produced, consumed in rows:
         raw = raw_by_size[produced.record_bytes]
@@ -372,7 +433,9 @@ def render(
             f"| {label} | {produced.records_per_s:,.0f} | {produced.mb_per_s:,.1f} | {consumed.records_per_s:,.0f} "
             f"| {consumed.mb_per_s:,.1f} | {raw.records_per_s:,.0f} ({raw.mb_per_s:,.0f}) "
             f"| {produced.records_per_s / raw.records_per_s:.3f} | {consumed.records_per_s / raw.records_per_s:.3f} "
-            f"| {client.records_per_s:,.0f} |"
+            f"| {client.records_per_s:,.0f} "
+            f"| {produced.broker_cpu_us_per_record:.2f} | {consumed.broker_cpu_us_per_record:.2f} "
+            f"| {produced.broker_capacity_per_cpu:,.0f} | {consumed.broker_capacity_per_cpu:,.0f} |"
         )
     lines += [
         "",
