@@ -210,7 +210,7 @@ class BrokerServer:
                 await writer.wait_closed()
 
     async def _dispatch(
-        self, frame: bytes | memoryview, client_host: str, connection_id: int
+        self, frame: bytes | bytearray | memoryview, client_host: str, connection_id: int
     ) -> list[Blob] | None:
         """Handle one request frame; the response frame as buffers, or None when there is none."""
         try:

@@ -159,7 +159,7 @@ class Connection:
             outgoing += resend
         return completions, outgoing
 
-    def _complete(self, frame: bytes) -> tuple[Completion | None, bytes]:
+    def _complete(self, frame: bytes | bytearray | memoryview) -> tuple[Completion | None, bytes]:
         if len(frame) < 4:
             raise DecodeError("response shorter than its correlation id")
         correlation_id = int.from_bytes(frame[:4], "big", signed=True)

@@ -20,6 +20,9 @@ _SIZE_BYTES = _SIZE.size
 # Consumed bytes at the front of the buffer are dropped only once they are this many and at least
 # half the buffer, so a burst of small frames costs O(n) copying in total, not O(n^2).
 _COMPACT_BYTES_MIN = 64 * 1024
+# Frames at least this large that fill the buffer exactly are handed over without a copy (smaller
+# ones are cheaper to copy than to give their own buffer).
+_HAND_OVER_BYTES_MIN = 64 * 1024
 
 
 class FrameTooLargeError(DecodeError):
@@ -46,11 +49,17 @@ class FrameDecoder:
         """Bytes received but not yet returned as part of a frame."""
         return len(self._buffer) - self._start
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Adds received bytes; returns every frame body now complete (without its size prefix)."""
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray | memoryview]:
+        """Adds received bytes; returns every frame body now complete (without its size prefix).
+
+        Bodies are writable and belong to the caller (the broker rewrites base offsets in produced
+        batches in place). A frame that fills the whole buffer — the usual case for a large
+        produce request arriving over several reads — is handed over without a copy: the buffer
+        itself becomes the frame and a new one is started.
+        """
         buffer = self._buffer
         buffer += data
-        frames: list[bytes] = []
+        frames: list[bytearray | memoryview] = []
         start = self._start
         end = len(buffer)
         while end - start >= _SIZE_BYTES:
@@ -62,10 +71,16 @@ class FrameDecoder:
             if end - start - _SIZE_BYTES < size:
                 break
             body_start = start + _SIZE_BYTES
-            frames.append(bytes(buffer[body_start : body_start + size]))
+            if start == 0 and body_start + size == end and size >= _HAND_OVER_BYTES_MIN:
+                frames.append(memoryview(buffer)[body_start:])
+                self._buffer = buffer = bytearray()
+                start = end = 0
+                break
+            frames.append(buffer[body_start : body_start + size])
             start = body_start + size
         if start == end:
-            buffer.clear()
+            if end:
+                buffer.clear()
             start = 0
         elif start >= _COMPACT_BYTES_MIN and start * 2 >= end:
             del buffer[:start]

@@ -208,7 +208,9 @@ class PartitionLog:
 
     # ---- append --------------------------------------------------------------------------------
 
-    def append(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendResult:
+    def append(
+        self, records: bytearray | memoryview, headers: list[BatchHeader], now_ms: int
+    ) -> AppendResult:
         """Assign offsets to the batches in ``records`` (validated, ``headers`` parsed in order) and
         write them; see the module docs of ``producer_state`` for the idempotence checks."""
         assert headers, "append needs at least one batch"
@@ -259,7 +261,7 @@ class PartitionLog:
             log_start_offset=self._log_start_offset,
         )
 
-    def _write_batches(self, records: bytearray, batches: list[BatchInfo], now_ms: int) -> None:
+    def _write_batches(self, records: bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> None:
         """Write the batches to the active segment, rolling where a segment is full or old.
 
         One write for the whole request unless it has to be split across a roll.
@@ -568,7 +570,9 @@ def _whole_batches_length(data: bytes, limit_offset: int) -> int:
     return position
 
 
-def _stamp_log_append_time(records: bytearray, position: int, header: BatchHeader, now_ms: int) -> None:
+def _stamp_log_append_time(
+    records: bytearray | memoryview, position: int, header: BatchHeader, now_ms: int
+) -> None:
     """LogAppendTime: set the timestamp-type bit and the max timestamp, then recompute the CRC
     (the one case where the broker changes bytes the CRC covers)."""
     _ATTRIBUTES.pack_into(records, position + ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_BIT)

@@ -51,3 +51,16 @@ def test_many_small_frames_do_not_grow_the_buffer() -> None:
 
 def test_encode_frame_prefixes_size() -> None:
     assert encode_frame(b"abcdefgh") == b"\x00\x00\x00\x08abcdefgh"
+
+
+def test_a_large_frame_filling_the_buffer_is_handed_over_writable_and_the_decoder_goes_on() -> None:
+    decoder = FrameDecoder(10 * 1024 * 1024)
+    body = bytes(range(256)) * 1024  # 256 KiB
+    stream = encode_frame(body) + encode_frame(b"small frame")
+    frames = []
+    for index in range(0, len(stream) - 15, 4096):
+        frames += decoder.feed(stream[index : min(index + 4096, len(stream) - 15)])
+    assert len(frames) == 1 and bytes(frames[0]) == body
+    frame = frames[0]
+    frame[0:4] = b"\x00\x00\x00\x00"  # writable: the broker rewrites base offsets in place
+    assert decoder.feed(stream[len(stream) - 15 :]) == [b"small frame"]

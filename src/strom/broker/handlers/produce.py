@@ -35,7 +35,7 @@ VALID_ACKS = (-1, 0, 1)
 Partition = ProduceResponse.PartitionProduceResponse
 
 
-def _null_key_present(records: bytearray) -> bool:
+def _null_key_present(records: bytearray | memoryview) -> bool:
     from strom.protocol.records import iter_records
 
     return any(record.key is None for record in iter_records(bytes(records)))
@@ -52,7 +52,9 @@ async def _append(
             ErrorCode.INVALID_RECORD,
             f"produce v{context.api_version} takes record batches of magic 2, got magic {data[MAGIC_OFFSET]}",
         )
-    records = bytearray(data)
+    # The request's own buffer is writable (the frame decoder hands it over): offsets are written
+    # into it in place; anything else is copied once.
+    records = data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
     try:
         headers = validate_batches(records)
     except CorruptBatchError as error:
