@@ -210,9 +210,9 @@ Run {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}: {arguments.records:,} 
 Spark / confluent-kafka: {spark_best / confluent:.2f}; strom source / Spark's floor: {spark_best / floor_best:.2f}. Bar: >= {BAR_RECORDS_PER_S:,} records/s — {verdict}.
 
 How the source reads: one task per partition range; each task keeps the next Fetch in flight while
-it decodes the current response, and decodes record batches into Arrow columns with numpy (one
-Python step per record to hop the length varints; the other fields of a batch in a few vectorised
-operations); Spark receives `pyarrow.RecordBatch`es from `read()`, no Row objects. The floor row
+it decodes the current response, and decodes a whole response into Arrow columns with numpy
+(record boundaries found as runs of equal-size records, each run checked at once; every field
+decoded for all records in a few vectorised operations; value bytes gathered in C); Spark receives `pyarrow.RecordBatch`es from `read()`, no Row objects. The floor row
 is what Spark's Python data source path costs by itself on this machine (a source that does no
 work): the gap between it and the strom row is the source's own cost; the rest is Spark's (Arrow
 batches into JVM rows, the aggregation).

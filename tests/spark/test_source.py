@@ -200,8 +200,10 @@ def test_write_round_trip_batch(spark: Any, shared_broker: BrokerProcess) -> Non
         )
         for index in range(200)
     ]
+    # Two writing tasks: rows 0-99 and 100-199.
     frame = spark.createDataFrame(
-        rows, "key binary, value string, partition int, headers array<struct<key: string, value: binary>>"
+        spark.sparkContext.parallelize(rows, 2),
+        "key binary, value string, partition int, headers array<struct<key: string, value: binary>>",
     )
     frame.write.format("strom").option("bootstrap.servers", shared_broker.bootstrap).option(
         "topic", topic
@@ -226,12 +228,17 @@ def test_write_round_trip_batch(spark: Any, shared_broker: BrokerProcess) -> Non
         ),
         key=repr,
     ) == sorted(((key, value, partition, headers) for key, value, partition, headers in rows), key=repr)
-    # Per partition, the order written is the order read.
+    # Each task's records keep their order within a partition (two tasks wrote here, so compare
+    # against the row order of each task's slice: the value numbers rise within a task).
     for partition in (0, 1):
         in_partition = sorted(
-            (row.offset, bytes(row.value).decode()) for row in read if row.partition == partition
+            (row.offset, int(bytes(row.value).decode().split("-")[1]))
+            for row in read
+            if row.partition == partition
         )
-        assert [value for _, value in in_partition] == [row[1] for row in rows if row[2] == partition]
+        numbers = [number for _, number in in_partition]
+        halves = [[n for n in numbers if n < 100], [n for n in numbers if n >= 100]]
+        assert all(half == sorted(half) for half in halves)
 
     with pytest.raises(Exception, match="value"):
         spark.createDataFrame([("x",)], "other string").write.format("strom").option(
