@@ -64,7 +64,7 @@ def reference(fetch_offset: int, data: bytes) -> FetchedRecords:
                         header.timestamp_type,
                         record.key,
                         record.value,
-                        record.headers,
+                        tuple(record.headers),
                     )
                 )
     return FetchedRecords(fetch_offset, decoded, next_offset)
@@ -161,4 +161,36 @@ def test_unknown_magic_is_refused() -> None:
     data = bytearray(fetch_payload([([Record(0, 0, None, b"a")], CompressionType.NONE, 0, False)]))
     data[16] = 7
     with pytest.raises(CorruptBatchError, match="magic"):
+        decode_partition_records(TP, 0, bytes(data))
+
+
+@pytest.mark.parametrize("timestamp_type", [CREATE_TIME, LOG_APPEND_TIME])
+@pytest.mark.parametrize("key", [None, b"key-1"])
+@pytest.mark.parametrize("fetch_offset", [0, 100, 5_131])
+def test_runs_of_alike_records_decode_as_the_general_decoder(
+    timestamp_type: int, key: bytes | None, fetch_offset: int
+) -> None:
+    # One shape of record throughout; offset deltas cross the one-, two- and three-byte widths,
+    # timestamp deltas the one- and two-byte widths, and a record with headers breaks the run.
+    records = [Record(0, index // 70, key, bytes([index % 256]) * 100, []) for index in range(9_000)]
+    records[4_000] = Record(0, 4_000 // 70, key, b"x" * 100, [("h", b"v")])
+    data = fetch_payload([(records, CompressionType.NONE, timestamp_type, False)])
+    fetched = decode_partition_records(TP, fetch_offset, data)
+    assert fetched == reference(fetch_offset, data)
+    assert len(fetched.records) == 9_100 - max(fetch_offset, 100)
+    with_headers = [record for record in fetched.records if record.headers]
+    assert with_headers == ([] if fetch_offset > 4_100 else [fetched.records[4_100 - max(fetch_offset, 100)]])
+
+
+def test_a_corrupt_length_inside_a_run_is_refused() -> None:
+    records = [Record(0, 0, None, b"v" * 100, []) for _ in range(500)]
+    data = bytearray(fetch_payload([(records, CompressionType.NONE, CREATE_TIME, False)]))
+    # The value length (null key 0x01, then 100 as the varint c8 01) of record 300 claims one
+    # byte fewer: that record's fields end before its length says.
+    value_length_at = -1
+    for _ in range(301):
+        value_length_at = data.index(b"\x01\xc8\x01", value_length_at + 1)
+    data[value_length_at + 1] -= 2
+    rewrite_crc(data)
+    with pytest.raises(CorruptBatchError):
         decode_partition_records(TP, 0, bytes(data))

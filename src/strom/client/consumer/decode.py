@@ -11,8 +11,11 @@ message sets go through the general decoder.
 
 from __future__ import annotations
 
+import functools
 import gc
 import struct
+from collections.abc import Iterable
+from itertools import repeat
 
 from strom.base import limits
 from strom.client.cluster import TopicPartition
@@ -160,7 +163,7 @@ def _decode_legacy(
                         timestamp_type,
                         record.key,
                         record.value,
-                        record.headers,
+                        tuple(record.headers),
                     )
                 )
     return next_offset
@@ -187,8 +190,10 @@ def _decode_records(
     append = out.append
     new = tuple.__new__
     record_class = ConsumerRecord
+    index = 0
     try:
-        for _ in range(count):
+        while index < count:
+            record_start = pos
             # Varints: the one- and two-byte forms inline, longer ones by call; ``byte`` holds
             # the zigzag form u and the value is (u >> 1) ^ -(u & 1).
             byte = data[pos]
@@ -205,6 +210,7 @@ def _decode_records(
             record_end = pos + (byte >> 1)
             if byte & 1 or byte < 12 or record_end > end:  # at least 6 bytes
                 raise CorruptBatchError(f"record length {(byte >> 1) ^ -(byte & 1)} is out of bounds")
+            body_start = pos
             # attributes (unused) at pos, then timestampDelta (varlong)
             byte = data[pos + 1]
             if byte < 0x80:
@@ -217,6 +223,7 @@ def _decode_records(
                 else:
                     byte, pos = read_unsigned_varlong(data, pos + 1, record_end)
             timestamp_delta = (byte >> 1) ^ -(byte & 1)
+            offset_delta_start = pos
             # offsetDelta
             byte = data[pos]
             if byte < 0x80:
@@ -228,7 +235,9 @@ def _decode_records(
                     pos += 2
                 else:
                     byte, pos = read_unsigned_varint(data, pos, record_end)
-            offset = base_offset + ((byte >> 1) ^ -(byte & 1))
+            offset_delta = (byte >> 1) ^ -(byte & 1)
+            offset = base_offset + offset_delta
+            key_start = pos
             # key
             byte = data[pos]
             if byte < 0x80:
@@ -247,6 +256,7 @@ def _decode_records(
             else:
                 key = data[pos : pos + (byte >> 1)]
                 pos += byte >> 1
+            value_field_start = pos
             # value
             byte = data[pos]
             if byte < 0x80:
@@ -271,10 +281,11 @@ def _decode_records(
                 raise CorruptBatchError("record ends before its header count")
             if data[pos] == 0:
                 pos += 1
-                headers: list[Header] = []
+                headers: tuple[Header, ...] = ()
             else:
                 header_count, pos = read_varint(data, pos, record_end)
-                headers, pos = decode_record_headers(data, pos, record_end, header_count)
+                header_list, pos = decode_record_headers(data, pos, record_end, header_count)
+                headers = tuple(header_list)
             if pos != record_end:
                 raise CorruptBatchError("record length does not match its fields")
             if offset >= fetch_offset:
@@ -293,7 +304,232 @@ def _decode_records(
                         ),
                     )
                 )
+            index += 1
+            # A record with no headers is the template for a run of records laid out like it.
+            if (
+                not headers
+                and count - index >= _RUN_RECORDS_MIN
+                and data[pos : pos + body_start - record_start] == data[record_start:body_start]
+            ):
+                taken = _decode_runs(
+                    data,
+                    pos,
+                    end,
+                    count - index,
+                    record_start,
+                    body_start,
+                    offset_delta_start,
+                    key_start,
+                    value_field_start,
+                    offset_delta,
+                    topic,
+                    partition,
+                    base_offset,
+                    fetch_offset,
+                    base_timestamp,
+                    fixed_timestamp,
+                    timestamp_type,
+                    out,
+                )
+                index += taken
+                pos += taken * (pos - record_start)
     except IndexError:
         raise CorruptBatchError("record runs off the end of the batch") from None
     if pos != end:
         raise CorruptBatchError(f"{end - pos} bytes left over after the batch's last record")
+
+
+# -- runs of records laid out alike ---------------------------------------------------------------
+#
+# A producer's batch is mostly records of one shape: same key and value lengths, no headers,
+# consecutive offset deltas, timestamp deltas of one width. Such a run is checked a column at a time
+# (the bytes at one place in every record are one strided slice, compared at C speed) and then
+# unpacked by one ``struct`` format repeated once per record, so that the only per-record Python
+# work left is building the record. A run is accepted only if every record in it decodes exactly
+# as the record-by-record path would decode it; anything else falls back there.
+
+# Shortest run worth the column checks, and the longest checked at once (a run that fails its
+# checks costs at most its own length in wasted work, and runs double from the shortest). Runs
+# are powers of two so that few unpacking formats are compiled per record layout.
+_RUN_RECORDS_MIN = 16
+_RUN_RECORDS_MAX = 4096
+
+# Offset deltas a run may reach per varint width (the expected-byte tables stop at 65,536).
+_OFFSET_DELTA_TABLE_SIZE = 1 << 16
+_OFFSET_DELTA_LIMITS = (0, 64, 8192, _OFFSET_DELTA_TABLE_SIZE)
+
+
+def _repeat_each(values: range, times: int, continued: bool) -> bytes:
+    flag = 0x80 if continued else 0
+    return b"".join(bytes((value | flag,)) * times for value in values)
+
+
+# _OFFSET_DELTA_BYTES[width][j][delta] is byte j of the varint of zigzag(delta) in ``width`` bytes
+# (zigzag of a delta d >= 0 is 2d: byte 0 cycles every 64 deltas, byte 1 steps every 64, byte 2
+# every 8,192).
+_OFFSET_DELTA_BYTES: tuple[tuple[bytes, ...], ...] = (
+    (),
+    (bytes(range(0, 0x80, 2)),),
+    (bytes(range(0x80, 0x100, 2)) * 128, _repeat_each(range(128), 64, continued=False)),
+    (
+        bytes(range(0x80, 0x100, 2)) * 1024,
+        _repeat_each(range(128), 64, continued=True) * 8,
+        _repeat_each(range(8), 8192, continued=False),
+    ),
+)
+
+_BYTE_STRINGS: tuple[bytes, ...] = tuple(bytes((byte,)) for byte in range(256))
+# A one-byte timestamp delta (below 0x80) by its byte.
+_ONE_BYTE_ZIGZAG: tuple[int, ...] = tuple((unsigned >> 1) ^ -(unsigned & 1) for unsigned in range(0x80))
+
+
+@functools.cache
+def _two_byte_zigzag() -> tuple[int, ...]:
+    """A two-byte timestamp delta by its bytes read as a little-endian uint16 (the first byte has
+    its continuation bit set, the second does not); built on first use."""
+    table = [0] * 0x8000
+    for low in range(0x80, 0x100):
+        for high in range(0x80):
+            unsigned = (low & 0x7F) | (high << 7)
+            table[low | (high << 8)] = (unsigned >> 1) ^ -(unsigned & 1)
+    return tuple(table)
+
+
+@functools.lru_cache(maxsize=64)
+def _run_format(record_format: str, run: int) -> struct.Struct:
+    return struct.Struct("<" + record_format * run)
+
+
+def _read_length(data: bytes, pos: int) -> tuple[int, int]:
+    """A key or value length of the template record (already validated by the record path)."""
+    unsigned, pos = read_unsigned_varint(data, pos, len(data))
+    return (unsigned >> 1) ^ -(unsigned & 1), pos
+
+
+def _decode_runs(
+    data: bytes,
+    start: int,
+    end: int,
+    remaining: int,
+    record_start: int,
+    body_start: int,
+    offset_delta_start: int,
+    key_start: int,
+    value_field_start: int,
+    template_offset_delta: int,
+    topic: str,
+    partition: int,
+    base_offset: int,
+    fetch_offset: int,
+    base_timestamp: int,
+    fixed_timestamp: int | None,
+    timestamp_type: int,
+    out: list[ConsumerRecord],
+) -> int:
+    """Decode the records from ``start`` that are laid out like the template record at
+    ``data[record_start:start]`` (no headers) in runs; returns how many were decoded (0 if the
+    next ones differ)."""
+    record_bytes = start - record_start
+    timestamp_width = offset_delta_start - body_start - 1
+    offset_delta_width = key_start - offset_delta_start
+    if timestamp_width > 2 or offset_delta_width > 3:
+        return 0
+    key_length, key_data_start = _read_length(data, key_start)
+    value_length, value_data_start = _read_length(data, value_field_start)
+    # Bytes equal in every record of a run: the length prefix, the key and value lengths, the
+    # header count (zero). Relative to the record's start.
+    same_bytes = [
+        *range(0, body_start - record_start),
+        *range(key_start - record_start, key_data_start - record_start),
+        *range(value_field_start - record_start, value_data_start - record_start),
+        record_bytes - 1,
+    ]
+    same_columns = [(relative, _BYTE_STRINGS[data[record_start + relative]]) for relative in same_bytes]
+    timestamp_relative = body_start + 1 - record_start
+    offset_delta_relative = offset_delta_start - record_start
+    offset_delta_bytes = _OFFSET_DELTA_BYTES[offset_delta_width]
+    delta_limit = _OFFSET_DELTA_LIMITS[offset_delta_width]
+    # One record's unpacking format: the timestamp delta's bytes (as a uint8 or a little-endian
+    # uint16), the key and the value; everything else skipped. Fields per record and their order.
+    pieces = [f"{timestamp_relative}x", "B" if timestamp_width == 1 else "H"]
+    cursor = timestamp_relative + timestamp_width
+    fields = 1
+    key_field = value_field = -1
+    if key_length >= 0:
+        pieces += [f"{key_data_start - record_start - cursor}x", f"{key_length}s"]
+        cursor = key_data_start - record_start + key_length
+        key_field, fields = fields, fields + 1
+    if value_length >= 0:
+        pieces += [f"{value_data_start - record_start - cursor}x", f"{value_length}s"]
+        cursor = value_data_start - record_start + value_length
+        value_field, fields = fields, fields + 1
+    pieces.append(f"{record_bytes - cursor}x")
+    record_format = "".join(pieces)
+    if fixed_timestamp is None:
+        timestamp_table = _ONE_BYTE_ZIGZAG if timestamp_width == 1 else _two_byte_zigzag()
+        add_base_timestamp = base_timestamp.__add__
+    new = tuple.__new__
+    record_class = ConsumerRecord
+    taken = 0
+    delta = template_offset_delta + 1
+    probe = _RUN_RECORDS_MIN
+    while True:
+        run = min(probe, remaining - taken, (end - start) // record_bytes, delta_limit - delta)
+        if run < _RUN_RECORDS_MIN or delta < 0:
+            break
+        run = 1 << (run.bit_length() - 1)
+        stop = start + run * record_bytes
+        if not all(
+            data[start + relative : stop : record_bytes] == expected * run
+            for relative, expected in same_columns
+        ):
+            break
+        if not all(
+            data[start + offset_delta_relative + byte_index : stop : record_bytes]
+            == offset_delta_bytes[byte_index][delta : delta + run]
+            for byte_index in range(offset_delta_width)
+        ):
+            break
+        first_timestamp_bytes = data[start + timestamp_relative : stop : record_bytes]
+        if timestamp_width == 1:
+            if max(first_timestamp_bytes) >= 0x80:
+                break
+        elif (
+            min(first_timestamp_bytes) < 0x80
+            or max(data[start + timestamp_relative + 1 : stop : record_bytes]) >= 0x80
+        ):
+            break
+        # Every record of the run is valid: build those at or after the fetch offset.
+        first_offset = base_offset + delta
+        skipped = min(max(fetch_offset - first_offset, 0), run)
+        if skipped < run:
+            unpacked = _run_format(record_format, run).unpack_from(data, start)
+            first_field = skipped * fields
+            timestamps: Iterable[int]
+            if fixed_timestamp is not None:
+                timestamps = repeat(fixed_timestamp)
+            else:
+                timestamps = map(
+                    add_base_timestamp, map(timestamp_table.__getitem__, unpacked[first_field::fields])
+                )
+            out.extend(
+                map(
+                    new,
+                    repeat(record_class),
+                    zip(
+                        repeat(topic),
+                        repeat(partition),
+                        range(first_offset + skipped, first_offset + run),
+                        timestamps,
+                        repeat(timestamp_type),
+                        repeat(None) if key_field < 0 else unpacked[first_field + key_field :: fields],
+                        repeat(None) if value_field < 0 else unpacked[first_field + value_field :: fields],
+                        repeat(()),
+                    ),
+                )
+            )
+        taken += run
+        start = stop
+        delta += run
+        probe = min(probe * 2, _RUN_RECORDS_MAX)
+    return taken

@@ -21,6 +21,9 @@ Header = tuple[str, bytes | None]
 
 
 class ConsumerRecord(NamedTuple):
+    """One record as ``poll()`` returns it. ``headers`` is a tuple (the shared empty tuple for a
+    record without headers, so that most records cost no container of their own)."""
+
     topic: str
     partition: int
     offset: int
@@ -28,7 +31,7 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int
     key: bytes | None
     value: bytes | None
-    headers: list[Header]
+    headers: tuple[Header, ...]
 
 
 @dataclass(slots=True)
