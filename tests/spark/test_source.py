@@ -265,3 +265,96 @@ def test_group_id_commits_the_consumed_offsets(
     finally:
         reader.close()
     assert {tp.partition: tp.offset for tp in committed} == ends
+
+
+def test_pattern_stream_picks_up_new_partitions_and_topics_from_their_beginning(
+    spark: Any, shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    create_topic(shared_broker.bootstrap, "grow-a", 1)
+    first = produce(shared_broker.bootstrap, "grow-a", [b"a%d" % index for index in range(10)])
+    output = tmp_path / "out"
+    frame = (
+        spark.readStream.format("strom")
+        .option("bootstrap.servers", shared_broker.bootstrap)
+        .option("subscribePattern", "grow-.*")
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("topic", "partition", "offset")
+    )
+
+    def run() -> list[tuple[str, int, int]]:
+        query = (
+            frame.writeStream.format("parquet")
+            .option("path", str(output))
+            .option("checkpointLocation", str(output / "_checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        rows = spark.read.parquet(str(output)).collect()
+        return sorted((row.topic, row.partition, row.offset) for row in rows)
+
+    assert run() == sorted((r.topic, r.partition, r.offset) for r in first)
+    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
+        admin.create_partitions({"grow-a": 2})
+    create_topic(shared_broker.bootstrap, "grow-b", 1)
+    later = produce(shared_broker.bootstrap, "grow-a", [b"n%d" % index for index in range(6)], partition=1)
+    later += produce(shared_broker.bootstrap, "grow-b", [b"b%d" % index for index in range(4)])
+    assert run() == sorted((r.topic, r.partition, r.offset) for r in first + later)
+
+
+def test_timestamps_choose_the_range(spark: Any, shared_broker: BrokerProcess) -> None:
+    topic = "timed"
+    create_topic(shared_broker.bootstrap, topic, 1)
+    from strom.client.producer import Producer
+
+    with Producer({"bootstrap.servers": shared_broker.bootstrap}) as producer:
+        for index in range(20):
+            producer.send(topic, value=b"t%d" % index, partition=0, timestamp=1_000_000 + 1000 * index)
+        producer.flush()
+
+    def offsets(**options: str) -> list[int]:
+        reader = spark.read.format("strom").option("bootstrap.servers", shared_broker.bootstrap)
+        reader = reader.option("subscribe", topic)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return sorted(row.offset for row in reader.load().select("offset").collect())
+
+    assert offsets(startingTimestamp="1005000", endingTimestamp="1008000") == [5, 6, 7]
+    assert offsets(startingOffsetsByTimestamp=json.dumps({topic: {"0": 1017500}})) == [18, 19]
+    assert offsets(startingTimestamp="2000000") == []
+
+
+def test_stream_to_stream_write(spark: Any, shared_broker: BrokerProcess, tmp_path: Path) -> None:
+    source, target = "copy-from", "copy-to"
+    create_topic(shared_broker.bootstrap, source, 2)
+    create_topic(shared_broker.bootstrap, target, 1)
+    produced = produce(
+        shared_broker.bootstrap, source, [b"c%d" % index for index in range(50)], keys=[b"k"] * 50
+    )
+    query = (
+        _stream(spark, shared_broker, source, maxOffsetsPerTrigger="20")
+        .selectExpr(
+            "key", "value", "array(named_struct('key', 'from', 'value', CAST(topic AS BINARY))) AS headers"
+        )
+        .writeStream.format("strom")
+        .option("bootstrap.servers", shared_broker.bootstrap)
+        .option("topic", target)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    copied = (
+        spark.read.format("strom")
+        .option("bootstrap.servers", shared_broker.bootstrap)
+        .option("subscribe", target)
+        .option("includeHeaders", "true")
+        .load()
+        .collect()
+    )
+    assert sorted(bytes(row.value) for row in copied) == sorted(record.value or b"" for record in produced)
+    assert {bytes(row.key) for row in copied} == {b"k"}
+    assert all(
+        [(h.key, bytes(h.value)) for h in row.headers] == [("from", source.encode())] for row in copied
+    )
