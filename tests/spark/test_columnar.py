@@ -28,9 +28,9 @@ rows_strategy = st.lists(
 
 
 def _batch(
-    rows: list[Row], base_offset: int, compression: int = CompressionType.NONE, **options: int
+    rows: list[Row], base_offset: int, compression: int = CompressionType.NONE, timestamp_type: int = 0
 ) -> bytes:
-    builder = BatchBuilder(compression=compression, base_offset=base_offset, **options)
+    builder = BatchBuilder(compression=compression, base_offset=base_offset, timestamp_type=timestamp_type)
     for timestamp, key, value, headers in rows:
         builder.append(timestamp, key, value, headers)
     return builder.build()
@@ -114,3 +114,26 @@ def test_corrupt_batch_is_refused_by_the_fallback() -> None:
     buffer[-1] ^= 0xFF
     with pytest.raises(CorruptBatchError):
         chunk_to_arrow(FetchedChunk(0, 0, bytes(buffer), -1, -1), "t", 0, 0, 10, False)
+
+
+@pytest.mark.parametrize("varied", [False, True])
+def test_large_batches_with_runs_of_equal_size_records(varied: bool) -> None:
+    """Offset deltas grow a byte at 64 and 8192 and values change size in runs (or every record):
+    the run finder must land on exactly the records the protocol decoder finds."""
+    import random
+
+    generator = random.Random(5)
+    rows: list[Row] = []
+    for index in range(10_000):
+        size = generator.randrange(0, 300) if varied else 100 + (index // 700) % 3
+        key = None if index % 3000 < 1500 else b"key-%d" % (index % 10)
+        rows.append((5_000 + index * (index % 7), key, bytes([index % 256]) * size, []))
+    buffer = _batch(rows, 0) + _batch(rows[:100], 10_000)
+    assert _read(buffer, 0, 20_000, False) == [
+        (offset, timestamp, key, value, None)
+        for offset, timestamp, key, value, _ in _expected(buffer, 0, 20_000)
+    ]
+    header = parse_batch_header(buffer)
+    columns = decode_batch_columns(buffer, 0, header, want_headers=False, decompressed_bytes_max=1 << 26)
+    assert columns is not None, "the columnar path declined a plain batch"
+    assert columns.offsets.tolist() == list(range(10_000))
