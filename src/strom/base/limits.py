@@ -50,3 +50,9 @@ member_protocols_max = 64
 # bound only stops a pathological group from keeping the leader busy (it then still assigns safely:
 # nothing is handed out while another member holds it).
 cooperative_target_rounds_max = 8
+
+# Fetched bytes a consumer holds for the application across all its partitions (it also holds at
+# most max.partition.fetch.bytes more per partition than one fetch, and fetch.max.bytes if lower
+# bounds this): fetching ahead overlaps the broker's work with the application's, but decoded
+# records take about three times their fetched size in memory.
+consumer_buffered_bytes_max = 256 * 1024 * 1024

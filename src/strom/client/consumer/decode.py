@@ -68,7 +68,7 @@ def decode_partition_records(
     finally:
         if collector_was_enabled:
             gc.enable()
-    return FetchedRecords(fetch_offset, decoded, next_offset)
+    return FetchedRecords(fetch_offset, decoded, next_offset, size_bytes=len(records))
 
 
 def _decode_payload(

@@ -1,5 +1,7 @@
 """Background fetching on the loop thread: one Fetch in flight per broker, records decoded there
-and buffered in the ``SubscriptionState`` for ``poll()`` to take."""
+and buffered in the ``SubscriptionState`` for ``poll()`` to take. Fetches continue while the
+application has not yet taken what is buffered, up to a bound on the buffered bytes, so the broker
+reads the next records while the application works through the last ones."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 
+from strom.base import limits
 from strom.client.cluster import TopicPartition
 from strom.client.config import ConsumerConfig
 from strom.client.consumer.decode import decode_partition_records
@@ -93,7 +96,12 @@ class Fetcher:
         transport = self.transport
         if transport.metadata.stale(transport.clock.monotonic_ms()):
             await transport.refresh_wanted()
-        fetchable = self.subscriptions.fetchable()
+        # Fetch ahead while the application takes what is buffered: a fetch is sent for a partition
+        # as long as less than one fetch's worth of its records waits in the buffer.
+        fetchable = self.subscriptions.fetchable(
+            partition_buffer_bytes_max=self.config.max_partition_fetch_bytes,
+            total_buffer_bytes_max=min(self.config.fetch_max_bytes, limits.consumer_buffered_bytes_max),
+        )
         by_leader: dict[int, dict[TopicPartition, int]] = {}
         for tp, position in fetchable.items():
             transport.metadata.wanted_topics.add(tp.topic)

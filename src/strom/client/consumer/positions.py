@@ -4,10 +4,16 @@ Shared by the application thread (poll, seek, pause) and the loop thread (fetchi
 method takes the one lock. A partition without a position waits for a reset (``auto.offset.reset``
 or a seek to the beginning/end) before it is fetched. Fetched records are buffered per partition
 together with the offset they were fetched at; a seek makes them stale and they are dropped.
+
+Two offsets per partition: the position (the next record ``poll()`` returns) and the fetch position
+(where the next fetch starts: after everything buffered). The fetcher keeps fetching ahead while
+the application works through the buffer, up to a bound on the buffered bytes, so that fetching
+and consuming overlap.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,6 +51,8 @@ class FetchedRecords:
     records: list[ConsumerRecord]
     next_offset: int
     consumed: int = 0
+    # The fetched bytes these records came from: what the prefetch bound counts.
+    size_bytes: int = field(default=0, compare=False)
 
 
 @dataclass(slots=True)
@@ -55,8 +63,23 @@ class _PartitionState:
     paused: bool = False
     # A group assignment: the committed offset is being fetched, so no reset may run yet.
     awaiting_committed: bool = False
-    buffered: FetchedRecords | None = None
+    # Fetches not yet wholly taken by poll(), oldest first, and their size_bytes summed.
+    buffered: collections.deque[FetchedRecords] = field(default_factory=collections.deque)
+    buffered_bytes: int = 0
+    # Where the next fetch starts: the position, or after the last buffered fetch.
+    fetch_position: int | None = None
+    # The broker answered OFFSET_OUT_OF_RANGE at the fetch position while records before it were
+    # still buffered: no fetch until they are taken (then the fetch at the position decides).
+    out_of_range_ahead: bool = False
     high_watermark: int = -1
+
+    def set_position(self, position: int | None) -> None:
+        """Move to ``position``, dropping whatever was buffered."""
+        self.position = position
+        self.fetch_position = position
+        self.buffered.clear()
+        self.buffered_bytes = 0
+        self.out_of_range_ahead = False
 
 
 @dataclass
@@ -102,7 +125,7 @@ class SubscriptionState:
                     continue
                 state.awaiting_committed = False
                 if offset is not None:
-                    state.position = offset
+                    state.set_position(offset)
             self.lock.notify_all()
 
     def positions(self) -> dict[TopicPartition, int]:
@@ -131,19 +154,17 @@ class SubscriptionState:
     def seek(self, topic_partition: TopicPartition, offset: int) -> None:
         with self.lock:
             state = self._state(topic_partition)
-            state.position = offset
+            state.set_position(offset)
             state.reset_to = None
             state.awaiting_committed = False
-            state.buffered = None
 
     def request_reset(self, topic_partitions: Iterable[TopicPartition], reset_to: str) -> None:
         with self.lock:
             for topic_partition in topic_partitions:
                 state = self._state(topic_partition)
-                state.position = None
+                state.set_position(None)
                 state.reset_to = reset_to
                 state.awaiting_committed = False
-                state.buffered = None
 
     def needing_reset(self) -> dict[TopicPartition, str]:
         """Partitions without a position and the strategy to find one."""
@@ -163,18 +184,22 @@ class SubscriptionState:
                 and state.position is None
                 and (state.reset_to or self.default_reset) == reset_to
             ):
-                state.position = offset
+                state.set_position(offset)
                 state.reset_to = None
                 self.lock.notify_all()
 
     def out_of_range(self, topic_partition: TopicPartition, fetch_offset: int) -> None:
-        """The broker has no records at ``fetch_offset``: reset by the default policy."""
+        """The broker has no records at ``fetch_offset``: reset by the default policy (once the
+        records buffered before it are taken)."""
         with self.lock:
             state = self._partitions.get(topic_partition)
-            if state is not None and state.position == fetch_offset:
-                state.position = None
-                state.reset_to = None
-                state.buffered = None
+            if state is None or state.fetch_position != fetch_offset:
+                return  # a stale fetch: a seek or a reset came in meanwhile
+            if state.buffered:
+                state.out_of_range_ahead = True
+                return
+            state.set_position(None)
+            state.reset_to = None
 
     # -- pause ---------------------------------------------------------------------------------
 
@@ -195,31 +220,54 @@ class SubscriptionState:
 
     # -- fetching (loop thread) ----------------------------------------------------------------
 
-    def fetchable(self) -> dict[TopicPartition, int]:
-        """Partitions to fetch now, at their positions: assigned, positioned, not paused, and
-        with nothing buffered (one fetch's worth of records per partition is held at most)."""
+    def fetchable(
+        self, partition_buffer_bytes_max: int = 0, total_buffer_bytes_max: int = 0
+    ) -> dict[TopicPartition, int]:
+        """Partitions to fetch now, at their fetch positions: assigned, positioned, not paused, and
+        with fewer than ``partition_buffer_bytes_max`` bytes buffered (or nothing), while all
+        partitions together hold fewer than ``total_buffer_bytes_max`` (or nothing). The defaults
+        fetch only partitions with nothing buffered."""
         with self.lock:
-            return {
-                tp: state.position
-                for tp, state in self._partitions.items()
-                if state.position is not None and not state.paused and state.buffered is None
-            }
+            states = self._partitions
+            if sum(state.buffered_bytes for state in states.values()) >= total_buffer_bytes_max:
+                partition_buffer_bytes_max = 0
+            wanted: dict[TopicPartition, int] = {}
+            for tp, state in states.items():
+                fetch_position = state.fetch_position
+                if fetch_position is None or state.paused:
+                    continue
+                if state.buffered:
+                    if state.out_of_range_ahead or state.buffered_bytes >= partition_buffer_bytes_max:
+                        continue
+                else:
+                    state.out_of_range_ahead = False
+                wanted[tp] = fetch_position
+            return wanted
 
     def add_fetched(
         self, topic_partition: TopicPartition, fetched: FetchedRecords, high_watermark: int
     ) -> None:
-        """Buffer a fetch's records if the partition is still at the offset they were fetched at."""
+        """Buffer a fetch's records if the partition's fetch position is still the offset they
+        were fetched at."""
         with self.lock:
             state = self._partitions.get(topic_partition)
-            if state is None or state.position != fetched.fetch_offset:
+            if state is None or state.fetch_position != fetched.fetch_offset:
                 return
             state.high_watermark = high_watermark
             if not fetched.records:
                 # Only filtered records (control batches): move past them without a poll.
                 if fetched.next_offset > fetched.fetch_offset:
-                    state.position = fetched.next_offset
+                    state.fetch_position = fetched.next_offset
+                    if state.buffered:
+                        # Kept (empty) so that the position passes them once what precedes is taken.
+                        state.buffered.append(fetched)
+                    else:
+                        state.position = fetched.next_offset
                 return
-            state.buffered = fetched
+            last_offset = fetched.records[-1].offset
+            state.fetch_position = max(fetched.next_offset, last_offset + 1)
+            state.buffered.append(fetched)
+            state.buffered_bytes += fetched.size_bytes
             self.lock.notify_all()
 
     # -- polling (application thread) ----------------------------------------------------------
@@ -229,23 +277,29 @@ class SubscriptionState:
         taken: list[ConsumerRecord] = []
         with self.lock:
             for state in self._partitions.values():
-                if len(taken) >= max_records:
-                    break
-                fetched = state.buffered
-                if fetched is None or state.paused:
+                buffered = state.buffered
+                if not buffered or state.paused:
                     continue
-                start = fetched.consumed
-                end = min(len(fetched.records), start + max_records - len(taken))
-                chunk = fetched.records[start:end]
-                taken.extend(chunk)
-                fetched.consumed = end
-                if end >= len(fetched.records):
-                    state.position = max(fetched.next_offset, chunk[-1].offset + 1 if chunk else 0)
-                    state.buffered = None
-                elif chunk:
-                    state.position = chunk[-1].offset + 1
+                while buffered:
+                    room = max_records - len(taken)
+                    if room <= 0:
+                        return taken
+                    fetched = buffered[0]
+                    records = fetched.records
+                    start = fetched.consumed
+                    end = min(len(records), start + room)
+                    if end > start:
+                        taken.extend(records[start:end] if start or end < len(records) else records)
+                        state.position = records[end - 1].offset + 1
+                    fetched.consumed = end
+                    if end < len(records):
+                        return taken
+                    # A whole fetch taken: the position moves past what it filtered out too.
+                    state.position = max(fetched.next_offset, state.position or 0)
+                    buffered.popleft()
+                    state.buffered_bytes -= fetched.size_bytes
         return taken
 
     def has_buffered(self) -> bool:
         with self.lock:
-            return any(state.buffered is not None and not state.paused for state in self._partitions.values())
+            return any(state.buffered and not state.paused for state in self._partitions.values())
