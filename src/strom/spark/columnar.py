@@ -26,6 +26,10 @@ Int64Array = npt.NDArray[np.int64]
 # below which guessing is abandoned for the per-record hop (records of varied sizes).
 RUN_WINDOW_RECORDS = 4096
 RUN_RECORDS_MIN = 16
+# Binary-view layout: values up to 12 bytes are stored inside the 16-byte view itself.
+_VIEW_INLINE_BYTES_MAX = 12
+_PREFIX_STEPS = np.arange(4)
+_INLINE_STEPS = np.arange(_VIEW_INLINE_BYTES_MAX)
 # A varlong takes at most 10 bytes.
 _VARINT_BYTES_MAX = 10
 
@@ -142,26 +146,34 @@ def _zigzag_varints(buffer: npt.NDArray[np.uint8], positions: Int64Array) -> tup
 
 
 def _binary_column(buffer: npt.NDArray[np.uint8], starts: Int64Array, lengths: Int64Array) -> pa.Array:
-    """An Arrow binary array of the byte ranges (length -1: null), gathered in C: the ranges are
-    marked +1 at each start and -1 at each end, and the running sum selects their bytes."""
+    """An Arrow binary array of the byte ranges (length -1: null). Built as a binary-view array
+    over ``buffer`` (16 bytes per value: its length and a 4-byte prefix plus buffer offset, or the
+    whole value when it is at most 12 bytes), then cast to plain binary, which copies the bytes
+    in C: no Python object per value."""
     count = len(lengths)
     present = lengths >= 0
+    if not present.any():
+        return pa.nulls(count, pa.binary())
     sizes = np.where(present, lengths, 0)
-    offsets = np.zeros(count + 1, np.int32)
-    np.cumsum(sizes, out=offsets[1:])
+    views = np.zeros((count, 4), np.int32)
+    views[:, 0] = sizes
+    view_bytes = views.view(np.uint8).reshape(count, 16)
+    long_values = sizes > _VIEW_INLINE_BYTES_MAX
+    if long_values.any():
+        long_starts = starts[long_values]
+        view_bytes[long_values, 4:8] = buffer[long_starts[:, None] + _PREFIX_STEPS]
+        views[long_values, 3] = long_starts
+    short_values = ~long_values & (sizes > 0)
+    if short_values.any():
+        short_starts = starts[short_values]
+        positions = np.minimum(short_starts[:, None] + _INLINE_STEPS, len(buffer) - 1)
+        inside = sizes[short_values][:, None] > _INLINE_STEPS
+        view_bytes[short_values, 4:16] = np.where(inside, buffer[positions], 0)
     validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
-    nonempty = sizes > 0
-    if not nonempty.any():
-        values = np.zeros(0, np.uint8)
-    else:
-        range_starts = starts[nonempty]
-        range_ends = range_starts + sizes[nonempty]
-        low, high = int(range_starts[0]), int(range_ends[-1])
-        marks = np.zeros(high - low + 1, np.int8)
-        marks[range_starts - low] = 1
-        marks[range_ends - low] = -1  # ends never coincide with starts: other fields lie between
-        values = buffer[low:high][np.cumsum(marks[:-1], dtype=np.int8) > 0]
-    return pa.Array.from_buffers(pa.binary(), count, [validity, pa.py_buffer(offsets), pa.py_buffer(values)])
+    as_views = pa.Array.from_buffers(
+        pa.binary_view(), count, [validity, pa.py_buffer(views), pa.py_buffer(buffer)]
+    )
+    return as_views.cast(pa.binary())
 
 
 def decode_batch_columns(
