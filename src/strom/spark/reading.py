@@ -1,5 +1,5 @@
-"""Reading one offset range on an executor: the strom Consumer, assigned by hand, turned into
-Arrow record batches (column lists built by transposing the polled records, no Row per record).
+"""Reading one offset range on an executor: pipelined Fetch requests (``fetching``) decoded into
+Arrow record batches (``columnar``), one batch per Fetch response, no Row per record.
 
 Data loss is checked where it can be seen: the range starts below the partition's log start
 offset (retention, DeleteRecords), or the broker answers OFFSET_OUT_OF_RANGE while the range is
@@ -12,37 +12,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pyarrow as pa
 
-from strom.client.consumer import ConsumerRecord
 from strom.protocol.errors import ErrorCode
 from strom.spark.fetching import PartitionFetcher, chunk_to_arrow
 from strom.spark.options import OffsetRange
 from strom.spark.planning import consumer_config
 
-__all__ = ["ARROW_SCHEMA", "SPARK_SCHEMA_DDL", "DataLossError", "read_range", "records_to_arrow"]
+__all__ = ["SPARK_HEADERS_DDL", "SPARK_SCHEMA_DDL", "DataLossError", "read_range"]
 
 log = logging.getLogger(__name__)
 
 # The read schema of Spark's Kafka source (headers only with includeHeaders=true).
 SPARK_SCHEMA_DDL = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 SPARK_HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
-
-_HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-)
-ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", _HEADER_TYPE))
 
 # Bytes per Fetch (and so per Arrow batch handed to Spark): large enough that per-request and
 # per-batch costs vanish, small enough that a worker holds a few MB at a time (two in flight).
@@ -52,36 +36,6 @@ FETCH_PARTITION_BYTES = 4 * 1024 * 1024
 class DataLossError(RuntimeError):
     """Offsets a query was to read no longer exist (deleted by retention, DeleteRecords or compaction
     of the whole range). Set ``failOnDataLoss`` to false to skip them instead."""
-
-
-def records_to_arrow(records: list[ConsumerRecord], include_headers: bool) -> pa.RecordBatch:
-    """One Arrow batch from polled records of one partition."""
-    count = len(records)
-    topics, partitions, offsets, timestamps, timestamp_types, keys, values, headers = zip(
-        *records, strict=True
-    )
-    columns: list[Any] = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.array([topics[0]] * count, pa.string()),
-        pa.array([partitions[0]] * count, pa.int32()),
-        pa.array(offsets, pa.int64()),
-        pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(timestamp_types, pa.int32()),
-    ]
-    schema = ARROW_SCHEMA
-    if include_headers:
-        columns.append(
-            pa.array(
-                [
-                    [{"key": key, "value": value} for key, value in record_headers]
-                    for record_headers in headers
-                ],
-                _HEADER_TYPE,
-            )
-        )
-        schema = ARROW_SCHEMA_WITH_HEADERS
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _lost(offset_range: OffsetRange, expected: int, log_start: int, fail_on_data_loss: bool) -> None:
