@@ -183,3 +183,18 @@ def test_out_of_range_ahead_of_buffered_records_resets_only_once_they_are_taken(
         assert subscriptions.needing_reset() == {TP0: "earliest"}
 
     asyncio.run(scenario())
+
+
+def test_partitions_take_turns_so_one_refilled_partition_cannot_starve_another() -> None:
+    async def scenario() -> None:
+        fetcher, _transport, subscriptions = make_fetcher([TP0, TP1])
+        await fetch_rounds(fetcher, 2)
+        partitions = []
+        for _ in range(4):
+            taken = subscriptions.take(5)
+            assert len(taken) == 5
+            partitions.append({record.partition for record in taken})
+            await fetch_rounds(fetcher, 1)  # TP0 and TP1 refilled as soon as there is room
+        assert partitions == [{0}, {1}, {0}, {1}]
+
+    asyncio.run(scenario())

@@ -87,6 +87,8 @@ class SubscriptionState:
     default_reset: str
     lock: threading.Condition = field(default_factory=threading.Condition)
     _partitions: dict[TopicPartition, _PartitionState] = field(default_factory=dict)
+    # Where the next take() starts among the partitions (they take turns).
+    _take_cursor: int = 0
 
     # -- assignment ----------------------------------------------------------------------------
 
@@ -273,13 +275,21 @@ class SubscriptionState:
     # -- polling (application thread) ----------------------------------------------------------
 
     def take(self, max_records: int) -> list[ConsumerRecord]:
-        """Up to ``max_records`` buffered records, advancing positions past them."""
+        """Up to ``max_records`` buffered records, advancing positions past them. Partitions take
+        turns: each call starts after the partition the previous one took from last, so a
+        partition that is always refilled by fetching ahead cannot starve the others."""
         taken: list[ConsumerRecord] = []
         with self.lock:
-            for state in self._partitions.values():
+            states = list(self._partitions.values())
+            if not states:
+                return taken
+            first = self._take_cursor % len(states)
+            for index in range(first, first + len(states)):
+                state = states[index % len(states)]
                 buffered = state.buffered
                 if not buffered or state.paused:
                     continue
+                self._take_cursor = index + 1
                 while buffered:
                     room = max_records - len(taken)
                     if room <= 0:
