@@ -37,7 +37,6 @@ import datetime
 import itertools
 import os
 import platform
-import signal
 import socket
 import statistics
 import struct
@@ -56,6 +55,7 @@ import confluent_kafka
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported untyped
 
+from benchmarks.harness import Broker, cpu_seconds
 from benchmarks.report import replace_section
 from strom.assignors import Assignment, Subscription, encode_assignment, encode_subscription
 from strom.protocol.errors import ErrorCode
@@ -69,7 +69,6 @@ MEMBER_COUNTS = (10, 50, 100)
 HEARTBEAT_INTERVAL_MS = 100
 SESSION_TIMEOUT_MS = 30_000
 POLL_TIMEOUT_S = 0.2
-BROKER_START_TIMEOUT_S = 30.0
 STABLE_TIMEOUT_S = 120.0
 STABLE_HOLD_S = 1.0
 THREAD_JOIN_TIMEOUT_S = 60.0
@@ -99,52 +98,6 @@ Partition = tuple[str, int]
 
 
 # -- broker -----------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Broker:
-    """A ``strom broker`` subprocess with the group settings this benchmark needs."""
-
-    def __init__(self, work_dir: Path) -> None:
-        self.port = free_port()
-        self.log_path = work_dir / "broker.log"
-        command = [sys.executable, "-m", "strom.cli.main", "broker", "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
-        command += [
-            "--set",
-            "group.initial.rebalance.delay.ms=0",
-            "--set",
-            "group.min.session.timeout.ms=1000",
-        ]
-        with self.log_path.open("wb") as log_file:
-            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + BROKER_START_TIMEOUT_S
-        while True:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("broker did not start:\n" + self.log_path.read_text())
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(30)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -535,12 +488,6 @@ async def _pipeline_heartbeats(
         writer.close()
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class HeartbeatResult:
     per_s: float
@@ -743,7 +690,10 @@ def main() -> int:
     arguments = parser.parse_args()
     member_counts = [int(count) for count in arguments.members.split(",")]
     with tempfile.TemporaryDirectory(prefix="strom-rebalance-") as work_dir:
-        broker = Broker(Path(work_dir))
+        broker = Broker(
+            Path(work_dir),
+            {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"},
+        )
         try:
             # Warm-up, not reported: the first group creates __consumer_offsets (50 partitions).
             measure_storm_and_leave(broker.bootstrap, 2)

@@ -31,9 +31,6 @@ import gc
 import multiprocessing
 import os
 import platform
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,12 +40,12 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported untyped
 
+from benchmarks.harness import Broker, cpu_seconds
 from benchmarks.report import replace_section
 
 MIB = 1024 * 1024
 RECORD_SIZES_BYTES = (100, 1024)
 PARTITION_COUNTS = (1, 6)
-BROKER_START_TIMEOUT_S = 30.0
 CASE_TIMEOUT_S = 300.0
 SINK_CHUNK_BYTES = MIB
 
@@ -80,50 +77,6 @@ class Result:
 
 
 # -- the broker -------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class Broker:
-    def __init__(self, work_dir: Path) -> None:
-        self.port = free_port()
-        self.log_path = work_dir / "broker.log"
-        command = [sys.executable, "-m", "strom.cli.main", "broker", "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
-        with self.log_path.open("wb") as log_file:
-            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + BROKER_START_TIMEOUT_S
-        while True:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("broker did not start:\n" + self.log_path.read_text())
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(30)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

@@ -1,0 +1,64 @@
+"""What every benchmark needs: a ``strom broker`` subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+BROKER_START_TIMEOUT_S = 30.0
+BROKER_STOP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Broker:
+    """A ``strom broker`` on 127.0.0.1 with its data under ``work_dir``; ``stop()`` by its PID."""
+
+    def __init__(self, work_dir: Path, settings: Mapping[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.log_path = work_dir / "broker.log"
+        command = [sys.executable, "-m", "strom.cli.main", "broker", "--host", "127.0.0.1"]
+        command += ["--port", str(self.port), "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
+        for key, value in (settings or {}).items():
+            command += ["--set", f"{key}={value}"]
+        with self.log_path.open("wb") as log_file:
+            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + BROKER_START_TIMEOUT_S
+        while True:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("broker did not start:\n" + self.log_path.read_text())
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(BROKER_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(BROKER_STOP_TIMEOUT_S)
