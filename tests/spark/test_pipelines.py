@@ -83,13 +83,13 @@ def test_archive_twice_holds_every_record_exactly_once(
     produced = produce(shared_broker.bootstrap, "orders", [b"order-%d" % index for index in range(40)])
     produced += produce(shared_broker.bootstrap, "payments", [b"payment-%d" % index for index in range(25)])
     output = tmp_path / "archive"
-    archive(spark, shared_broker.bootstrap, ["orders", "payments"], output)
+    assert archive(spark, shared_broker.bootstrap, ["orders", "payments"], output) == 65
     produced += produce(shared_broker.bootstrap, "orders", [b"order-late-%d" % index for index in range(30)])
     produced += produce(
         shared_broker.bootstrap, "payments", [b"payment-late-%d" % index for index in range(10)],
         headers=[[("source", b"test")]] * 10,
     )  # fmt: skip
-    archive(spark, shared_broker.bootstrap, ["orders", "payments"], output)
+    assert archive(spark, shared_broker.bootstrap, ["orders", "payments"], output) == 40
 
     archived = spark.read.parquet(str(output)).collect()
     assert len(archived) == len(produced)

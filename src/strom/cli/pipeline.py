@@ -94,11 +94,10 @@ def _archive(arguments: argparse.Namespace) -> int:
     topics = [topic.strip() for topic in arguments.topics.split(",") if topic.strip()]
     spark = local_session(arguments.master, "strom-archive")
     try:
-        progress = archive(spark, arguments.bootstrap_server, topics, arguments.output)
+        archived = archive(spark, arguments.bootstrap_server, topics, arguments.output)
     finally:
         spark.stop()
-    rows = 0 if progress is None else int(progress.get("numInputRows", 0))
-    print(json.dumps({"output": arguments.output, "last_batch_rows": rows}))
+    print(json.dumps({"output": arguments.output, "records_archived": archived}))
     return 0
 
 

@@ -55,8 +55,8 @@ def archive(
     topics: list[str],
     output: str | Path,
     extra_options: dict[str, str] | None = None,
-) -> dict[str, Any] | None:
-    """Load every record not yet archived into ``output``; returns the last progress report."""
+) -> int:
+    """Load every record not yet archived into ``output``; returns how many this run archived."""
     from pyspark.sql import functions
 
     output_path = Path(output)
@@ -77,8 +77,7 @@ def archive(
         .start()
     )
     query.awaitTermination()
-    progress: dict[str, Any] | None = query.lastProgress
-    return progress
+    return sum(int(progress["numInputRows"]) for progress in query.recentProgress)
 
 
 def pageviews(
