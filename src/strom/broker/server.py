@@ -40,6 +40,8 @@ API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 # APIs whose handler may wait before answering: Produce (fsync), Fetch (long poll), OffsetCommit
 # (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete.
 MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47})
+# Produce and Fetch carry records: too bulky to log whole even at debug level.
+QUIET_API_KEYS = frozenset({0, 1})
 
 
 class CloseConnection(Exception):
@@ -243,6 +245,10 @@ class BrokerServer:
         started = time.perf_counter()
         response = await handler.handle(context, request)
         self.metrics.observe_request(handler.name, version, time.perf_counter() - started)
+        if log.isEnabledFor(logging.DEBUG) and handler.api_key not in QUIET_API_KEYS:
+            log.debug(
+                "connection %d %s v%d: %r -> %r", connection_id, handler.name, version, request, response
+            )
         if response is None:
             return None
         return encode_response_buffers(correlation_id, api_key, version, response)
