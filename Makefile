@@ -66,8 +66,12 @@ compat: install-test
 test: install-test lint typecheck contracts codegen-check
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
+# Every benchmark writes its own section of BENCHMARKS.md (ratios measured side by side in one run).
 bench: install-test
 	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks.rebalance
+	$(PY) -m benchmarks.clients
+	$(PY) -m benchmarks.spark_read
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

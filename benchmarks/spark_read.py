@@ -10,8 +10,6 @@ import argparse
 import contextlib
 import os
 import platform
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,38 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness import Broker
 from benchmarks.report import replace_section
 
 BAR_RECORDS_PER_S = 500_000
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _broker(work_dir: Path) -> Iterator[str]:
-    port = _free_port()
-    command = [sys.executable, "-m", "strom.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port),
-               "--data-dir", str(work_dir / "data"), "--log-level", "warning"]  # fmt: skip
-    with (work_dir / "broker.log").open("wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+    broker = Broker(work_dir)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("broker did not start") from None
-                time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
+        yield broker.bootstrap
     finally:
-        process.terminate()
-        process.wait(30)
+        broker.stop()
 
 
 def _produce(bootstrap: str, topic: str, records: int, value_bytes: int, partitions: int) -> None:
