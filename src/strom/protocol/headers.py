@@ -10,12 +10,11 @@ The header classes are generated from RequestHeader.json / ResponseHeader.json.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from strom.protocol.messages import REQUESTS
 from strom.protocol.messages.request_header import RequestHeader
 from strom.protocol.messages.response_header import ResponseHeader
-from typing import Any
-
 from strom.protocol.primitives import Blob, DecodeError, Reader, Writer
 
 __all__ = [
