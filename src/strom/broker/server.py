@@ -182,17 +182,21 @@ class BrokerServer:
                 # already made are written before a request that may wait (a long poll, a parked
                 # join, an fsync), so no answer waits behind a later request.
                 outgoing: list[Blob] = []
-                for frame in frames:
-                    if outgoing and len(frame) >= 2 and int.from_bytes(frame[:2], "big") in MAY_WAIT_API_KEYS:
-                        writer.writelines(outgoing)
-                        metrics.bytes_out_total += sum(map(len, outgoing))
-                        outgoing = []
-                    response = await self._dispatch(frame, client_host, connection_id)
-                    if response is not None:
-                        outgoing.extend(response)
-                if outgoing:
-                    writer.writelines(outgoing)
-                    metrics.bytes_out_total += sum(map(len, outgoing))
+                try:
+                    for frame in frames:
+                        if (
+                            outgoing
+                            and len(frame) >= 2
+                            and int.from_bytes(frame[:2], "big") in MAY_WAIT_API_KEYS
+                        ):
+                            self._send_answers(writer, outgoing)
+                        response = await self._dispatch(frame, client_host, connection_id)
+                        if response is not None:
+                            outgoing.extend(response)
+                finally:
+                    # Requests answered before one that closes the connection still get their answers.
+                    if outgoing:
+                        self._send_answers(writer, outgoing)
                 if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_HIGH:
                     await writer.drain()
         except CloseConnection as error:
@@ -210,6 +214,12 @@ class BrokerServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob]) -> None:
+        """Write the answers collected so far in one call and empty the list."""
+        writer.writelines(outgoing)
+        self.metrics.bytes_out_total += sum(map(len, outgoing))
+        outgoing.clear()
 
     async def _dispatch(
         self, frame: bytes | bytearray | memoryview, client_host: str, connection_id: int
