@@ -358,7 +358,7 @@ def run(quick: bool, producers: int) -> tuple[list[tuple[str, Result, Result]], 
                     )
         finally:
             broker.stop()
-    versions = f"confluent-kafka {confluent_kafka.version()[0]}, librdkafka {confluent_kafka.libversion()[0]}"
+    versions = f"confluent-kafka {confluent_kafka.version()}, librdkafka {confluent_kafka.libversion()[0]}"
     return rows, ceilings, versions
 
 

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
 Run {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}: {arguments.records:,} records of {arguments.value_bytes} B in
 {arguments.partitions} partitions, one strom broker, all on this machine ({os.cpu_count()} CPUs, Python
-{platform.python_version()}); other engineers' work shared the CPUs, so figures vary run to run.
+{platform.python_version()}); the CPUs are shared with whatever else runs, so figures vary run to run.
 
 | reader | records/s | MB/s of values |
 |---|---:|---:|
