@@ -64,6 +64,10 @@ def test_topics_lifecycle(shared_broker: BrokerProcess, capsys: pytest.CaptureFi
         (2, 0, 0),
     ]
     assert all(p["leader"] >= 0 and p["isr"] == p["replicas"] for p in described["partitions"])
+    # Size on disk from DescribeLogDirs: only partition 1 holds records.
+    sizes = [p["size_bytes"] for p in described["partitions"]]
+    assert sizes[0] == 0 and sizes[2] == 0 and sizes[1] > 5 * 2
+    assert described["size_bytes"] == sizes[1]
     configs = {entry["name"]: entry for entry in described["configs"]}
     assert configs["retention.ms"]["value"] == "600000" and configs["retention.ms"]["set_on_topic"]
     assert not configs["segment.bytes"]["set_on_topic"]
@@ -81,6 +85,8 @@ def test_topics_lifecycle(shared_broker: BrokerProcess, capsys: pytest.CaptureFi
     )
     assert code == 0
     code, out, _ = run_cli(capsys, shared_broker, "topics", "describe", topic)
+    partition_rows = [line.split() for line in out.splitlines()[2:5]]
+    assert [row[0] for row in partition_rows] == ["0", "1", "2"] and partition_rows[0][-2:] == ["0", "B"]
     marked = {line.split()[0] for line in out.splitlines() if line.rstrip().endswith("*")}
     assert marked == {"segment.ms"}
     assert out.splitlines()[0].startswith(f"Topic: {topic}  partitions: 3  replication factor: 1")

@@ -179,6 +179,7 @@ def describe_report(
     descriptions: dict[str, TopicDescription],
     offsets: dict[tuple[str, int], tuple[int, int]],
     configs: dict[str, dict[str, ConfigEntry]],
+    sizes: dict[tuple[str, int], int] | None = None,
 ) -> Report:
     """The data of ``topics describe`` as JSON and tables (pure: the tests build it by hand)."""
     value: list[dict[str, Any]] = []
@@ -189,6 +190,7 @@ def describe_report(
         partitions: list[dict[str, Any]] = []
         for partition in description.partitions:
             start, end = offsets.get((name, partition.partition), (-1, -1))
+            size = (sizes or {}).get((name, partition.partition))
             partitions.append(
                 {
                     "partition": partition.partition,
@@ -197,6 +199,7 @@ def describe_report(
                     "isr": list(partition.isr),
                     "log_start_offset": start,
                     "log_end_offset": end,
+                    "size_bytes": size,
                 }
             )
         topic_configs = [
@@ -216,13 +219,16 @@ def describe_report(
                 "topic_id": description.topic_id,
                 "internal": description.is_internal,
                 "replication_factor": replication_factor,
+                "size_bytes": sum(row["size_bytes"] or 0 for row in partitions)
+                if sizes is not None
+                else None,
                 "partitions": partitions,
                 "configs": topic_configs,
             }
         )
         tables.append(
             Table(
-                ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "LOG-END", "RECORDS"],
+                ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "LOG-END", "RECORDS", "SIZE"],
                 [
                     [
                         row["partition"],
@@ -232,6 +238,7 @@ def describe_report(
                         row["log_start_offset"],
                         row["log_end_offset"],
                         max(row["log_end_offset"] - row["log_start_offset"], 0),
+                        _human_bytes(row["size_bytes"]),
                     ]
                     for row in partitions
                 ],
@@ -260,6 +267,19 @@ def describe_report(
     return Report(value, tables)
 
 
+def _human_bytes(size: int | None) -> str:
+    if size is None:
+        return "-"
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
 def _describe(arguments: argparse.Namespace) -> int:
     from strom.client.admin import ConfigResource, ConfigResourceType
 
@@ -267,13 +287,18 @@ def _describe(arguments: argparse.Namespace) -> int:
         names = list(arguments.names) or admin.list_topics()
         descriptions = admin.describe_topics(names) if names else {}
         offsets = _partition_offsets(admin, descriptions)
+        sizes = (
+            {(tp.topic, tp.partition): size for tp, size in admin.log_dir_sizes(names).items()}
+            if names
+            else {}
+        )
         described = (
             admin.describe_configs(ConfigResource(ConfigResourceType.TOPIC, name) for name in names)
             if names
             else {}
         )
     configs = {resource.name: entries for resource, entries in described.items()}
-    report = describe_report(descriptions, offsets, configs)
+    report = describe_report(descriptions, offsets, configs, sizes)
     if not names:
         report.notes.append("no topics")
     write_report(report, arguments.output)

@@ -42,6 +42,7 @@ from strom.protocol.messages.delete_topics import DeleteTopicsRequest
 from strom.protocol.messages.describe_cluster import DescribeClusterRequest
 from strom.protocol.messages.describe_configs import DescribeConfigsRequest
 from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from strom.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
 from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from strom.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
@@ -732,6 +733,51 @@ class Admin:
 
         async def attempt() -> T:
             return await operation(await self._find_coordinator(group_id))
+
+        return self._run(self._transport.with_retries(attempt))
+
+    def log_dir_sizes(self, topics: Iterable[str] | None = None) -> dict[TopicPartition, int]:
+        """Bytes on disk of each partition of ``topics`` (every topic when None), summed over the
+        brokers that hold a replica (DescribeLogDirs)."""
+        wanted = None if topics is None else sorted(set(topics))
+
+        def request_for_wanted() -> DescribeLogDirsRequest:
+            if wanted is None:
+                return DescribeLogDirsRequest(topics=None)
+            entries = []
+            for name in wanted:
+                info = self._transport.metadata.topics.get(name)
+                if info is None:
+                    raise error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, context=f"topic {name!r}")
+                entries.append(
+                    DescribeLogDirsRequest.DescribableLogDirTopic(
+                        topic=name, partitions=sorted(info.partitions)
+                    )
+                )
+            return DescribeLogDirsRequest(topics=entries)
+
+        async def ask(node_id: int) -> list[tuple[TopicPartition, int]]:
+            response: DescribeLogDirsResponse = await self._transport.send(node_id, request_for_wanted())
+            sizes: list[tuple[TopicPartition, int]] = []
+            for result in response.results:
+                _raise_for(result.error_code, None, f"describe log dir {result.log_dir} on broker {node_id}")
+                for topic in result.topics:
+                    sizes.extend(
+                        (TopicPartition(topic.name, partition.partition_index), partition.partition_size)
+                        for partition in topic.partitions
+                    )
+            return sizes
+
+        async def attempt() -> dict[TopicPartition, int]:
+            await self._transport.refresh_metadata(wanted or [])
+            answers = await asyncio.gather(
+                *(ask(node_id) for node_id in sorted(self._transport.metadata.brokers))
+            )
+            totals: dict[TopicPartition, int] = {}
+            for answer in answers:
+                for topic_partition, size in answer:
+                    totals[topic_partition] = totals.get(topic_partition, 0) + size
+            return totals
 
         return self._run(self._transport.with_retries(attempt))
 

@@ -413,3 +413,24 @@ def test_delete_records_moves_the_start(broker: InProcessBroker) -> None:
     result = broker.call(request, 2).topics[0].partitions[0]
     assert result.error_code == ErrorCode.NONE and result.low_watermark == 2
     assert fetch(broker, "t", 0).responses[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_describe_log_dirs_reports_partition_sizes(broker: InProcessBroker) -> None:
+    from strom.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
+
+    create_topic(broker, "sized", partitions=2)
+    produce(broker, "sized", batch([b"x" * 100] * 10), partition=1)
+    everything = broker.call(DescribeLogDirsRequest(topics=None), 4)
+    [result] = everything.results
+    assert result.error_code == ErrorCode.NONE and result.total_bytes > 0 and result.usable_bytes > 0
+    sizes = {(t.name, p.partition_index): p.partition_size for t in result.topics for p in t.partitions}
+    assert sizes[("sized", 0)] == 0 and sizes[("sized", 1)] > 1000
+    one = broker.call(
+        DescribeLogDirsRequest(
+            topics=[DescribeLogDirsRequest.DescribableLogDirTopic(topic="sized", partitions=[1])]
+        ),
+        1,
+    )
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in one.results[0].topics] == [
+        ("sized", [1])
+    ]

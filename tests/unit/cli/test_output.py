@@ -92,9 +92,11 @@ def test_topic_describe_report() -> None:
             "secret": ConfigEntry("secret", "hush", is_sensitive=True, source=4),
         }
     }
-    report = describe_report(descriptions, offsets, configs)
+    sizes = {("orders", 0): 3 * 1024 * 1024, ("orders", 1): 0}
+    report = describe_report(descriptions, offsets, configs, sizes)
     [topic] = report.value
     assert topic["replication_factor"] == 2
+    assert topic["size_bytes"] == 3 * 1024 * 1024
     assert topic["partitions"][0] == {
         "partition": 0,
         "leader": 1,
@@ -102,6 +104,7 @@ def test_topic_describe_report() -> None:
         "isr": [1],
         "log_start_offset": 5,
         "log_end_offset": 12,
+        "size_bytes": 3 * 1024 * 1024,
     }
     assert [(c["name"], c["set_on_topic"], c["value"]) for c in topic["configs"]] == [
         ("retention.ms", True, "1000"),
@@ -110,7 +113,8 @@ def test_topic_describe_report() -> None:
     ]
     lines = printed(report).splitlines()
     assert lines[0] == "Topic: orders  partitions: 2  replication factor: 2  id: abc"
-    assert lines[2].split() == ["0", "1", "1,2", "1", "5", "12", "7"]
+    assert lines[2].split() == ["0", "1", "1,2", "1", "5", "12", "7", "3.0", "MiB"]
+    assert lines[3].split()[-2:] == ["0", "B"]
     assert [line.split() for line in lines if line.startswith("retention.ms")] == [
         ["retention.ms", "1000", "*"]
     ]

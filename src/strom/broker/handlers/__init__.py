@@ -15,6 +15,7 @@ def register_all() -> None:
         fetch,
         groups,
         list_offsets,
+        log_dirs,
         metadata,
         produce,
         producer_ids,
