@@ -17,10 +17,10 @@ compacted once the segment rolls (Kafka's rule too).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from strom.protocol.records.batch import AbsoluteRecord, Record, build_batch, decode_batch
+from strom.storage.files import write_file_synced
 
 if TYPE_CHECKING:
     from strom.storage.partition_log import PartitionLog
@@ -98,15 +98,7 @@ def _clean_segment(
         return 0
     content = b"".join(output)
     cleaned_path = segment.log_path.with_name(segment.log_path.name + ".cleaned")
-    fd = os.open(cleaned_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(content)
-        written = 0
-        while written < len(view):
-            written += os.write(fd, view[written:])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_file_synced(cleaned_path, content)
     freed = segment.size_bytes - len(content)
     log._replace_segment(segment, cleaned_path)
     return freed
