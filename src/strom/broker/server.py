@@ -64,7 +64,6 @@ class BrokerServer:
         self._connection_ids = itertools.count(1)
         self._connections: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
-        self._stopped = asyncio.Event()
         handlers.register_all()
 
     async def start(self) -> None:
@@ -103,7 +102,6 @@ class BrokerServer:
         for partition_log in self.state.logs.logs():
             partition_log.flush()
         self.state.close()
-        self._stopped.set()
         log.info("strom broker stopped")
 
     async def serve_until_signalled(self) -> None:

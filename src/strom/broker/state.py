@@ -127,10 +127,3 @@ class BrokerState:
         now_ms = self.clock.wall_ms()
         for partition_log in self.logs.logs_needing_flush(now_ms):
             await self.flush(partition_log)
-
-    async def run_in_disk_thread(self, function: object, *args: object) -> object:
-        return await asyncio.get_running_loop().run_in_executor(
-            self._disk_executor,
-            function,  # type: ignore[arg-type]
-            *args,
-        )

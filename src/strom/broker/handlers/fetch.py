@@ -9,8 +9,6 @@ client that no session was created and that its next request must be full too.
 
 from __future__ import annotations
 
-import uuid
-
 from strom.base import limits
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
@@ -141,6 +139,3 @@ async def handle_fetch(context: RequestContext, request: FetchRequest) -> FetchR
         if total_bytes >= request.min_bytes or errored or remaining_ms <= 0 or not request.topics:
             return FetchResponse(error_code=ErrorCode.NONE, session_id=NO_SESSION_ID, responses=responses)
         await state.wait_for_append(_partitions_of(state, request, version), remaining_ms)
-
-
-__all__ = ["handle_fetch", "uuid"]
