@@ -35,6 +35,15 @@ decompressed_batch_bytes_max = 256 * 1024 * 1024
 # Partitions in one topic: bounded so a typo in CreateTopics cannot create a million directories.
 partitions_per_topic_max = 10_000
 
+# ZooKeeper refuses a znode larger than its jute.maxbuffer (1 MiB - 1 by default); strom checks
+# before writing so an oversized topic assignment fails with a clear error, not a lost connection.
+znode_bytes_max = 1_048_575
+
+# ZooKeeper requests one pipelined batch keeps outstanding (a new controller reading every
+# partition state, or writing a thousand elections): enough to hide the round trips, few enough
+# that the client's queue and the server's throttle stay small.
+zookeeper_requests_in_flight_max = 1_000
+
 # Long-poll fetches wait at most this long regardless of what the client asks for.
 fetch_max_wait_ms_max = 60_000
 
