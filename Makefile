@@ -28,11 +28,16 @@ venv: $(VENV)/.installed
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test system-deps
 
-# Debian packages the tests drive: kcat (a real Kafka client in C).
+# Debian packages the tests drive: kcat (a real Kafka client in C) and zookeeper (the cluster's
+# coordination service; tests/cluster runs its jar with java on 127.0.0.1).
 system-deps:
 	@if ! command -v kcat >/dev/null 2>&1; then \
 		echo "installing kcat with apt-get"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; \
+	fi
+	@if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then \
+		echo "installing zookeeper with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null; \
 	fi
 
 run: $(VENV)/.installed

@@ -1,0 +1,157 @@
+"""Fixtures for the cluster tests: a real ZooKeeper, and one interface over it and the stand-in.
+
+``zookeeper_server`` (module scope) is a real ZooKeeper shared by a module's tests; each test
+works under its own chroot, so they never see each other's znodes. ``backend`` runs a test twice:
+on ``MemoryZooKeeper`` and on the real server, through the same ``ZkStore`` interface — the
+stand-in the unit tests rely on is held to the real thing's semantics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+from kazoo.client import KazooClient
+
+from strom.cluster.config import ZooKeeperConnect
+from strom.cluster.kazoo_store import KazooStore
+from strom.cluster.memory_zookeeper import MemoryZkClient, MemoryZooKeeper
+from strom.cluster.zk_store import SessionEvent, ZkStore
+
+from .zookeeper_server import ZooKeeperServer
+
+# Session timeout asked for by the test clients: short, so an expiry is quick to provoke.
+TEST_SESSION_TIMEOUT_MS = 4_000
+WAIT_TIMEOUT_S = 20.0
+_chroots = itertools.count()
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_zookeeper_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A server for one test, which may kill, pause or restart it."""
+    server = ZooKeeperServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Backend(Protocol):
+    name: str
+
+    def connect(self) -> ZkStore: ...
+
+    def expire(self, store: ZkStore) -> None:
+        """End ``store``'s session as a server would; returns once the store has a new session."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SessionRecorder:
+    def __init__(self) -> None:
+        self.events: list[SessionEvent] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: SessionEvent) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def count(self, event: SessionEvent) -> int:
+        with self._lock:
+            return self.events.count(event)
+
+
+class MemoryBackend:
+    name = "memory"
+
+    def __init__(self, chroot: str) -> None:
+        self.server = MemoryZooKeeper()
+        self.chroot = chroot
+
+    def connect(self) -> ZkStore:
+        return self.server.connect(self.chroot)
+
+    def expire(self, store: ZkStore) -> None:
+        assert isinstance(store, MemoryZkClient)
+        self.server.expire(store)
+
+    def close(self) -> None:
+        pass
+
+
+class RealBackend:
+    name = "real"
+
+    def __init__(self, server: ZooKeeperServer, chroot: str) -> None:
+        self.server = server
+        self.connect_string = ZooKeeperConnect.parse(server.connect_string + chroot)
+        self._stores: list[KazooStore] = []
+        self._recorders: dict[int, SessionRecorder] = {}
+
+    def connect(self) -> ZkStore:
+        store = KazooStore.connect(
+            self.connect_string, session_timeout_ms=TEST_SESSION_TIMEOUT_MS, connect_timeout_ms=10_000
+        )
+        recorder = SessionRecorder()
+        store.add_listener(recorder)
+        self._recorders[id(store)] = recorder
+        self._stores.append(store)
+        return store
+
+    def expire(self, store: ZkStore) -> None:
+        """ZooKeeper's own way: a second client attaches to the session and closes it."""
+        assert isinstance(store, KazooStore)
+        client_id = store.client_id
+        assert client_id is not None
+        recorder = self._recorders[id(store)]
+        expired_before = recorder.count(SessionEvent.EXPIRED)
+        connected_before = recorder.count(SessionEvent.CONNECTED)
+        intruder = KazooClient(hosts=self.connect_string.servers, client_id=client_id, timeout=10)
+        intruder.start(timeout=10)
+        intruder.stop()
+        intruder.close()
+        wait_until(lambda: recorder.count(SessionEvent.EXPIRED) > expired_before, "the session to expire")
+        wait_until(lambda: recorder.count(SessionEvent.CONNECTED) > connected_before, "a new session")
+
+    def close(self) -> None:
+        for store in self._stores:
+            store.close()
+
+
+@pytest.fixture(params=["memory", "real"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    chroot = f"/strom-test-{next(_chroots)}"
+    chosen: Backend
+    if request.param == "memory":
+        chosen = MemoryBackend(chroot)
+    else:
+        chosen = RealBackend(request.getfixturevalue("zookeeper_server"), chroot)
+    try:
+        yield chosen
+    finally:
+        chosen.close()
