@@ -220,9 +220,9 @@ class Controller:
     # ---- taking and leaving office ------------------------------------------------------------------
 
     def _activate(self, event: Activated) -> None:
-        replies = self._replies
+        replies, notices = self._replies, self._notices
         self._reset()
-        self._replies = replies
+        self._replies, self._notices = replies, notices
         self.active = True
         self.epoch = event.epoch
         self.epoch_version = event.epoch_version
@@ -248,8 +248,9 @@ class Controller:
 
     def _resign(self, reason: str) -> None:
         was_active = self.active
-        waiters = self._waiters
+        waiters, replies, notices = self._waiters, self._replies, self._notices
         self._reset()
+        self._replies, self._notices = replies, notices
         self._replies.extend(waiter.refusal for waiter in waiters)
         if was_active:
             self._notices.append(f"controller {self.node_id} resigned: {reason}")
