@@ -27,7 +27,12 @@ from strom.broker.registry import HANDLERS
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameDecoder, FrameTooLargeError
-from strom.protocol.headers import decode_request_header, encode_response, encode_response_buffers
+from strom.protocol.headers import (
+    decode_request_body,
+    decode_request_header,
+    encode_response,
+    encode_response_buffers,
+)
 from strom.protocol.messages.api_versions import ApiVersionsRequest
 from strom.protocol.primitives import Blob, DecodeError
 
@@ -236,11 +241,18 @@ class BrokerServer:
         if handler is None or not handler.min_version <= version <= handler.max_version:
             return self._unsupported(api_key, version, correlation_id)
         try:
-            request = handler.request_type.decode(  # type: ignore[attr-defined]
-                memoryview(frame)[body_offset:], version
-            )
+            request, trailing_bytes = decode_request_body(handler.request_type, frame, body_offset, version)
         except DecodeError as error:
             raise CloseConnection(f"malformed {handler.name} v{version} request: {error}") from None
+        if trailing_bytes:
+            # Kafka ignores bytes after a complete body, and librdkafka 2.15/2.16 sends some.
+            log.debug(
+                "connection %d %s v%d: ignoring %d bytes after the request body",
+                connection_id,
+                handler.name,
+                version,
+                trailing_bytes,
+            )
         context = RequestContext(
             broker=self.state,
             api_key=api_key,
