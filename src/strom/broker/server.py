@@ -18,7 +18,9 @@ import signal
 import time
 from typing import Any
 
+from strom.base import limits
 from strom.base.clock import Clock, SystemClock
+from strom.base.log_limits import RateLimitFilter
 from strom.broker import handlers
 from strom.broker.config import BrokerConfig
 from strom.broker.context import RequestContext
@@ -37,6 +39,10 @@ from strom.protocol.messages.api_versions import ApiVersionsRequest
 from strom.protocol.primitives import Blob, DecodeError
 
 log = logging.getLogger("strom.broker")
+# Lines about what a peer did wrong (malformed frames, oversize requests): the peer must not decide
+# how much the broker writes to its log, so this logger is rate-limited.
+peer_log = logging.getLogger("strom.broker.peer")
+peer_log.addFilter(RateLimitFilter(limits.peer_fault_log_lines_per_s, limits.peer_fault_log_lines_burst))
 
 READ_CHUNK_BYTES = 256 * 1024
 # Above this many buffered response bytes we wait for the socket to drain before reading more.
@@ -170,10 +176,10 @@ class BrokerServer:
                 try:
                     frames = decoder.feed(data)
                 except FrameTooLargeError as error:
-                    log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
+                    peer_log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
                     break
                 except DecodeError as error:
-                    log.warning(
+                    peer_log.warning(
                         "closing connection %d from %s: malformed frame: %s",
                         connection_id,
                         client_host,
@@ -203,7 +209,7 @@ class BrokerServer:
                 if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_HIGH:
                     await writer.drain()
         except CloseConnection as error:
-            log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
+            peer_log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
