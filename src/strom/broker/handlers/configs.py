@@ -177,20 +177,6 @@ def _apply_broker_layer(state: BrokerState, name: str, layer: Mapping[str, str],
         raise Refused(
             ErrorCode.INVALID_REQUEST, f"invalid config value for broker '{name}': {error}"
         ) from None
-    defaults = candidate.log_defaults()
-    changed: list[str] = []
-    for topic_name in state.logs.topic_names():
-        topic = state.logs.topic(topic_name)
-        if topic is None:
-            continue
-        try:
-            new_config = LogConfig.from_properties(topic.overrides, defaults)
-        except ConfigError as error:
-            raise Refused(
-                ErrorCode.INVALID_REQUEST, f"topic '{topic_name}' would be invalid with it: {error}"
-            ) from None
-        if new_config != topic.config:
-            changed.append(topic_name)
     if validate_only:
         return
     try:
@@ -199,16 +185,12 @@ def _apply_broker_layer(state: BrokerState, name: str, layer: Mapping[str, str],
             state.node_id,
             DynamicConfigs(default=candidate.dynamic_default, broker=candidate.dynamic_broker),
         )
-        state.config = candidate
-        state.logs.default_config = defaults
-        for topic_name in changed:
-            topic = state.logs.topic(topic_name)
-            if topic is not None:
-                state.logs.alter_topic_config(topic_name, topic.overrides)
     except OSError as error:
         raise Refused(
             ErrorCode.KAFKA_STORAGE_ERROR, f"cannot keep the broker configuration: {error}"
         ) from None
+    state.config = candidate
+    state.logs.set_default_config(candidate.log_defaults())
 
 
 def _check_resource_type(resource_type: int) -> None:
