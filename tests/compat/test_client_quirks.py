@@ -1,5 +1,6 @@
 """Requests real clients send that a strict reading of the specification would refuse, but Kafka
-accepts: strom must accept them too, or those clients cannot use it.
+accepts: strom must accept them too, or those clients cannot use it. And clients that go away at
+awkward moments: that is the client's business, never a traceback in the broker's log.
 
 - librdkafka 2.15/2.16 (confluent-kafka 2.16) sends an all-topics Metadata v12 request with three
   bytes after the body. Kafka reads the fields it knows and ignores what follows; a broker that
@@ -8,6 +9,8 @@ accepts: strom must accept them too, or those clients cannot use it.
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 
 import pytest
@@ -15,8 +18,11 @@ from confluent_kafka import Consumer, KafkaError
 
 from strom.protocol.errors import ErrorCode
 from strom.protocol.headers import encode_request
+from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from strom.protocol.messages.join_group import JoinGroupRequest
 from strom.protocol.messages.metadata import MetadataRequest, MetadataResponse
-from tests.compat.conftest import BrokerProcess
+from tests.compat.conftest import BrokerProcess, StartBroker
 from tests.compat.support import (
     ADMIN_TIMEOUT_S,
     admin_client,
@@ -35,6 +41,8 @@ METADATA_KEY = 3
 ASSIGNMENT_TIMEOUT_S = 40.0
 # What librdkafka 2.16 put after an all-topics Metadata v12 body, as captured on the wire.
 LIBRDKAFKA_TRAILING_BYTES = b"\x01\x00\x00"
+JOIN_DELAY_MS = 500
+JOIN_WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +124,41 @@ def test_a_body_cut_short_still_closes_the_connection(shared_broker: BrokerProce
     with WireClient(shared_broker.port) as client:
         client.send_raw(encode_request(METADATA_KEY, 12, 1, "cut", body[:-3]))
         assert client.closed_by_peer(timeout_s=5.0)
+
+
+def test_a_client_gone_before_its_parked_join_is_answered_leaves_no_traceback(
+    start_broker: StartBroker,
+) -> None:
+    """A JoinGroup parks until the group's initial rebalance delay has passed; a client that resets
+    the connection meanwhile is not the broker's error: no exception may reach the log."""
+    broker = start_broker({"group.initial.rebalance.delay.ms": str(JOIN_DELAY_MS)})
+    group = unique_topic("parked")
+    join = JoinGroupRequest(
+        group_id=group,
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")],
+    )
+    with WireClient(broker.port) as probe:
+        probe.round_trip(FindCoordinatorRequest(key=group), FindCoordinatorResponse, 1)
+        for _ in range(3):
+            with WireClient(broker.port) as client:
+                client.send(join, 1)  # v1: no MEMBER_ID_REQUIRED step, the join parks at once
+                # Close with a reset, not a FIN: the broker's transport is torn down at once.
+                client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        deadline = time.monotonic() + JOIN_WAIT_S
+        while _group_state(probe, group) != "CompletingRebalance":
+            assert time.monotonic() < deadline, f"group {group} never completed its rebalance"
+        # The parked joins were answered as the group moved on; a few more round trips let the
+        # broker's loop run the answering tasks before the log is read.
+        for _ in range(3):
+            probe.round_trip(MetadataRequest(topics=[]), MetadataResponse, 12)
+    assert broker.running
+    assert "Traceback" not in broker.log_text(), broker.log_tail()
+
+
+def _group_state(client: WireClient, group: str) -> str:
+    [described] = client.round_trip(DescribeGroupsRequest(groups=[group]), DescribeGroupsResponse, 1).groups
+    return str(described.group_state)

@@ -226,6 +226,11 @@ class BrokerServer:
 
     def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob]) -> None:
         """Write the answers collected so far in one call and empty the list."""
+        if writer.is_closing():
+            # The peer reset the connection while its request was handled (a parked join, a long
+            # poll): nobody is left to answer, and writing would raise.
+            outgoing.clear()
+            raise ConnectionResetError("the peer closed the connection")
         writer.writelines(outgoing)
         self.metrics.bytes_out_total += sum(map(len, outgoing))
         outgoing.clear()
