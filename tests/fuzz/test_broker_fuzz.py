@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
 
 from strom.base import limits
 from strom.protocol.errors import ErrorCode
@@ -378,6 +379,40 @@ class Canary:
         return None
 
 
+# -- a live group -------------------------------------------------------------------------------
+
+
+@dataclass
+class LiveMember:
+    """A real confluent-kafka consumer in one of the fuzzed groups, so fuzzed joins, heartbeats,
+    commits and leaves meet a group that has a member, a leader and a generation. What happens to
+    it is not asserted (the fuzzer keeps rebalancing its group); only that the broker survives."""
+
+    bootstrap: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    polls: int = 0
+
+    def run(self) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": FUZZ_GROUPS[0],
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 6_000,
+                "max.poll.interval.ms": 6_000,
+                "log_level": 0,
+            }
+        )
+        try:
+            # The canary's topic is never deleted, so the member has something to join for.
+            consumer.subscribe([CANARY_TOPIC, *FUZZ_TOPICS[:2]])
+            while not self.stop.is_set():
+                consumer.poll(0.1)
+                self.polls += 1
+        finally:
+            consumer.close()
+
+
 # -- the test -----------------------------------------------------------------------------------
 
 
@@ -408,14 +443,19 @@ def test_fuzz_campaign_against_a_real_broker(broker: BrokerProcess) -> None:
     figures = Figures(rss_bytes_start=_rss_bytes(broker.pid))
     canary = Canary(broker.port)
     canary_thread = threading.Thread(target=canary.run, name="canary", daemon=True)
+    member = LiveMember(broker.bootstrap)
+    member_thread = threading.Thread(target=member.run, name="live-member", daemon=True)
     started = time.monotonic()
     broker_cpu_start, own_cpu_start = _cpu_seconds(broker.pid), time.process_time()
     canary_thread.start()
+    member_thread.start()
     try:
         asyncio.run(_campaign(broker, corpus, figures))
     finally:
         canary.stop.set()
+        member.stop.set()
         canary_thread.join(60)
+        member_thread.join(60)
     figures.seconds = time.monotonic() - started
     figures.broker_cpu_s = _cpu_seconds(broker.pid) - broker_cpu_start
     figures.fuzzer_cpu_s = time.process_time() - own_cpu_start

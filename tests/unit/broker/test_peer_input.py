@@ -17,6 +17,7 @@ from strom.protocol.acl import (
 )
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.describe_cluster import DescribeClusterRequest
+from strom.protocol.messages.describe_configs import DescribeConfigsRequest
 from strom.protocol.messages.describe_groups import DescribeGroupsRequest
 from strom.protocol.messages.find_coordinator import FindCoordinatorRequest
 from strom.protocol.messages.metadata import MetadataRequest
@@ -176,3 +177,23 @@ def test_describe_cluster_and_groups_report_authorized_operations(broker: InProc
         assert plain.groups[0].authorized_operations == OPERATIONS_NOT_PROVIDED
         asked_groups = DescribeGroupsRequest(groups=["g"], include_authorized_operations=True)
         assert broker.call(asked_groups, version).groups[0].authorized_operations == GROUP_OPERATIONS
+
+
+def test_describe_configs_with_an_empty_key_list_describes_every_key(broker: InProcessBroker) -> None:
+    """Kafka reads an empty configuration_keys list as null (every key), not as no key."""
+    create_topic(broker, "keys")
+
+    def described(keys: list[str] | None) -> set[str]:
+        request = DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=2, resource_name="keys", configuration_keys=keys
+                )
+            ]
+        )
+        return {config.name for config in broker.call(request, 4).results[0].configs}
+
+    everything = described(None)
+    assert "retention.ms" in everything and len(everything) > 10
+    assert described([]) == everything
+    assert described(["retention.ms"]) == {"retention.ms"}

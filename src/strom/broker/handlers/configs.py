@@ -86,7 +86,8 @@ async def handle_describe_configs(
             result.error_code = refused.error
             result.error_message = refused.message
             continue
-        wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        # Null and empty both mean every key, as Kafka reads the filter.
+        wanted = set(resource.configuration_keys) if resource.configuration_keys else None
         for entry in entries:
             if wanted is not None and entry.name not in wanted:
                 continue
