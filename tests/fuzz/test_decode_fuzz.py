@@ -3,23 +3,30 @@
 INVARIANT: any input either decodes or raises `strom.protocol.primitives.DecodeError` — never any
 other exception (no IndexError, struct.error, UnicodeDecodeError, MemoryError, ...). This is what
 lets the broker turn every malformed request into one clean "close the connection" decision.
+Bytes after a complete request body are accepted (as Kafka does) and counted, never an error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strom.protocol.headers import decode_request_header
+from strom.broker import handlers
+from strom.broker.registry import HANDLERS
+from strom.protocol.headers import decode_request_body, decode_request_header
 from strom.protocol.messages import REQUESTS
 from strom.protocol.primitives import DecodeError
+from tests.fuzz.mutations import mutate
+from tests.fuzz.request_factory import RequestFactory
 
-# The requests a broker decodes most, and the ones with the most varied layouts.
-FUZZED_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 22, 32, 44, 68)
+handlers.register_all()
+# Every API the broker serves, and a few it does not (varied layouts the codec must survive too).
+FUZZED_API_KEYS = tuple(sorted({*HANDLERS, 68}))
 
 
 def _decode_or_decode_error(cls: type[Any], data: bytes, version: int) -> None:
@@ -57,3 +64,23 @@ def test_mutated_valid_requests_raise_only_decode_error(
 def test_request_header_decoder_raises_only_decode_error(data: bytes) -> None:
     with contextlib.suppress(DecodeError):
         decode_request_header(data)
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_mutated_request_frames_decode_or_raise_only_decode_error(seed: int) -> None:
+    """Whole frames as the broker cuts them: header, then body (trailing bytes allowed)."""
+    rng = random.Random(seed)
+    api_key = rng.choice(sorted(HANDLERS))
+    handler = HANDLERS[api_key]
+    version = rng.randint(handler.min_version, handler.max_version)
+    frame = mutate(rng, RequestFactory(rng).frame(handler.request_type, version, 1))
+    body = frame[4:]
+    with contextlib.suppress(DecodeError):
+        header, offset = decode_request_header(body)
+        target = HANDLERS.get(header.request_api_key)
+        if target is not None and target.min_version <= header.request_api_version <= target.max_version:
+            _, trailing_bytes = decode_request_body(
+                target.request_type, body, offset, header.request_api_version
+            )
+            assert 0 <= trailing_bytes <= len(body) - offset

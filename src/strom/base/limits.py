@@ -65,3 +65,13 @@ cooperative_target_rounds_max = 8
 # bounds this): fetching ahead overlaps the broker's work with the application's, but decoded
 # records take about three times their fetched size in memory.
 consumer_buffered_bytes_max = 256 * 1024 * 1024
+
+# Partitions in one DescribeTopicPartitions response, whatever the client asks (Kafka's
+# max.request.partition.size.limit default): a client pages through bigger clusters with the cursor.
+partitions_per_describe_response_max = 2000
+
+# Warnings about a peer's faults (malformed frames, oversize requests, slow or silent connections)
+# the broker writes: a burst of this many at once, then this many per second on average. Enough to
+# see what a broken client does; a fuzzer or a client retrying in a loop cannot fill the disk.
+peer_fault_log_lines_burst = 50
+peer_fault_log_lines_per_s = 5

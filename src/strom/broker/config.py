@@ -8,6 +8,8 @@ ignored. Log defaults (``log.*``) become the default ``LogConfig`` for every top
 from __future__ import annotations
 
 import dataclasses
+import enum
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from pathlib import Path
 from strom.base import limits
 from strom.coordinator import CoordinatorConfig
 from strom.storage import ConfigError, LogConfig
+from strom.storage.files import write_file_atomically
 
 
 class BrokerConfigError(ValueError):
@@ -177,6 +180,42 @@ _KEYS = [
 
 BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 
+# The keys an operator may change while the broker runs (AlterConfigs / IncrementalAlterConfigs on
+# the BROKER resource), for this broker (resource name = its node id) or as the cluster-wide
+# default (resource name ""): the ones Kafka's documentation gives the update mode "cluster-wide"
+# and strom has. They are the broker-level defaults of topic configs; every other key is read-only.
+DYNAMIC_BROKER_CONFIG_KEYS = frozenset(
+    {
+        "log.segment.bytes",
+        "log.roll.ms",
+        "log.roll.hours",
+        "log.retention.ms",
+        "log.retention.minutes",
+        "log.retention.hours",
+        "log.retention.bytes",
+        "log.cleanup.policy",
+        "log.cleaner.delete.retention.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        "log.flush.interval.messages",
+        "log.flush.interval.ms",
+        "log.index.interval.bytes",
+        "log.message.timestamp.type",
+        "message.max.bytes",
+        "producer.id.expiration.ms",
+    }
+)
+assert set(BROKER_CONFIG_KEYS) >= DYNAMIC_BROKER_CONFIG_KEYS
+
+
+class ConfigLayer(enum.IntEnum):
+    """Where a broker key's value comes from, highest precedence first; the values are Kafka's
+    DescribeConfigs ConfigSource codes."""
+
+    DYNAMIC_BROKER = 2  # AlterConfigs on BROKER "<node id>"
+    DYNAMIC_DEFAULT = 3  # AlterConfigs on BROKER "" (cluster-wide default)
+    STATIC = 4  # --config FILE / --set
+    DEFAULT = 5  # the built-in default
+
 
 def _parse(key: ConfigKey, raw: str) -> int | bool | str:
     value = raw.strip()
@@ -208,10 +247,16 @@ def read_properties(path: Path) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class BrokerConfig:
+    """The broker's configuration: static ``values`` (--config, --set) under two dynamic layers
+    that AlterConfigs changes at run time, ``dynamic_default`` (cluster-wide) under
+    ``dynamic_broker`` (this broker). A key's value is taken from the highest layer that sets it."""
+
     host: str = "127.0.0.1"
     port: int = 9092
     data_dir: Path = Path("./data")
     values: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    dynamic_default: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    dynamic_broker: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.values) - set(BROKER_CONFIG_KEYS))
@@ -221,17 +266,62 @@ class BrokerConfig:
                 + ", ".join(unknown)
                 + " (strom broker --help-config lists the supported keys)"
             )
-        for name, raw in self.values.items():
-            _parse(BROKER_CONFIG_KEYS[name], raw)
+        for layer in (self.dynamic_default, self.dynamic_broker):
+            refused = sorted(set(layer) - DYNAMIC_BROKER_CONFIG_KEYS)
+            if refused:
+                raise BrokerConfigError(f"cannot update these configs dynamically: {', '.join(refused)}")
+        for layer in (self.values, self.dynamic_default, self.dynamic_broker):
+            for name, raw in layer.items():
+                _parse(BROKER_CONFIG_KEYS[name], raw)
         self.log_defaults()  # validates the log.* values now, not at first use
 
+    def raw(self, name: str) -> str:
+        """The key's value as text, from the highest layer that sets it."""
+        for layer in (self.dynamic_broker, self.dynamic_default, self.values):
+            if name in layer:
+                return layer[name]
+        return BROKER_CONFIG_KEYS[name].default
+
+    def layer(self, name: str) -> ConfigLayer:
+        """The layer the key's value comes from."""
+        if name in self.dynamic_broker:
+            return ConfigLayer.DYNAMIC_BROKER
+        if name in self.dynamic_default:
+            return ConfigLayer.DYNAMIC_DEFAULT
+        if name in self.values:
+            return ConfigLayer.STATIC
+        return ConfigLayer.DEFAULT
+
+    def layers(self, name: str) -> list[tuple[ConfigLayer, str]]:
+        """Every layer that gives the key a value, highest first (the default last, if any)."""
+        found = [
+            (layer, values[name])
+            for layer, values in (
+                (ConfigLayer.DYNAMIC_BROKER, self.dynamic_broker),
+                (ConfigLayer.DYNAMIC_DEFAULT, self.dynamic_default),
+                (ConfigLayer.STATIC, self.values),
+            )
+            if name in values
+        ]
+        default = BROKER_CONFIG_KEYS[name].default
+        if default:
+            found.append((ConfigLayer.DEFAULT, default))
+        return found
+
+    def with_dynamic(
+        self, dynamic_default: Mapping[str, str], dynamic_broker: Mapping[str, str]
+    ) -> BrokerConfig:
+        """This configuration with other dynamic layers; raises BrokerConfigError if they do not
+        validate (a read-only or unknown key, a value that does not parse)."""
+        return dataclasses.replace(
+            self, dynamic_default=dict(dynamic_default), dynamic_broker=dict(dynamic_broker)
+        )
+
     def get(self, name: str) -> int | bool | str:
-        key = BROKER_CONFIG_KEYS[name]
-        raw = self.values.get(name, key.default)
-        return _parse(key, raw)
+        return _parse(BROKER_CONFIG_KEYS[name], self.raw(name))
 
     def is_set(self, name: str) -> bool:
-        return bool(self.values.get(name, BROKER_CONFIG_KEYS[name].default).strip())
+        return bool(self.raw(name).strip())
 
     def get_int(self, name: str) -> int:
         value = self.get(name)
@@ -322,12 +412,101 @@ class BrokerConfig:
         return generated
 
 
+# The dynamic layers live in the data directory, so a restart keeps what AlterConfigs set.
+DYNAMIC_CONFIGS_FILE_NAME = "dynamic-broker-configs.json"
+
+
+@dataclass(frozen=True)
+class DynamicConfigs:
+    """The dynamic layers as persisted: the cluster-wide default and this broker's own."""
+
+    default: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    broker: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _dynamic_document(data_dir: Path) -> dict[str, object]:
+    path = data_dir / DYNAMIC_CONFIGS_FILE_NAME
+    if not path.exists():
+        return {}
+    document = json.loads(path.read_bytes())
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    return document
+
+
+def _string_map(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(key): str(item) for key, item in value.items()}
+
+
+def load_dynamic_configs(data_dir: Path, node_id: int) -> tuple[DynamicConfigs, list[str]]:
+    """The dynamic layers kept in ``data_dir`` for broker ``node_id``, and a line for each entry
+    skipped because it no longer validates (a broker always starts on its own data)."""
+    try:
+        document = _dynamic_document(data_dir)
+    except (OSError, ValueError) as error:
+        return DynamicConfigs(), [f"ignoring unreadable {data_dir / DYNAMIC_CONFIGS_FILE_NAME}: {error}"]
+    brokers = document.get("brokers")
+    layers = (
+        _string_map(document.get("default")),
+        _string_map(brokers.get(str(node_id)) if isinstance(brokers, dict) else None),
+    )
+    messages: list[str] = []
+    valid: list[dict[str, str]] = []
+    for layer in layers:
+        kept: dict[str, str] = {}
+        for name, raw in layer.items():
+            try:
+                if name not in DYNAMIC_BROKER_CONFIG_KEYS:
+                    raise BrokerConfigError(f"{name} cannot be updated dynamically")
+                _parse(BROKER_CONFIG_KEYS[name], raw)
+            except BrokerConfigError as error:
+                messages.append(f"ignoring dynamic broker config {name}={raw!r}: {error}")
+                continue
+            kept[name] = raw
+        valid.append(kept)
+    return DynamicConfigs(default=valid[0], broker=valid[1]), messages
+
+
+def with_persisted_dynamic_configs(config: BrokerConfig) -> tuple[BrokerConfig, list[str]]:
+    """``config`` under the dynamic layers kept in its data directory, and lines saying what was
+    skipped because it no longer validates."""
+    dynamic, messages = load_dynamic_configs(config.data_dir, config.node_id)
+    if not dynamic.default and not dynamic.broker:
+        return config, messages
+    try:
+        return config.with_dynamic(dynamic.default, dynamic.broker), messages
+    except BrokerConfigError as error:
+        return config, [*messages, f"ignoring the dynamic broker configs: {error}"]
+
+
+def save_dynamic_configs(data_dir: Path, node_id: int, dynamic: DynamicConfigs) -> None:
+    """Persist the dynamic layers (atomically, fsynced) before they are applied."""
+    document = _dynamic_document(data_dir)
+    brokers = document.get("brokers")
+    brokers = dict(brokers) if isinstance(brokers, dict) else {}
+    brokers[str(node_id)] = dict(dynamic.broker)
+    document = {"default": dict(dynamic.default), "brokers": brokers}
+    data_dir.mkdir(parents=True, exist_ok=True)
+    write_file_atomically(
+        data_dir / DYNAMIC_CONFIGS_FILE_NAME, json.dumps(document, indent=1, sort_keys=True).encode()
+    )
+
+
 def help_config_text() -> str:
     """The table printed by ``strom broker --help-config``."""
     width = max(len(name) for name in BROKER_CONFIG_KEYS)
-    lines = ["Broker configuration keys (Kafka's names; --config FILE and --set key=value):", ""]
+    lines = [
+        "Broker configuration keys (Kafka's names; --config FILE and --set key=value).",
+        "Keys marked dynamic can also be changed while the broker runs, with AlterConfigs or",
+        'IncrementalAlterConfigs on the BROKER resource (its node id, or "" for the cluster-wide',
+        "default); the broker keeps them in its data directory and they win over --config and --set.",
+        "",
+    ]
     for key in _KEYS:
         default = key.default if key.default else "(unset)"
-        lines.append(f"  {key.name:<{width}}  {key.kind:<6}  default {default}")
+        dynamic = "  dynamic" if key.name in DYNAMIC_BROKER_CONFIG_KEYS else ""
+        lines.append(f"  {key.name:<{width}}  {key.kind:<6}  default {default}{dynamic}")
         lines.append(f"  {'':<{width}}  {key.doc}")
     return "\n".join(lines)

@@ -18,7 +18,9 @@ import signal
 import time
 from typing import Any
 
+from strom.base import limits
 from strom.base.clock import Clock, SystemClock
+from strom.base.log_limits import RateLimitFilter
 from strom.broker import handlers
 from strom.broker.config import BrokerConfig
 from strom.broker.context import RequestContext
@@ -27,11 +29,20 @@ from strom.broker.registry import HANDLERS
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameDecoder, FrameTooLargeError
-from strom.protocol.headers import decode_request_header, encode_response, encode_response_buffers
+from strom.protocol.headers import (
+    decode_request_body,
+    decode_request_header,
+    encode_response,
+    encode_response_buffers,
+)
 from strom.protocol.messages.api_versions import ApiVersionsRequest
 from strom.protocol.primitives import Blob, DecodeError
 
 log = logging.getLogger("strom.broker")
+# Lines about what a peer did wrong (malformed frames, oversize requests): the peer must not decide
+# how much the broker writes to its log, so this logger is rate-limited.
+peer_log = logging.getLogger("strom.broker.peer")
+peer_log.addFilter(RateLimitFilter(limits.peer_fault_log_lines_per_s, limits.peer_fault_log_lines_burst))
 
 READ_CHUNK_BYTES = 256 * 1024
 # Above this many buffered response bytes we wait for the socket to drain before reading more.
@@ -165,10 +176,10 @@ class BrokerServer:
                 try:
                     frames = decoder.feed(data)
                 except FrameTooLargeError as error:
-                    log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
+                    peer_log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
                     break
                 except DecodeError as error:
-                    log.warning(
+                    peer_log.warning(
                         "closing connection %d from %s: malformed frame: %s",
                         connection_id,
                         client_host,
@@ -198,7 +209,7 @@ class BrokerServer:
                 if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_HIGH:
                     await writer.drain()
         except CloseConnection as error:
-            log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
+            peer_log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -215,6 +226,11 @@ class BrokerServer:
 
     def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob]) -> None:
         """Write the answers collected so far in one call and empty the list."""
+        if writer.is_closing():
+            # The peer reset the connection while its request was handled (a parked join, a long
+            # poll): nobody is left to answer, and writing would raise.
+            outgoing.clear()
+            raise ConnectionResetError("the peer closed the connection")
         writer.writelines(outgoing)
         self.metrics.bytes_out_total += sum(map(len, outgoing))
         outgoing.clear()
@@ -236,11 +252,18 @@ class BrokerServer:
         if handler is None or not handler.min_version <= version <= handler.max_version:
             return self._unsupported(api_key, version, correlation_id)
         try:
-            request = handler.request_type.decode(  # type: ignore[attr-defined]
-                memoryview(frame)[body_offset:], version
-            )
+            request, trailing_bytes = decode_request_body(handler.request_type, frame, body_offset, version)
         except DecodeError as error:
             raise CloseConnection(f"malformed {handler.name} v{version} request: {error}") from None
+        if trailing_bytes:
+            # Kafka ignores bytes after a complete body, and librdkafka 2.15/2.16 sends some.
+            log.debug(
+                "connection %d %s v%d: ignoring %d bytes after the request body",
+                connection_id,
+                handler.name,
+                version,
+                trailing_bytes,
+            )
         context = RequestContext(
             broker=self.state,
             api_key=api_key,

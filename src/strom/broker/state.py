@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from strom.base.clock import Clock
-from strom.broker.config import BrokerConfig
+from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.groups import GroupService
 from strom.coordinator import OFFSETS_TOPIC
 from strom.storage import LogManager, PartitionLog
@@ -54,6 +54,8 @@ class ProducerIdAllocator:
 
 class BrokerState:
     def __init__(self, config: BrokerConfig, clock: Clock) -> None:
+        # What AlterConfigs set on the BROKER resource before a restart applies from the start.
+        config, self._config_messages = with_persisted_dynamic_configs(config)
         self.config = config
         self.clock = clock
         self.node_id = config.node_id
@@ -75,6 +77,8 @@ class BrokerState:
         return asyncio.ensure_future(self.flush(partition_log))
 
     def load(self) -> None:
+        for line in self._config_messages:
+            log.warning("%s", line)
         for line in self.logs.load():
             log.info("%s", line)
 

@@ -28,6 +28,7 @@ from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDel
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 
 _NO_OFFSET = -1
+_TIMESTAMP_MS_MAX = 2**63 - 1
 
 
 def _commit_response(
@@ -103,7 +104,9 @@ class Offsets:
                 commit_timestamp_ms = partition.commit_timestamp
             expire_timestamp_ms = -1
             if 2 <= version <= 4 and request.retention_time_ms >= 0:
-                expire_timestamp_ms = commit_timestamp_ms + request.retention_time_ms
+                # A retention of up to 2**63-1 ms is valid on the wire: it means "keep for ever",
+                # and the sum must still fit the int64 of the stored record.
+                expire_timestamp_ms = min(commit_timestamp_ms + request.retention_time_ms, _TIMESTAMP_MS_MAX)
             committed = CommittedOffset(
                 offset=partition.committed_offset,
                 leader_epoch=partition.committed_leader_epoch if version >= 6 else -1,

@@ -20,6 +20,7 @@ from strom.protocol.primitives import Blob, DecodeError, Reader, Writer
 __all__ = [
     "RequestHeader",
     "ResponseHeader",
+    "decode_request_body",
     "decode_request_header",
     "decode_response_header",
     "encode_request",
@@ -71,6 +72,22 @@ def decode_request_header(frame: bytes | bytearray | memoryview) -> tuple[Reques
     reader.pos = 0
     header = RequestHeader.read(reader, request_header_version(api_key, api_version))
     return header, reader.pos
+
+
+def decode_request_body(
+    request_type: Any, frame: bytes | bytearray | memoryview, body_offset: int, api_version: int
+) -> tuple[Any, int]:
+    """Decodes the request body that starts at ``body_offset``; returns it and the count of bytes
+    left after it.
+
+    Kafka reads the fields a version has and ignores whatever follows them, and clients rely on it:
+    librdkafka 2.15/2.16 sends an all-topics Metadata v12 request with three bytes after the body.
+    So bytes after a complete body are not an error here (the caller may log them); a body that
+    does not decode still raises ``DecodeError``.
+    """
+    reader = Reader(frame, body_offset)
+    request = request_type.read(reader, api_version)
+    return request, reader.remaining
 
 
 def decode_response_header(

@@ -249,6 +249,28 @@ class LogManager:
             if log is not None:
                 log.reconfigure(config)
 
+    def set_default_config(self, default_config: LogConfig) -> list[str]:
+        """Make ``default_config`` what every topic starts from (dynamic broker configs): each
+        topic's config is derived again from its overrides and applied to its logs at once.
+        Nothing is written (topic files keep only overrides). Returns the topics whose config
+        changed."""
+        updated = {
+            name: replace(metadata, config=LogConfig.from_properties(metadata.overrides, default_config))
+            for name, metadata in self._topics.items()
+        }
+        self.default_config = default_config
+        changed = []
+        for name, metadata in updated.items():
+            if metadata.config == self._topics[name].config:
+                continue
+            changed.append(name)
+            self._remember(metadata)
+            for partition in range(metadata.partitions):
+                log = self._logs.get((name, partition))
+                if log is not None:
+                    log.reconfigure(metadata.config)
+        return changed
+
     # ---- logs --------------------------------------------------------------------------------
 
     def log(self, topic: str, partition: int) -> PartitionLog | None:

@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from strom.protocol.headers import (
+    decode_request_body,
     decode_request_header,
     decode_response_header,
     encode_request,
@@ -15,6 +16,7 @@ from strom.protocol.headers import (
     response_header_version,
 )
 from strom.protocol.messages.api_versions import ApiVersionsRequest
+from strom.protocol.messages.metadata import MetadataRequest
 from strom.protocol.primitives import DecodeError
 
 
@@ -73,3 +75,27 @@ def test_encode_response_header_versions() -> None:
     assert encode_response(9, 0, 9, b"B") == b"\x00\x00\x00\x06" + b"\x00\x00\x00\x09" + b"\x00" + b"B"
     header, offset = decode_response_header(encode_response(9, 0, 9, b"B")[4:], 0, 9)
     assert header.correlation_id == 9 and offset == 5
+
+
+def _metadata_frame(body: bytes) -> bytes:
+    return encode_request(3, 12, 9, "rdkafka", body)[4:]
+
+
+def test_request_body_with_bytes_after_it_decodes_and_counts_them() -> None:
+    """Kafka ignores bytes after a complete request body; librdkafka 2.16 sends three."""
+    body = MetadataRequest(topics=None, allow_auto_topic_creation=False).encode(12)
+    frame = _metadata_frame(body + b"\x01\x00\x00")
+    _, body_offset = decode_request_header(frame)
+    request, trailing_bytes = decode_request_body(MetadataRequest, frame, body_offset, 12)
+    assert request == MetadataRequest(topics=None, allow_auto_topic_creation=False)
+    assert trailing_bytes == 3
+    _, exact = decode_request_body(MetadataRequest, _metadata_frame(body), body_offset, 12)
+    assert exact == 0
+
+
+def test_request_body_cut_short_still_raises() -> None:
+    body = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="abc")]).encode(12)
+    frame = _metadata_frame(body[:-2])
+    _, body_offset = decode_request_header(frame)
+    with pytest.raises(DecodeError):
+        decode_request_body(MetadataRequest, frame, body_offset, 12)

@@ -1,9 +1,11 @@
-"""DescribeCluster 0-1: this broker, its cluster id, and itself as the controller."""
+"""DescribeCluster 0-1: this broker, its cluster id, and itself as the controller (and the cluster's
+authorized operations when asked: all of them until strom has ACLs)."""
 
 from __future__ import annotations
 
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
+from strom.protocol.acl import CLUSTER_OPERATIONS, OPERATIONS_NOT_PROVIDED
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 
@@ -35,4 +37,7 @@ async def handle_describe_cluster(
                 rack=None,
             )
         ],
+        cluster_authorized_operations=(
+            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else OPERATIONS_NOT_PROVIDED
+        ),
     )

@@ -1,15 +1,36 @@
-"""DescribeConfigs 0-4, AlterConfigs 0-2 and IncrementalAlterConfigs 0-1 for topics (and the
-broker's static configuration, read-only)."""
+"""DescribeConfigs 0-4, AlterConfigs 0-2 and IncrementalAlterConfigs 0-1 for topics and for the
+broker.
+
+BROKER resources are named by node id (this broker) or "" (the cluster-wide default). Their
+dynamic keys (``DYNAMIC_BROKER_CONFIG_KEYS``: the broker-level defaults of topic configs) can be
+altered: the new layer is validated, persisted in the data directory, and applied at once to every
+topic that does not override the key. Every other broker key is read-only and refused with
+INVALID_REQUEST, as Kafka refuses a config it "cannot update dynamically".
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+from strom.broker.config import (
+    BROKER_CONFIG_KEYS,
+    DYNAMIC_BROKER_CONFIG_KEYS,
+    BrokerConfig,
+    BrokerConfigError,
+    DynamicConfigs,
+    save_dynamic_configs,
+)
 from strom.broker.context import RequestContext
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.broker.state import BrokerState
-from strom.broker.topic_configs import ConfigEntry, broker_config_entries, topic_config_entries
+from strom.broker.topic_configs import (
+    SOURCE_DEFAULT,
+    ConfigEntry,
+    broker_config_entries,
+    cluster_default_config_entries,
+    topic_config_entries,
+)
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from strom.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
@@ -25,7 +46,13 @@ OPERATION_SET = 0
 OPERATION_DELETE = 1
 OPERATION_APPEND = 2
 OPERATION_SUBTRACT = 3
-LIST_KEYS = frozenset({"cleanup.policy"})
+LIST_KEYS = frozenset({"cleanup.policy", "log.cleanup.policy"})
+CLUSTER_DEFAULT_NAME = ""
+
+
+def _check_broker_name(state: BrokerState, name: str) -> None:
+    if name not in (CLUSTER_DEFAULT_NAME, str(state.node_id)):
+        raise Refused(ErrorCode.INVALID_REQUEST, f"this is broker {state.node_id}, not '{name}'")
 
 
 def _entries(state: BrokerState, resource_type: int, name: str) -> list[ConfigEntry]:
@@ -35,8 +62,9 @@ def _entries(state: BrokerState, resource_type: int, name: str) -> list[ConfigEn
             raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
         return topic_config_entries(state, topic)
     if resource_type == RESOURCE_BROKER:
-        if name not in ("", str(state.node_id)):
-            raise Refused(ErrorCode.INVALID_REQUEST, f"this is broker {state.node_id}, not '{name}'")
+        _check_broker_name(state, name)
+        if name == CLUSTER_DEFAULT_NAME:
+            return cluster_default_config_entries(state)
         return broker_config_entries(state)
     raise Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported")
 
@@ -58,7 +86,8 @@ async def handle_describe_configs(
             result.error_code = refused.error
             result.error_message = refused.message
             continue
-        wanted = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        # Null and empty both mean every key, as Kafka reads the filter.
+        wanted = set(resource.configuration_keys) if resource.configuration_keys else None
         for entry in entries:
             if wanted is not None and entry.name not in wanted:
                 continue
@@ -66,7 +95,7 @@ async def handle_describe_configs(
                 name=entry.name, value=entry.value, read_only=entry.read_only, is_sensitive=False
             )
             if version == 0:
-                config.is_default = entry.source not in (1, 4)
+                config.is_default = entry.source == SOURCE_DEFAULT
             else:
                 config.config_source = entry.source
                 if request.include_synonyms:
@@ -79,6 +108,9 @@ async def handle_describe_configs(
                 config.documentation = entry.documentation if request.include_documentation else None
             result.configs.append(config)
     return DescribeConfigsResponse(results=results)
+
+
+# -- topics -----------------------------------------------------------------------------------
 
 
 def _apply_topic_overrides(
@@ -98,19 +130,79 @@ def _apply_topic_overrides(
         raise Refused(ErrorCode.INVALID_CONFIG, str(error)) from None
 
 
-def _check_resource(state: BrokerState, resource_type: int, name: str) -> None:
-    if resource_type == RESOURCE_BROKER:
+def _topic_incremental(
+    state: BrokerState, name: str, configs: list[IncrementalAlterConfigsRequest.AlterableConfig]
+) -> dict[str, str]:
+    topic = state.logs.topic(name)
+    if topic is None:
+        raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+    overrides = dict(topic.overrides)
+    effective = topic.config.to_properties()
+    for config in configs:
+        _incremental(overrides, effective, config)
+    return overrides
+
+
+# -- the broker -------------------------------------------------------------------------------
+
+
+def _dynamic_layer(config: BrokerConfig, name: str) -> dict[str, str]:
+    return dict(config.dynamic_default if name == CLUSTER_DEFAULT_NAME else config.dynamic_broker)
+
+
+def _check_dynamic_keys(keys: Iterable[str]) -> None:
+    names = set(keys)
+    unknown = sorted(names - set(BROKER_CONFIG_KEYS))
+    if unknown:
+        raise Refused(ErrorCode.INVALID_REQUEST, f"unknown broker config(s): {', '.join(unknown)}")
+    read_only = sorted(names - DYNAMIC_BROKER_CONFIG_KEYS)
+    if read_only:
         raise Refused(
             ErrorCode.INVALID_REQUEST,
-            "broker configuration is static: set it with --config or --set and restart",
+            f"cannot update these configs dynamically: {', '.join(read_only)} "
+            "(set them with --config or --set and restart)",
         )
-    if resource_type != RESOURCE_TOPIC:
+
+
+def _apply_broker_layer(state: BrokerState, name: str, layer: Mapping[str, str], validate_only: bool) -> None:
+    """Replace the dynamic layer ``name`` names (this broker or the cluster-wide default) with
+    ``layer``: validated, persisted, then applied to every topic it changes."""
+    _check_broker_name(state, name)
+    _check_dynamic_keys(layer)
+    current = state.config
+    dynamic_default = layer if name == CLUSTER_DEFAULT_NAME else current.dynamic_default
+    dynamic_broker = current.dynamic_broker if name == CLUSTER_DEFAULT_NAME else layer
+    try:
+        candidate = current.with_dynamic(dynamic_default, dynamic_broker)
+    except BrokerConfigError as error:
+        raise Refused(
+            ErrorCode.INVALID_REQUEST, f"invalid config value for broker '{name}': {error}"
+        ) from None
+    if validate_only:
+        return
+    try:
+        save_dynamic_configs(
+            state.config.data_dir,
+            state.node_id,
+            DynamicConfigs(default=candidate.dynamic_default, broker=candidate.dynamic_broker),
+        )
+    except OSError as error:
+        raise Refused(
+            ErrorCode.KAFKA_STORAGE_ERROR, f"cannot keep the broker configuration: {error}"
+        ) from None
+    state.config = candidate
+    state.logs.set_default_config(candidate.log_defaults())
+
+
+def _check_resource_type(resource_type: int) -> None:
+    if resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
         raise Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported")
 
 
 @handles(AlterConfigsRequest, AlterConfigsResponse, 0, 2)
 async def handle_alter_configs(context: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
-    """Non-incremental: the given set replaces every override of the topic."""
+    """Non-incremental: the given set replaces every override of the topic, or every dynamic
+    config of the broker resource."""
     state = context.broker
     responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = []
     for resource in request.resources:
@@ -119,9 +211,12 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
         )
         responses.append(response)
         try:
-            _check_resource(state, resource.resource_type, resource.resource_name)
-            overrides = {entry.name: entry.value for entry in resource.configs if entry.value is not None}
-            _apply_topic_overrides(state, resource.resource_name, overrides, request.validate_only)
+            _check_resource_type(resource.resource_type)
+            values = {entry.name: entry.value for entry in resource.configs if entry.value is not None}
+            if resource.resource_type == RESOURCE_BROKER:
+                _apply_broker_layer(state, resource.resource_name, values, request.validate_only)
+            else:
+                _apply_topic_overrides(state, resource.resource_name, values, request.validate_only)
         except Refused as refused:
             response.error_code = refused.error
             response.error_message = refused.message
@@ -129,7 +224,9 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
 
 
 def _incremental(
-    current: dict[str, str], effective: dict[str, str], config: IncrementalAlterConfigsRequest.AlterableConfig
+    current: dict[str, str],
+    effective: Mapping[str, str],
+    config: IncrementalAlterConfigsRequest.AlterableConfig,
 ) -> None:
     """Apply one operation to the overrides ``current``; APPEND/SUBTRACT start from the value in
     force (``effective``), default included, as Kafka does."""
@@ -168,17 +265,19 @@ async def handle_incremental_alter_configs(
         )
         responses.append(response)
         try:
-            _check_resource(state, resource.resource_type, resource.resource_name)
-            topic = state.logs.topic(resource.resource_name)
-            if topic is None:
-                raise Refused(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{resource.resource_name}' does not exist"
-                )
-            overrides = dict(topic.overrides)
-            effective = topic.config.to_properties()
-            for config in resource.configs:
-                _incremental(overrides, effective, config)
-            _apply_topic_overrides(state, resource.resource_name, overrides, request.validate_only)
+            _check_resource_type(resource.resource_type)
+            name = resource.resource_name
+            if resource.resource_type == RESOURCE_BROKER:
+                _check_broker_name(state, name)
+                _check_dynamic_keys(config.name for config in resource.configs)
+                layer = _dynamic_layer(state.config, name)
+                effective = {key: state.config.raw(key) for key in BROKER_CONFIG_KEYS}
+                for config in resource.configs:
+                    _incremental(layer, effective, config)
+                _apply_broker_layer(state, name, layer, request.validate_only)
+            else:
+                overrides = _topic_incremental(state, name, resource.configs)
+                _apply_topic_overrides(state, name, overrides, request.validate_only)
         except Refused as refused:
             response.error_code = refused.error
             response.error_message = refused.message

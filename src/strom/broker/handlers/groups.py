@@ -9,11 +9,13 @@ for this connection wait: other connections keep being served.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 from typing import TypeVar
 
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
+from strom.protocol.acl import GROUP_OPERATIONS
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
@@ -30,6 +32,8 @@ from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupRespon
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 BATCHED_KEYS_MIN_VERSION = 4
+# DescribeGroups versions that can carry a group's authorized operations.
+AUTHORIZED_OPERATIONS_MIN_VERSION = 3
 
 Response = TypeVar("Response")
 
@@ -116,10 +120,67 @@ async def handle_leave_group(context: RequestContext, request: LeaveGroupRequest
     return context.broker.groups.coordinator.leave_group(request, context.api_version)
 
 
+def _unknown_partitions(context: RequestContext, request: OffsetCommitRequest) -> set[tuple[str, int]]:
+    """The partitions of the commit that do not exist on this broker."""
+    unknown: set[tuple[str, int]] = set()
+    for topic in request.topics:
+        metadata = context.broker.logs.topic(topic.name)
+        count = metadata.partitions if metadata is not None else 0
+        unknown.update(
+            (topic.name, partition.partition_index)
+            for partition in topic.partitions
+            if not 0 <= partition.partition_index < count
+        )
+    return unknown
+
+
 @handles(OffsetCommitRequest, OffsetCommitResponse, 0, 8)
 async def handle_offset_commit(context: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    """Partitions that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION without reaching the
+    coordinator, as Kafka does (an admin's AlterConsumerGroupOffsets is this same request); the
+    rest are committed, or refused as the group's state says."""
     coordinator = context.broker.groups.coordinator
-    return await _parked(lambda respond: coordinator.commit_offsets(request, context.api_version, respond))
+    unknown = _unknown_partitions(context, request)
+    if not unknown:
+        return await _parked(
+            lambda respond: coordinator.commit_offsets(request, context.api_version, respond)
+        )
+    known = copy.copy(request)
+    known.topics = []
+    for topic in request.topics:
+        kept = [p for p in topic.partitions if (topic.name, p.partition_index) not in unknown]
+        if kept:
+            known_topic = copy.copy(topic)
+            known_topic.partitions = kept
+            known.topics.append(known_topic)
+    errors: dict[tuple[str, int], int] = dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if known.topics:
+        answered: OffsetCommitResponse = await _parked(
+            lambda respond: coordinator.commit_offsets(known, context.api_version, respond)
+        )
+        for answered_topic in answered.topics:
+            for answered_partition in answered_topic.partitions:
+                errors[(answered_topic.name, answered_partition.partition_index)] = (
+                    answered_partition.error_code
+                )
+    response = OffsetCommitResponse()
+    for topic in request.topics:
+        indexes = dict.fromkeys(
+            p.partition_index for p in topic.partitions if (topic.name, p.partition_index) in errors
+        )
+        if indexes:
+            response.topics.append(
+                OffsetCommitResponse.OffsetCommitResponseTopic(
+                    name=topic.name,
+                    partitions=[
+                        OffsetCommitResponse.OffsetCommitResponsePartition(
+                            partition_index=index, error_code=errors.pop((topic.name, index))
+                        )
+                        for index in indexes
+                    ],
+                )
+            )
+    return response
 
 
 @handles(OffsetFetchRequest, OffsetFetchResponse, 0, 8)
@@ -131,7 +192,11 @@ async def handle_offset_fetch(context: RequestContext, request: OffsetFetchReque
 async def handle_describe_groups(
     context: RequestContext, request: DescribeGroupsRequest
 ) -> DescribeGroupsResponse:
-    return context.broker.groups.coordinator.describe_groups(request, context.api_version)
+    response = context.broker.groups.coordinator.describe_groups(request, context.api_version)
+    if context.api_version >= AUTHORIZED_OPERATIONS_MIN_VERSION and request.include_authorized_operations:
+        for group in response.groups:
+            group.authorized_operations = GROUP_OPERATIONS
+    return response
 
 
 @handles(ListGroupsRequest, ListGroupsResponse, 0, 4)

@@ -1,26 +1,42 @@
-"""Metadata 0-12: brokers, cluster id, controller, and topics with their partitions.
+"""Metadata 0-12 and DescribeTopicPartitions 0: brokers, cluster id, controller, and topics with
+their partitions.
 
 A single node leads every partition, with itself as the only replica and in-sync replica. Topics
 that do not exist are created when ``auto.create.topics.enable`` is on and the request allows it
-(v4+ carries the client's wish; older versions always allow it), as Kafka does.
+(v4+ carries the client's wish; older versions always allow it), as Kafka does. A v12 request may
+name a topic by id alone (null name); v10 and v11 have the field but not the meaning, so such a
+topic is answered INVALID_REQUEST there, as Kafka does. Authorized operations are reported when
+asked (every operation is allowed until strom has ACLs).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
+from strom.base import limits
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
 from strom.broker.state import BrokerState
+from strom.protocol.acl import CLUSTER_OPERATIONS, OPERATIONS_NOT_PROVIDED, TOPIC_OPERATIONS
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.describe_topic_partitions import (
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+)
 from strom.protocol.messages.metadata import MetadataRequest, MetadataResponse
-from strom.storage import TopicMetadata, validate_topic_name
+from strom.storage import InvalidPartitionsError, InvalidTopicError, TopicMetadata, validate_topic_name
 
 ZERO_UUID = uuid.UUID(int=0)
 LEADER_EPOCH = 0
+# Metadata versions whose topic entries may name a topic by id alone.
+TOPIC_ID_LOOKUP_MIN_VERSION = 12
+CLUSTER_OPERATIONS_VERSIONS = range(8, 11)
 
 
-def describe_topic(state: BrokerState, topic: TopicMetadata) -> MetadataResponse.MetadataResponseTopic:
+def describe_topic(
+    state: BrokerState, topic: TopicMetadata, include_operations: bool = False
+) -> MetadataResponse.MetadataResponseTopic:
     node = state.node_id
     return MetadataResponse.MetadataResponseTopic(
         error_code=ErrorCode.NONE,
@@ -39,6 +55,7 @@ def describe_topic(state: BrokerState, topic: TopicMetadata) -> MetadataResponse
             )
             for index in range(topic.partitions)
         ],
+        topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_PROVIDED,
     )
 
 
@@ -48,7 +65,13 @@ def auto_create(state: BrokerState, name: str) -> TopicMetadata | ErrorCode:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     if not state.config.get_bool("auto.create.topics.enable"):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    return state.logs.create_topic(name, state.config.get_int("num.partitions"))
+    try:
+        return state.logs.create_topic(name, state.config.get_int("num.partitions"))
+    except InvalidTopicError:
+        # A valid name may still collide with an existing topic ('a.b' and 'a_b').
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    except InvalidPartitionsError:
+        return ErrorCode.INVALID_PARTITIONS
 
 
 def _missing_topic(
@@ -59,10 +82,42 @@ def _missing_topic(
     )
 
 
+def _requested_topic(
+    state: BrokerState,
+    wanted: MetadataRequest.MetadataRequestTopic,
+    version: int,
+    allow_auto_create: bool,
+    include_operations: bool,
+) -> MetadataResponse.MetadataResponseTopic:
+    if wanted.name is None:
+        if version < TOPIC_ID_LOOKUP_MIN_VERSION:
+            # v10-11 carry a topic id but no way to answer for a topic without a name.
+            return _missing_topic("", wanted.topic_id, ErrorCode.INVALID_REQUEST)
+        by_id = state.logs.topic_by_id(wanted.topic_id)
+        if by_id is None:
+            return _missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
+        return describe_topic(state, by_id, include_operations)
+    existing = state.logs.topic(wanted.name)
+    if existing is None and allow_auto_create:
+        created = auto_create(state, wanted.name)
+        if isinstance(created, ErrorCode):
+            return _missing_topic(wanted.name, ZERO_UUID, created)
+        existing = created
+    if existing is None:
+        error = (
+            ErrorCode.INVALID_TOPIC_EXCEPTION
+            if validate_topic_name(wanted.name) is not None
+            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+        return _missing_topic(wanted.name, ZERO_UUID, error)
+    return describe_topic(state, existing, include_operations)
+
+
 @handles(MetadataRequest, MetadataResponse, 0, 12)
 async def handle_metadata(context: RequestContext, request: MetadataRequest) -> MetadataResponse:
     state = context.broker
     version = context.api_version
+    include_topic_operations = version >= 8 and request.include_topic_authorized_operations
     topics: list[MetadataResponse.MetadataResponseTopic] = []
     # v0: an empty list means every topic; v1+: null means every topic, empty means none.
     every_topic = request.topics is None or (version == 0 and not request.topics)
@@ -70,34 +125,14 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
         for name in sorted(state.logs.topic_names()):
             found = state.logs.topic(name)
             if found is not None:
-                topics.append(describe_topic(state, found))
+                topics.append(describe_topic(state, found, include_topic_operations))
     else:
         allow_auto_create = request.allow_auto_topic_creation if version >= 4 else True
         for wanted in request.topics or []:
-            if wanted.name is None:
-                by_id = state.logs.topic_by_id(wanted.topic_id)
-                if by_id is None:
-                    topics.append(_missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID))
-                else:
-                    topics.append(describe_topic(state, by_id))
-                continue
-            existing = state.logs.topic(wanted.name)
-            if existing is None and allow_auto_create:
-                created = auto_create(state, wanted.name)
-                if isinstance(created, ErrorCode):
-                    topics.append(_missing_topic(wanted.name, ZERO_UUID, created))
-                    continue
-                existing = created
-            if existing is None:
-                error = (
-                    ErrorCode.INVALID_TOPIC_EXCEPTION
-                    if validate_topic_name(wanted.name) is not None
-                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                )
-                topics.append(_missing_topic(wanted.name, ZERO_UUID, error))
-            else:
-                topics.append(describe_topic(state, existing))
-    return MetadataResponse(
+            topics.append(
+                _requested_topic(state, wanted, version, allow_auto_create, include_topic_operations)
+            )
+    response = MetadataResponse(
         brokers=[
             MetadataResponse.MetadataResponseBroker(
                 node_id=state.node_id,
@@ -110,3 +145,104 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
         controller_id=state.node_id,
         topics=topics,
     )
+    if version in CLUSTER_OPERATIONS_VERSIONS and request.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+    return response
+
+
+# -- DescribeTopicPartitions --------------------------------------------------------------------
+
+_Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
+_Partition = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition
+
+
+def _describe_partitions(state: BrokerState, first: int, last: int) -> list[_Partition]:
+    node = state.node_id
+    return [
+        _Partition(
+            error_code=ErrorCode.NONE,
+            partition_index=index,
+            leader_id=node,
+            leader_epoch=LEADER_EPOCH,
+            replica_nodes=[node],
+            isr_nodes=[node],
+            eligible_leader_replicas=[],
+            last_known_elr=[],
+            offline_replicas=[],
+        )
+        for index in range(first, last)
+    ]
+
+
+def _topics_from_cursor(
+    state: BrokerState, request: DescribeTopicPartitionsRequest
+) -> Iterator[str] | ErrorCode:
+    """The topic names to describe in order: every topic (an empty list) or those asked for, from
+    the cursor's topic on; INVALID_REQUEST for a cursor outside the list asked for."""
+    cursor = request.cursor
+    if not request.topics:
+        names = set(state.logs.topic_names())
+        if cursor is not None:
+            # The cursor's topic may have been deleted since the previous page.
+            names = {name for name in names if name >= cursor.topic_name} | {cursor.topic_name}
+        return iter(sorted(names))
+    asked = {topic.name for topic in request.topics}
+    if cursor is not None:
+        if cursor.topic_name not in asked or cursor.partition_index < 0:
+            return ErrorCode.INVALID_REQUEST
+        asked = {name for name in asked if name >= cursor.topic_name}
+    return iter(sorted(asked))
+
+
+@handles(DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, 0, 0)
+async def handle_describe_topic_partitions(
+    context: RequestContext, request: DescribeTopicPartitionsRequest
+) -> DescribeTopicPartitionsResponse:
+    """Topics sorted by name with at most ``response_partition_limit`` partitions (capped by the
+    broker) per response; a ``next_cursor`` says where the next page starts. Topics asked for by
+    name that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION (or INVALID_TOPIC_EXCEPTION);
+    with an empty list only existing topics are listed."""
+    state = context.broker
+    response = DescribeTopicPartitionsResponse(next_cursor=None)
+    names = _topics_from_cursor(state, request)
+    if isinstance(names, ErrorCode):
+        response.topics = [_Topic(error_code=names, name=topic.name) for topic in request.topics]
+        return response
+    describe_all = not request.topics
+    remaining = max(1, min(request.response_partition_limit, limits.partitions_per_describe_response_max))
+    first_partition = request.cursor.partition_index if request.cursor is not None else 0
+    for name in names:
+        if remaining == 0:
+            response.next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=0)
+            break
+        topic = state.logs.topic(name)
+        if topic is None:
+            if not describe_all:
+                error = (
+                    ErrorCode.INVALID_TOPIC_EXCEPTION
+                    if validate_topic_name(name) is not None
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                response.topics.append(_Topic(error_code=error, name=name))
+            first_partition = 0
+            continue
+        start = min(first_partition, topic.partitions)
+        end = min(topic.partitions, start + remaining)
+        response.topics.append(
+            _Topic(
+                error_code=ErrorCode.NONE,
+                name=topic.name,
+                topic_id=topic.topic_id,
+                is_internal=topic.internal,
+                partitions=_describe_partitions(state, start, end),
+                topic_authorized_operations=TOPIC_OPERATIONS,
+            )
+        )
+        if end < topic.partitions:
+            response.next_cursor = DescribeTopicPartitionsResponse.Cursor(
+                topic_name=topic.name, partition_index=end
+            )
+            break
+        remaining -= end - start
+        first_partition = 0
+    return response
