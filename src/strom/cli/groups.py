@@ -561,7 +561,8 @@ def _reset_target_of(arguments: argparse.Namespace, file_offsets: dict[Partition
             duration_ms = parse_duration_ms(arguments.by_duration)
         except ValueError as error:
             raise UsageError(f"--by-duration: {error}") from None
-        return ResetTarget("datetime", int(time.time() * 1000) - duration_ms)
+        # Before the epoch no record can be: the earliest time ListOffsets takes is 0.
+        return ResetTarget("datetime", max(0, int(time.time() * 1000) - duration_ms))
     if not any((arguments.to_earliest, arguments.to_latest)) and all(
         value is None for value in (arguments.to_offset, arguments.shift_by, arguments.to_datetime)
     ):
