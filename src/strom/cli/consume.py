@@ -426,7 +426,11 @@ def _consume(arguments: argparse.Namespace) -> int:
             if printed:
                 last_record_at = time.monotonic()
                 if arguments.group is not None:
-                    consumer.commit(printed)
+                    # Without a bound the positions are exactly what was printed (poll returns at
+                    # most what is still wanted), and partitions that gave nothing yet commit their
+                    # start, as Kafka's console consumer does; with a bound, records past it were
+                    # returned but not printed, so only the printed offsets are committed.
+                    consumer.commit(printed if bound is not None else None)
     except KeyboardInterrupt:
         pass  # Ctrl-C (or SIGTERM) is how a person stops a consumer: not an error
     finally:
