@@ -365,6 +365,8 @@ def test_consume_several_topics_a_regex_and_bounds(shared_broker: BrokerProcess)
     [described] = json.loads(ok(strom(shared_broker, "groups", "describe", group, "--output", "json")).stdout)
     assert [(row["committed_offset"], row["lag"]) for row in described["offsets"]] == [(5, 0)]
 
+    nothing = strom(shared_broker, "consume", "--include", f"{prefix}-none.*")
+    assert nothing.returncode == 1 and "no topic matches --include" in nothing.stderr
     missing = strom(shared_broker, "consume", "no-such-topic-y", "--group", group)
     assert missing.returncode == 1
     assert missing.stderr_lines == [

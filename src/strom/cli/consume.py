@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from strom.cli.common import add_command, check_client_config, client_settings, open_admin
-from strom.cli.output import UsageError
+from strom.cli.output import CliError, UsageError
 from strom.cli.record_format import ENCODINGS, FORMAT_TOKENS, RecordFormatter
 
 if TYPE_CHECKING:
@@ -266,7 +266,14 @@ def _topics_to_read(arguments: argparse.Namespace) -> list[str]:
             admin.describe_topics(arguments.topics)  # raises, naming a topic that does not exist
             return list(dict.fromkeys(arguments.topics))
         pattern = _include_pattern(arguments)
-        return [name for name in admin.list_topics() if pattern.match(name)]
+        matched = [name for name in admin.list_topics() if pattern.match(name)]
+    if not matched and arguments.group is None:
+        # Without a group the topics are those matching now: with none, nothing would ever come.
+        raise CliError(
+            f"no topic matches --include {arguments.include!r} (`strom topics list` shows the topics; "
+            "with --group, topics created later are picked up)"
+        )
+    return matched
 
 
 def _assign_by_hand(arguments: argparse.Namespace, consumer: Consumer, topics: list[str]) -> None:

@@ -28,10 +28,18 @@ COMMANDS = [
     ["bench", "produce"],
     ["bench", "consume"],
     ["bench", "end-to-end"],
+    ["topics", "delete-records"],
+    ["configs", "describe"],
+    ["configs", "alter"],
+    ["groups", "delete-offsets"],
 ]
 
 
-@pytest.mark.parametrize("command", [[], ["topics"], ["groups"], ["bench"], *COMMANDS], ids=" ".join)
+@pytest.mark.parametrize(
+    "command",
+    [[], ["topics"], ["groups"], ["bench"], ["configs"], ["log"], ["log", "dump"], *COMMANDS],
+    ids=" ".join,
+)
 def test_help_everywhere(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main([*command, "--help"])
@@ -50,6 +58,9 @@ def test_client_commands_share_bootstrap_server(command: list[str]) -> None:
         "groups describe": ["g"],
         "groups delete": ["g"],
         "groups reset-offsets": ["g", "--topic", "t", "--to-earliest"],
+        "groups delete-offsets": ["g", "--topic", "t"],
+        "configs describe": ["--topic", "t"],
+        "configs alter": ["--broker", "0"],
     }.get(" ".join(command), [])
     arguments = build_parser().parse_args([*command, *positional])
     assert arguments.bootstrap_server == "localhost:9092"
@@ -115,6 +126,14 @@ def test_argparse_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFix
         (["consume", "t", "--max-messages", "0"], "--max-messages"),
         (["consume", "t", "--from-timestamp", "yesterday"], "ISO 8601"),
         (["topics", "alter", "t"], "nothing to change"),
+        (["configs", "alter", "--topic", "t"], "nothing to change"),
+        (["configs", "alter", "--broker", "zero", "--delete-config", "a"], "--broker takes a broker id"),
+        (["configs", "alter", "--topic", "t", "--add-config", "a=[1"], "'[' without ']'"),
+        (["topics", "delete-records", "t"], "--before OFFSET|end"),
+        (["topics", "delete-records", "t", "--before", "soon"], "--before takes an offset or 'end'"),
+        (["groups", "describe"], "name the groups to describe"),
+        (["groups", "reset-offsets", "g", "--all-topics", "--by-duration", "an hour"], "PnDTnHnMnS"),
+        (["bench", "produce", "--processes", "0"], "--processes must be 1 to 64"),
         (["topics", "alter", "t", "--config", "a=1", "--delete-config", "a"], "both set and deleted"),
         (["topics", "create", "t", "--partitions", "0"], "--partitions"),
         (["produce", "t", "--partition", "-1"], "--partition"),
@@ -174,3 +193,12 @@ def test_key_value_type_refuses_missing_equals() -> None:
     assert parse_key_value(" a =b") == ("a", "b")
     with pytest.raises(argparse.ArgumentTypeError):
         parse_key_value("=b")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import strom
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"strom {strom.__version__}\n"
