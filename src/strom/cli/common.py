@@ -49,6 +49,14 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# An example -X setting for each kind of client, for --help.
+_EXAMPLE_SETTINGS = {
+    "producer": "linger.ms=20",
+    "consumer": "fetch.max.wait.ms=100",
+    "admin": "retry.backoff.ms=200",
+}
+
+
 def add_client_config_argument(parser: argparse.ArgumentParser, client: str) -> None:
     parser.add_argument(
         "-X",
@@ -57,8 +65,8 @@ def add_client_config_argument(parser: argparse.ArgumentParser, client: str) -> 
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"a {client} client setting by its Kafka name, such as -X linger.ms=20 (repeatable; "
-        "wins over the options above)",
+        help=f"a {client} client setting by its Kafka name, such as -X {_EXAMPLE_SETTINGS[client]} "
+        "(repeatable; wins over the options above; docs/client.md lists the keys)",
     )
 
 

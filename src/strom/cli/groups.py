@@ -77,7 +77,7 @@ class GroupDescription:
 
 def register(commands: Any) -> None:
     subcommands = add_command_group(
-        commands, "groups", help_text="list, describe, delete consumer groups and reset their offsets"
+        commands, "groups", help_text="list, describe, delete consumer groups; reset and delete their offsets"
     )
     add_command(subcommands, "list", help_text="list the consumer groups", run=_list)
 

@@ -21,7 +21,7 @@ __all__ = ["describe_report", "is_set_on_topic", "register"]
 
 def register(commands: Any) -> None:
     subcommands = add_command_group(
-        commands, "topics", help_text="list, create, describe, alter, delete topics"
+        commands, "topics", help_text="list, create, describe, alter, delete topics; delete records"
     )
 
     listing = add_command(subcommands, "list", help_text="list the topics", run=_list)
