@@ -9,7 +9,7 @@ PORT ?= 9092
 DATA_DIR ?= ./data
 SHARED ?= ../shared
 
-.PHONY: run test venv install install-test system-deps lint typecheck contracts codegen-check unit compat bench clean
+.PHONY: run test venv install install-test system-deps lint typecheck contracts codegen-check unit compat bench dist clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,13 @@ bench: install-test
 	$(PY) -m benchmarks.rebalance
 	$(PY) -m benchmarks.clients
 	$(PY) -m benchmarks.spark_read
+
+# A wheel of strom in $(DIST_DIR), to install anywhere without a clone:
+# pip install dist/strom-<version>-py3-none-any.whl (add [spark] or [plot] for the extras).
+DIST_DIR ?= dist
+dist: | $(PY)
+	$(PIP) wheel --quiet --no-deps --wheel-dir $(DIST_DIR) .
+	@ls $(DIST_DIR)/strom-*.whl
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from strom.cli.bench import LATENCY_SAMPLE_EVERY
 from strom.cli.main import main
 from tests.compat.conftest import BrokerProcess
 from tests.compat.support import unique_topic
@@ -49,7 +50,8 @@ def test_bench_produce_consume_end_to_end(
     assert produced["records"] == RECORDS and produced["errors"] == 0
     assert isinstance(produced["records_per_s"], float) and produced["records_per_s"] > 0
     latency = produced["latency_ms"]
-    assert isinstance(latency, dict) and latency["count"] == RECORDS
+    # Latency from one record in LATENCY_SAMPLE_EVERY (the first of each run).
+    assert isinstance(latency, dict) and latency["count"] == -(-RECORDS // LATENCY_SAMPLE_EVERY)
     assert 0 <= latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["max"]
     assert_png(tmp_path / "produce.png")
 
@@ -90,6 +92,41 @@ def test_bench_table_output_and_periodic_progress(
         "latency p99 ms",
         "latency max ms",
     } <= set(metrics)
-    # stderr is not a terminal here: whole progress lines, no carriage returns.
+    # stderr is not a terminal here: whole progress lines, no carriage returns; the last line is
+    # the final count, not the last periodic one.
     progress = [line for line in captured.err.splitlines() if "records/s" in line]
     assert progress and "\r" not in captured.err
+    assert progress[-1].startswith("2000/2000 records in ") and progress[-1].endswith(" on average")
+
+
+@pytest.mark.parametrize("client", ["strom", "confluent"])
+def test_bench_in_several_processes_with_client_settings(
+    client: str, shared_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = unique_topic(f"cli-bench-processes-{client}")
+    common = ("--topic", topic, "--client", client, "--processes", "2")
+    produced = bench(
+        capsys, shared_broker, "produce", *common, "--records", "4001", "--partitions", "2",
+        "-X", "linger.ms=20", "-X", "batch.size=65536" if client == "strom" else "batch.num.messages=500",
+    )  # fmt: skip
+    assert (produced["records"], produced["errors"], produced["processes"]) == (4001, 0, 2)
+    latency = produced["latency_ms"]
+    assert (
+        isinstance(latency, dict)
+        and latency["count"] == 2001 // LATENCY_SAMPLE_EVERY + 1 + 2000 // LATENCY_SAMPLE_EVERY
+    )
+    consumed = bench(capsys, shared_broker, "consume", *common, "--records", "4001")
+    assert (consumed["records"], consumed["processes"]) == (4001, 2)
+    code = main(
+        [
+            "bench",
+            "produce",
+            "--topic",
+            topic,
+            "-X",
+            "linger.msec=5",
+            "--bootstrap-server",
+            shared_broker.bootstrap,
+        ]
+    )
+    assert code == 2 and "did you mean linger.ms" in capsys.readouterr().err

@@ -149,7 +149,7 @@ def test_groups_list_describe_reset_delete_against_a_confluent_group(
 
         code, out, _ = run_cli(capsys, "groups", "describe", group, "--output", "json", *connection)
         assert code == 0
-        described = json.loads(out)
+        [described] = json.loads(out)
         assert (described["state"], described["protocol"], described["protocol_type"]) == (
             "Stable",
             "range",

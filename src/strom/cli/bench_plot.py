@@ -44,24 +44,24 @@ def draw_plot(
             latency_axes.set_axis_off()
         else:
             latency_axes.hist(latencies_ms, bins=min(LATENCY_BINS_MAX, max(1, len(latencies_ms))))
-            for label, value_ms in (
-                ("p50", latency.p50_ms),
-                ("p95", latency.p95_ms),
-                ("p99", latency.p99_ms),
-                ("max", latency.max_ms),
+            # The values go in a legend, not beside their lines: p99 and max are often a hair apart
+            # and their labels would be drawn over each other.
+            for (label, value_ms), style in zip(
+                (
+                    ("p50", latency.p50_ms),
+                    ("p95", latency.p95_ms),
+                    ("p99", latency.p99_ms),
+                    ("max", latency.max_ms),
+                ),
+                ("--", "-.", ":", "-"),
             ):
-                latency_axes.axvline(value_ms, linestyle="--", linewidth=1)
-                latency_axes.annotate(
-                    f"{label} {value_ms:.1f} ms",
-                    (value_ms, 0.95),
-                    xycoords=("data", "axes fraction"),
-                    rotation=90,
-                    va="top",
-                    fontsize=8,
+                latency_axes.axvline(
+                    value_ms, linestyle=style, linewidth=1, color="black", label=f"{label} {value_ms:.2f} ms"
                 )
+            latency_axes.legend(loc="upper right", fontsize=8)
             latency_axes.set_xlabel("latency (ms)")
-            latency_axes.set_ylabel("records")
-            latency_axes.set_title("latency distribution")
+            latency_axes.set_ylabel("sampled records")
+            latency_axes.set_title(f"latency distribution ({latency.count} samples)")
         figure.tight_layout()
         try:
             figure.savefig(path, format="png")

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from strom.cli.output import OUTPUT_FORMATS, UsageError
+from strom.cli.output import OUTPUT_FORMATS, CliError, UsageError
 
 if TYPE_CHECKING:
     from strom.client.admin import Admin
+    from strom.client.config import ClientConfig
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_SERVER",
     "add_connection_arguments",
     "add_output_argument",
+    "check_client_config",
+    "check_reachable",
     "client_settings",
     "open_admin",
     "parse_key_value",
@@ -43,6 +49,27 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# An example -X setting for each kind of client, for --help.
+_EXAMPLE_SETTINGS = {
+    "producer": "linger.ms=20",
+    "consumer": "fetch.max.wait.ms=100",
+    "admin": "retry.backoff.ms=200",
+}
+
+
+def add_client_config_argument(parser: argparse.ArgumentParser, client: str) -> None:
+    parser.add_argument(
+        "-X",
+        dest="client_config",
+        type=parse_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"a {client} client setting by its Kafka name, such as -X {_EXAMPLE_SETTINGS[client]} "
+        "(repeatable; wins over the options above; docs/client.md lists the keys)",
+    )
+
+
 def add_output_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
@@ -52,22 +79,103 @@ def add_output_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def client_settings(arguments: argparse.Namespace) -> dict[str, Any]:
-    """The settings every strom client takes, from the shared options."""
+def client_settings(arguments: argparse.Namespace, *, passthrough: bool = False) -> dict[str, Any]:
+    """The settings every strom client takes, from the shared options; with ``passthrough`` also
+    the ``-X key=value`` settings (the command's main client takes them all; helper clients only
+    the keys every client knows). The first call also checks that the cluster can be reached at
+    all (see ``check_reachable``)."""
     if arguments.request_timeout_ms <= 0:
         raise UsageError(f"--request-timeout-ms must be positive, not {arguments.request_timeout_ms}")
-    return {
+    settings: dict[str, Any] = {
         "bootstrap.servers": arguments.bootstrap_server,
         "request.timeout.ms": arguments.request_timeout_ms,
+        # A connection that is not set up within the request timeout will not help this command.
+        "socket.connection.setup.timeout.ms": arguments.request_timeout_ms,
         "client.id": "strom-cli",
     }
+    extra = dict(getattr(arguments, "client_config", None) or [])
+    if passthrough:
+        settings.update(extra)
+    else:
+        from strom.client.config import ClientConfig
+
+        common = {ClientConfig.key_of(field.name) for field in dataclasses.fields(ClientConfig)}
+        settings.update({key: value for key, value in extra.items() if key in common})
+    if not getattr(arguments, "reachable_checked", False):
+        check_reachable(settings["bootstrap.servers"], arguments.request_timeout_ms)
+        arguments.reachable_checked = True
+    return settings
+
+
+def check_client_config(arguments: argparse.Namespace, config_class: type[ClientConfig]) -> None:
+    """Refuse ``-X`` keys or values the client would refuse, as a usage error before connecting."""
+    from strom.client.errors import ConfigError
+
+    extra = dict(getattr(arguments, "client_config", None) or [])
+    if not extra:
+        return
+    try:
+        config_class.from_settings(extra)
+    except ConfigError as error:
+        raise UsageError(f"-X: {error}") from None
+
+
+def check_reachable(bootstrap_servers: str, timeout_ms: int) -> None:
+    """Fail at once, with the reason, when no bootstrap server accepts a TCP connection.
+
+    The clients retry refused connections until their timeouts run out, as a library must (a
+    broker may be restarting); a person at a terminal wants to know now that nothing listens there.
+    One connection attempt per server, all within ``timeout_ms``; the first that connects ends it.
+    """
+    from strom.client.config import parse_bootstrap
+    from strom.client.errors import ConfigError
+
+    try:
+        addresses = parse_bootstrap(bootstrap_servers)
+    except ConfigError as error:
+        raise UsageError(f"--bootstrap-server: {error}") from None
+    if not addresses:
+        raise UsageError("--bootstrap-server names no broker")
+    deadline = time.monotonic() + timeout_ms / 1000
+    reasons: list[str] = []
+    refused_only = True
+    for host, port in addresses:
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0:
+            refused_only = False
+            break
+        try:
+            with socket.create_connection((host, port), timeout=remaining_s):
+                return
+        except ConnectionRefusedError:
+            reasons.append(f"{host}:{port}: connection refused")
+        except TimeoutError:
+            refused_only = False
+            reasons.append(f"{host}:{port}: no answer to the connection attempt")
+        except socket.gaierror as error:
+            refused_only = False
+            reasons.append(f"{host}:{port}: cannot resolve {host!r} ({error.strerror})")
+        except OSError as error:
+            refused_only = False
+            reasons.append(f"{host}:{port}: {error.strerror or error}")
+    where = reasons[0] if len(reasons) == 1 else f"{bootstrap_servers} ({'; '.join(reasons)})"
+    if refused_only:
+        raise CliError(f"cannot connect to {where} (is a broker running there? `strom broker` starts one)")
+    raise CliError(
+        f"cannot connect to {where} after {timeout_ms / 1000:.1f} s (--request-timeout-ms {timeout_ms})"
+    )
 
 
 @contextmanager
-def open_admin(arguments: argparse.Namespace) -> Iterator[Admin]:
+def open_admin(arguments: argparse.Namespace, *, passthrough: bool = True) -> Iterator[Admin]:
+    """An admin client for the command; ``passthrough=False`` where the admin only helps a producer
+    or consumer (then it takes just the ``-X`` keys every client knows)."""
     from strom.client.admin import Admin
+    from strom.client.config import AdminConfig
 
-    admin = Admin(client_settings(arguments))
+    if passthrough:
+        check_client_config(arguments, AdminConfig)
+    admin = Admin(client_settings(arguments, passthrough=passthrough))
     try:
         yield admin
     finally:
@@ -94,13 +202,16 @@ def add_command(
     description: str | None = None,
     output: bool = True,
     connects: bool = True,
+    client: str = "admin",
 ) -> argparse.ArgumentParser:
-    """A subcommand with the shared options; ``commands`` is an argparse subparsers action."""
+    """A subcommand with the shared options; ``commands`` is an argparse subparsers action.
+    ``client`` names the client the command's ``-X`` settings go to."""
     parser: argparse.ArgumentParser = commands.add_parser(
         name, help=help_text, description=description or help_text[:1].upper() + help_text[1:] + "."
     )
     if connects:
         add_connection_arguments(parser)
+        add_client_config_argument(parser, client)
     if output:
         add_output_argument(parser)
     parser.set_defaults(run=run, command_parser=parser)

@@ -9,14 +9,25 @@ pure functions the unit tests call directly.
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.cli.common import add_command, add_command_group, open_admin
 from strom.cli.consume import parse_timestamp_ms
 from strom.cli.output import CliError, Report, Table, UsageError, write_report
-from strom.cli.reset_plan import PlannedReset, ResetTarget, parse_topic_partitions, plan_offset_reset
+from strom.cli.reset_plan import (
+    PlannedReset,
+    ResetTarget,
+    export_csv,
+    parse_duration_ms,
+    parse_reset_csv,
+    parse_topic_partitions,
+    plan_offset_reset,
+)
 
 if TYPE_CHECKING:
     from strom.client.admin import Admin, GroupListing, MemberDescription, OffsetAndMetadata
@@ -66,17 +77,18 @@ class GroupDescription:
 
 def register(commands: Any) -> None:
     subcommands = add_command_group(
-        commands, "groups", help_text="list, describe, delete consumer groups and reset their offsets"
+        commands, "groups", help_text="list, describe, delete consumer groups; reset and delete their offsets"
     )
     add_command(subcommands, "list", help_text="list the consumer groups", run=_list)
 
     describe = add_command(
         subcommands,
         "describe",
-        help_text="describe a group: state, members, committed offsets and lag per partition",
+        help_text="describe groups: state, members, committed offsets and lag per partition",
         run=_describe,
     )
-    describe.add_argument("group", metavar="GROUP")
+    describe.add_argument("groups", nargs="*", metavar="GROUP", help="the groups to describe")
+    describe.add_argument("--all-groups", action="store_true", help="describe every group")
 
     delete = add_command(
         subcommands,
@@ -87,6 +99,26 @@ def register(commands: Any) -> None:
     )
     delete.add_argument("groups", nargs="+", metavar="GROUP")
 
+    delete_offsets = add_command(
+        subcommands,
+        "delete-offsets",
+        help_text="delete a group's committed offsets of some topics or partitions",
+        description=(
+            "Delete a group's committed offsets of the given topics (every partition it has an "
+            "offset for, even of a topic deleted since) or partitions. Refused for a topic the "
+            "group's active members are subscribed to."
+        ),
+        run=_delete_offsets,
+    )
+    delete_offsets.add_argument("group", metavar="GROUP")
+    delete_offsets.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        metavar="TOPIC[:P,...]",
+        help="a topic or topic:0,2 (those partitions); repeatable",
+    )
+
     reset = add_command(
         subcommands,
         "reset-offsets",
@@ -94,19 +126,30 @@ def register(commands: Any) -> None:
         description=(
             "Move a group's committed offsets. Prints the plan; changes nothing unless --execute is "
             "given. Refused while the group has active members: stop them first. Targets outside a "
-            "partition's log are pulled back to its start or end."
+            "partition's log are pulled back to its start or end. --export prints the plan as CSV "
+            "(topic,partition,offset), which --from-file reads back, as Kafka's tool does."
         ),
         run=_reset_offsets,
     )
     reset.add_argument("group", metavar="GROUP")
-    reset.add_argument(
+    scope = reset.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
         "--topic",
         action="append",
-        required=True,
         metavar="TOPIC[:P,...]",
         help="a topic (all its partitions) or topic:0,2 (those partitions); repeatable",
     )
-    target = reset.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
+        "--all-topics", action="store_true", help="every topic the group has committed offsets for"
+    )
+    scope.add_argument(
+        "--from-file",
+        type=Path,
+        metavar="FILE",
+        help="the partitions and offsets of a CSV plan (topic,partition,offset or "
+        "group,topic,partition,offset per line), as --export writes it",
+    )
+    target = reset.add_mutually_exclusive_group()
     target.add_argument("--to-earliest", action="store_true", help="the earliest offset in the log")
     target.add_argument("--to-latest", action="store_true", help="the end of the log")
     target.add_argument(
@@ -118,7 +161,23 @@ def register(commands: Any) -> None:
     target.add_argument(
         "--shift-by", type=int, metavar="N", help="move by N from the committed offset (negative: back)"
     )
-    reset.add_argument("--execute", action="store_true", help="apply the plan (without it: dry run)")
+    target.add_argument(
+        "--by-duration",
+        metavar="DURATION",
+        help="the first record at or after now minus DURATION (ISO 8601: PnDTnHnMnS, such as PT1H30M)",
+    )
+    target.add_argument(
+        "--to-current",
+        action="store_true",
+        help="the committed offset itself (the log end where nothing is committed); with --export, "
+        "a snapshot to restore later with --from-file",
+    )
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--execute", action="store_true", help="apply the plan (without it: dry run)")
+    mode.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
+    reset.add_argument(
+        "--export", action="store_true", help="print the plan as CSV (topic,partition,new offset) instead"
+    )
 
 
 # -- adapters from the admin client's answers (pure) -----------------------------------------------
@@ -355,14 +414,38 @@ def _list(arguments: argparse.Namespace) -> int:
 
 
 def _describe(arguments: argparse.Namespace) -> int:
+    if arguments.all_groups and arguments.groups:
+        raise UsageError("name groups or give --all-groups, not both")
+    if not arguments.all_groups and not arguments.groups:
+        raise UsageError("name the groups to describe, or give --all-groups")
+    reports: list[Report] = []
+    missing: list[str] = []
     with open_admin(arguments) as admin:
-        description = _describe_one(admin, arguments.group)
-        committed = _committed_of(admin, arguments.group)
-        partitions = set(committed) | {p for member in description.members for p in member.assignment}
-        log_ends = _log_bounds(admin, partitions, "latest")
-    if description.state == "Dead" and not committed:
-        raise CliError(f"group {arguments.group!r} does not exist")
-    write_report(describe_group_report(description, committed, log_ends), arguments.output)
+        group_ids = (
+            [listing.group_id for listing in admin.list_groups()]
+            if arguments.all_groups
+            else list(dict.fromkeys(arguments.groups))
+        )
+        for group_id in group_ids:
+            description = _describe_one(admin, group_id)
+            committed = _committed_of(admin, group_id)
+            if description.state == "Dead" and not committed:
+                missing.append(group_id)
+                continue
+            partitions = set(committed) | {p for member in description.members for p in member.assignment}
+            log_ends = _log_bounds(admin, partitions, "latest")
+            reports.append(describe_group_report(description, committed, log_ends))
+    combined = Report(
+        [report.value for report in reports], [table for report in reports for table in report.tables]
+    )
+    if arguments.all_groups and not group_ids:
+        combined.notes.append("no groups")
+    if reports or arguments.output == "json":
+        write_report(combined, arguments.output)
+    if missing:
+        names = ", ".join(repr(group_id) for group_id in missing)
+        verb = "does" if len(missing) == 1 else "do"
+        raise CliError(f"group {names} {verb} not exist; `strom groups list` shows the groups there are")
     return 0
 
 
@@ -418,18 +501,113 @@ def _chosen_partitions(admin: Admin, selections: list[tuple[str, list[int] | Non
     return partitions
 
 
-def _reset_offsets(arguments: argparse.Namespace) -> int:
+def _delete_offsets(arguments: argparse.Namespace) -> int:
     from strom.client.cluster import TopicPartition
 
-    target = _target_of(arguments)
     try:
         selections = [parse_topic_partitions(text) for text in arguments.topic]
     except ValueError as error:
         raise UsageError(str(error)) from None
     with open_admin(arguments) as admin:
-        _refuse_if_active(_describe_one(admin, arguments.group), "reset the offsets of")
-        partitions = _chosen_partitions(admin, selections)
         committed = _committed_of(admin, arguments.group)
+        description = _describe_one(admin, arguments.group)
+        if description.state == "Dead" and not committed:
+            raise CliError(
+                f"group {arguments.group!r} does not exist; `strom groups list` shows the groups there are"
+            )
+        partitions: list[Partition] = []
+        for topic, chosen in selections:
+            have = sorted(partition for partition in committed if partition[0] == topic)
+            wanted = have if chosen is None else [(topic, number) for number in chosen]
+            if not wanted:
+                raise CliError(f"group {arguments.group!r} has no committed offsets for topic {topic!r}")
+            partitions += wanted
+        partitions = sorted(set(partitions))
+        admin.delete_group_offsets(arguments.group, [TopicPartition(*partition) for partition in partitions])
+    rows = [
+        {"topic": topic, "partition": partition, "deleted_offset": committed.get((topic, partition))}
+        for topic, partition in partitions
+    ]
+    table = Table(
+        ["TOPIC", "PARTITION", "DELETED-OFFSET"],
+        [[row["topic"], row["partition"], row["deleted_offset"]] for row in rows],
+        title=f"Group: {arguments.group}",
+    )
+    write_report(
+        Report({"group": arguments.group, "partitions": rows}, [table], ["offsets deleted"]), arguments.output
+    )
+    return 0
+
+
+def _reset_target_of(arguments: argparse.Namespace, file_offsets: dict[Partition, int] | None) -> ResetTarget:
+    if file_offsets is not None:
+        if any((arguments.to_earliest, arguments.to_latest, arguments.to_current)) or any(
+            value is not None
+            for value in (
+                arguments.to_offset,
+                arguments.shift_by,
+                arguments.to_datetime,
+                arguments.by_duration,
+            )
+        ):
+            raise UsageError(
+                "--from-file gives the offsets itself: leave out the --to-*/--shift-by/--by-duration target"
+            )
+        return ResetTarget("file", offsets=file_offsets)
+    if arguments.to_current:
+        return ResetTarget("current")
+    if arguments.by_duration is not None:
+        try:
+            duration_ms = parse_duration_ms(arguments.by_duration)
+        except ValueError as error:
+            raise UsageError(f"--by-duration: {error}") from None
+        # Before the epoch no record can be: the earliest time ListOffsets takes is 0.
+        return ResetTarget("datetime", max(0, int(time.time() * 1000) - duration_ms))
+    if not any((arguments.to_earliest, arguments.to_latest)) and all(
+        value is None for value in (arguments.to_offset, arguments.shift_by, arguments.to_datetime)
+    ):
+        raise UsageError(
+            "say where to: --to-earliest, --to-latest, --to-current, --to-offset, --shift-by, "
+            "--to-datetime, --by-duration (or --from-file)"
+        )
+    return _target_of(arguments)
+
+
+def _read_plan_file(arguments: argparse.Namespace) -> dict[Partition, int] | None:
+    if arguments.from_file is None:
+        return None
+    try:
+        text = arguments.from_file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CliError(f"cannot read {arguments.from_file}: {error.strerror}") from None
+    try:
+        return parse_reset_csv(text, arguments.group)
+    except ValueError as error:
+        raise CliError(f"{arguments.from_file}: {error}") from None
+
+
+def _reset_offsets(arguments: argparse.Namespace) -> int:
+    from strom.client.cluster import TopicPartition
+
+    file_offsets = _read_plan_file(arguments)
+    target = _reset_target_of(arguments, file_offsets)
+    try:
+        selections = [parse_topic_partitions(text) for text in arguments.topic or []]
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    with open_admin(arguments) as admin:
+        _refuse_if_active(_describe_one(admin, arguments.group), "reset the offsets of")
+        committed = _committed_of(admin, arguments.group)
+        if file_offsets is not None:
+            partitions = _existing_partitions(admin, sorted(file_offsets))
+        elif arguments.all_topics:
+            partitions = sorted(committed)
+            if not partitions:
+                raise CliError(
+                    f"group {arguments.group!r} has no committed offsets: name the topics with --topic"
+                )
+        else:
+            partitions = _chosen_partitions(admin, selections)
         starts = _log_bounds(admin, partitions, "earliest")
         ends = _log_bounds(admin, partitions, "latest")
         at_time = _log_offsets(admin, partitions, target.value) if target.kind == "datetime" else None
@@ -441,5 +619,19 @@ def _reset_offsets(arguments: argparse.Namespace) -> int:
                 arguments.group,
                 {TopicPartition(row.topic, row.partition): row.new_offset for row in plan},
             )
+    if arguments.export:
+        sys.stdout.write(export_csv(plan))
+        if arguments.execute:
+            print("offsets reset", file=sys.stderr)
+        return 0
     write_report(reset_plan_report(arguments.group, plan, arguments.execute), arguments.output)
     return 0
+
+
+def _existing_partitions(admin: Admin, partitions: list[Partition]) -> list[Partition]:
+    """The partitions of a plan file, checked against the topics' metadata."""
+    topics = admin.describe_topics(sorted({topic for topic, _ in partitions}))
+    for topic, partition in partitions:
+        if partition not in {each.partition for each in topics[topic].partitions}:
+            raise CliError(f"topic {topic!r} has no partition {partition}")
+    return partitions

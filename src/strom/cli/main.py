@@ -6,11 +6,15 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from strom.cli import bench, consume, groups, produce, topics
+import strom
+from strom.cli import bench, configs, consume, groups, log_dump, produce, topics
 from strom.cli.errors import describe_kafka_error
 from strom.cli.output import CliError, UsageError
 from strom.cli.pipeline import add_pipeline_parser
@@ -53,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="strom",
         description="strom: a Kafka-compatible streaming platform (broker, clients, tools).",
     )
+    parser.add_argument("--version", action="version", version=f"strom {strom.__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="show the client library's log on stderr (-v: info, -vv: debug; default: warnings only)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     broker = commands.add_parser(
@@ -91,16 +103,67 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level (default info)",
     )
     broker.set_defaults(run=_broker)
-    for command_group in (topics, produce, consume, groups, bench):
+    for command_group in (topics, configs, produce, consume, groups, bench, log_dump):
         command_group.register(commands)
     add_pipeline_parser(commands)
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, like Ctrl-C's KeyboardInterrupt: the same clean-up
+    runs (a consumer leaves its group and prints its summary, a producer delivers what it has)."""
+
+
+def _raise_terminated(signal_number: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _log_to_stderr(verbosity: int) -> Iterator[None]:
+    """The client's log, one ``strom: LEVEL: message`` line each; warnings and worse unless -v.
+    (Retries of a missing broker log at info: the command itself says what failed, once.)"""
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("strom: %(levelname)s: %(message)s"))
+    logger = logging.getLogger("strom")
+    previous_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous_level)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` in the main thread while the command runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one ``strom`` command. Exit codes: 0 ok, 1 runtime error, 2 usage error."""
+    """Run one ``strom`` command. Exit codes: 0 ok, 1 runtime error, 2 usage error, 130 after
+    Ctrl-C and 143 after SIGTERM (``consume`` stops on either and exits 0)."""
     parser = build_parser()
     arguments = parser.parse_args(argv)
+    if arguments.command == "broker":
+        # The broker sets up its own log and stops cleanly on SIGTERM by itself.
+        result: int = arguments.run(arguments)
+        return result
+    with _log_to_stderr(arguments.verbose), _sigterm_raises():
+        return _run_command(parser, arguments)
+
+
+def _run_command(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
+    started = time.monotonic()
     try:
         result: int = arguments.run(arguments)
     except UsageError as error:
@@ -113,8 +176,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"strom: error: {error}", file=sys.stderr)
         return 1
     except KafkaError as error:
-        print(f"strom: error: {describe_kafka_error(error, arguments)}", file=sys.stderr)
+        elapsed_s = time.monotonic() - started
+        print(f"strom: error: {describe_kafka_error(error, arguments, elapsed_s)}", file=sys.stderr)
         return 1
+    except Terminated:
+        print("strom: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("strom: interrupted", file=sys.stderr)
         return 130

@@ -89,7 +89,12 @@ def render_table(table: Table) -> str:
     widths = [len(header) for header in table.headers]
     for row in cells:
         widths = [max(width, len(cell)) for width, cell in zip(widths, row)]
-    numeric = [bool(cells) and all(_is_number(row[index]) for row in cells) for index in range(len(widths))]
+    # A column is numeric (aligned right) when every cell that has a value is a number.
+    numeric = [
+        any(row[index] != MISSING_CELL for row in cells)
+        and all(row[index] == MISSING_CELL or _is_number(row[index]) for row in cells)
+        for index in range(len(widths))
+    ]
 
     def line(values: Sequence[str]) -> str:
         padded = [

@@ -8,10 +8,13 @@ strom pipeline pageviews --from page_views --to page_view_counts --checkpoint DI
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 from typing import Any
 
-__all__ = ["add_pipeline_parser"]
+from strom.cli.output import CliError
+
+__all__ = ["add_pipeline_parser", "require_spark"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -88,7 +91,23 @@ def add_pipeline_parser(subparsers: Any) -> None:
     views.set_defaults(run=_pageviews)
 
 
+# What format("strom") and the pipelines import beyond strom's own dependencies (the spark extra).
+SPARK_MODULES = ("pyspark", "pyarrow", "numpy")
+
+
+def require_spark() -> None:
+    """One clear line, not a ModuleNotFoundError, when the spark extra is not installed."""
+    missing = [name for name in SPARK_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise CliError(
+            f"strom pipeline runs on Spark, and {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+            "not installed: pip install pyspark pyarrow numpy (in a clone of strom: pip install -e '.[spark]'; "
+            "from a wheel: pip install 'strom-VERSION-py3-none-any.whl[spark]'); Spark needs Java 17 or newer"
+        )
+
+
 def _archive(arguments: argparse.Namespace) -> int:
+    require_spark()
     from strom.spark.pipelines import archive, local_session
 
     topics = [topic.strip() for topic in arguments.topics.split(",") if topic.strip()]
@@ -114,6 +133,7 @@ def _demo_events(arguments: argparse.Namespace) -> int:
 
 
 def _pageviews(arguments: argparse.Namespace) -> int:
+    require_spark()
     from strom.spark.pipelines import local_session, pageviews
 
     spark = local_session(arguments.master, "strom-pageviews")

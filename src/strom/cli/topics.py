@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.cli.common import add_command, add_command_group, open_admin, parse_key_value
+from strom.cli.configs import CONFIG_SOURCE_NAMES, Target, alter_resource_configs, is_set_on
 from strom.cli.output import CliError, Report, Table, UsageError, write_report
+from strom.cli.reset_plan import parse_topic_partitions
 
 if TYPE_CHECKING:
     from strom.client.admin import Admin, ConfigEntry, TopicDescription
@@ -17,7 +21,7 @@ __all__ = ["describe_report", "is_set_on_topic", "register"]
 
 def register(commands: Any) -> None:
     subcommands = add_command_group(
-        commands, "topics", help_text="list, create, describe, alter, delete topics"
+        commands, "topics", help_text="list, create, describe, alter, delete topics; delete records"
     )
 
     listing = add_command(subcommands, "list", help_text="list the topics", run=_list)
@@ -78,14 +82,44 @@ def register(commands: Any) -> None:
         action="append",
         default=[],
         metavar="KEY",
-        help="return a topic config to its default (repeatable)",
+        help="return a topic config to what it inherits (repeatable; an unknown name is refused)",
     )
     alter.add_argument(
         "--partitions", type=int, default=None, metavar="N", help="grow the topic to N partitions"
     )
 
-    delete = add_command(subcommands, "delete", help_text="delete topics", run=_delete, output=False)
+    delete = add_command(
+        subcommands,
+        "delete",
+        help_text="delete topics",
+        description="Delete topics, each on its own: every topic deleted is named, and every one that "
+        "could not be, with the reason (exit 1 if any).",
+        run=_delete,
+        output=False,
+    )
     delete.add_argument("names", nargs="+", metavar="NAME", help="topics to delete")
+
+    delete_records = add_command(
+        subcommands,
+        "delete-records",
+        help_text="delete the records below an offset (move the log start), like kafka-delete-records",
+        description=(
+            "Delete the records of partitions below an offset: the log start moves up to it and "
+            "consumers can no longer read what lies before. --before end deletes everything up to "
+            "the high watermark. --offset-json-file takes kafka-delete-records' JSON "
+            '({"partitions": [{"topic": "t", "partition": 0, "offset": 42}]}; offset -1: the end).'
+        ),
+        run=_delete_records,
+    )
+    delete_records.add_argument(
+        "topics", nargs="*", metavar="TOPIC[:P,...]", help="a topic (all its partitions) or topic:0,2"
+    )
+    delete_records.add_argument(
+        "--before", default=None, metavar="OFFSET|end", help="delete records below OFFSET (end: all of them)"
+    )
+    delete_records.add_argument(
+        "--offset-json-file", type=Path, default=None, metavar="FILE", help="partitions and offsets as JSON"
+    )
 
 
 def _list(arguments: argparse.Namespace) -> int:
@@ -156,23 +190,9 @@ def _partition_offsets(
     return offsets
 
 
-# DescribeConfigs v1+ config sources (Kafka's numbering); v0 has only the is_default flag.
-CONFIG_SOURCE_NAMES = {
-    1: "topic",
-    2: "dynamic-broker",
-    3: "dynamic-default-broker",
-    4: "static-broker",
-    5: "default",
-    6: "dynamic-broker-logger",
-}
-TOPIC_CONFIG_SOURCE = 1
-
-
 def is_set_on_topic(entry: ConfigEntry) -> bool:
     """Whether the topic overrides this config (rather than inheriting the broker's or the default)."""
-    if entry.source in CONFIG_SOURCE_NAMES:
-        return entry.source == TOPIC_CONFIG_SOURCE
-    return not entry.is_default
+    return is_set_on(entry, Target("topic", ""))
 
 
 def describe_report(
@@ -306,38 +326,133 @@ def _describe(arguments: argparse.Namespace) -> int:
 
 
 def _alter(arguments: argparse.Namespace) -> int:
-    from strom.client.admin import AlterConfigOperation, ConfigResource, ConfigResourceType
-
     if not arguments.config and not arguments.delete_config and arguments.partitions is None:
         raise UsageError("nothing to change: give --config, --delete-config or --partitions")
     both = {key for key, _ in arguments.config} & set(arguments.delete_config)
     if both:
         raise UsageError(f"both set and deleted: {', '.join(sorted(both))}")
-    changes: list[tuple[str, AlterConfigOperation, str | None]] = [
-        (key, AlterConfigOperation.SET, value) for key, value in arguments.config
-    ]
-    changes += [(key, AlterConfigOperation.DELETE, None) for key in arguments.delete_config]
     with open_admin(arguments) as admin:
         if arguments.partitions is not None:
             admin.create_partitions({arguments.name: arguments.partitions})
             print(f"topic {arguments.name!r} now has {arguments.partitions} partitions")
-        if changes:
-            admin.incremental_alter_configs(
-                {ConfigResource(ConfigResourceType.TOPIC, arguments.name): changes}
+        if arguments.config or arguments.delete_config:
+            done = alter_resource_configs(
+                admin, Target("topic", arguments.name), list(arguments.config), list(arguments.delete_config)
             )
-            for key, operation, value in changes:
-                if operation is AlterConfigOperation.SET:
-                    print(f"set {key}={value} on topic {arguments.name!r}")
-                else:
-                    print(f"deleted {key} from topic {arguments.name!r} (back to its default)")
+            for line in done:
+                print(line)
     return 0
 
 
 def _delete(arguments: argparse.Namespace) -> int:
+    """One DeleteTopics request per topic, so each one's outcome is known and said."""
+    from strom.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+
+    names = list(dict.fromkeys(arguments.names))
+    failures: list[tuple[str, KafkaError]] = []
     with open_admin(arguments) as admin:
-        admin.delete_topics(arguments.names)
-    for name in arguments.names:
-        print(f"deleted topic {name!r}")
-    if len(arguments.names) > 1:
-        print(f"{len(arguments.names)} topics deleted", file=sys.stderr)
+        for name in names:
+            try:
+                admin.delete_topics([name])
+            except (KafkaConnectionError, KafkaTimeoutError):
+                raise  # the cluster is gone: the command's own error line says so
+            except KafkaError as error:
+                failures.append((name, error))
+                continue
+            print(f"deleted topic {name!r}")
+    if not failures:
+        if len(names) > 1:
+            print(f"{len(names)} topics deleted", file=sys.stderr)
+        return 0
+    from strom.cli.errors import ADVICE
+
+    for _, failure in failures:
+        advice = ADVICE.get(failure.code) if failure.code is not None else None
+        print(
+            f"not deleted: {failure.message}" + (f"; {advice}" if advice else ""),
+            file=sys.stderr,
+        )
+    raise CliError(f"{len(names) - len(failures)} of {len(names)} topics deleted")
+
+
+def _records_json_plan(path: Path) -> dict[tuple[str, int], int]:
+    """kafka-delete-records' --offset-json-file: {"partitions": [{"topic", "partition", "offset"}]}."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise CliError(f"cannot read {path}: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise CliError(f"{path}: not JSON ({error.msg} at line {error.lineno})") from None
+    entries = document.get("partitions") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise CliError(
+            f'{path}: expected {{"partitions": [{{"topic": T, "partition": P, "offset": O}}, ...]}}'
+        )
+    plan: dict[tuple[str, int], int] = {}
+    for entry in entries:
+        topic = entry.get("topic") if isinstance(entry, dict) else None
+        partition = entry.get("partition") if isinstance(entry, dict) else None
+        offset = entry.get("offset") if isinstance(entry, dict) else None
+        if not isinstance(topic, str) or not isinstance(partition, int) or not isinstance(offset, int):
+            raise CliError(f"{path}: each partition needs a topic (string), partition and offset (numbers)")
+        if partition < 0 or offset < -1:
+            raise CliError(f"{path}: {topic}:{partition} offset {offset}: partition >= 0, offset >= -1")
+        plan[(topic, partition)] = offset
+    return plan
+
+
+def _delete_records(arguments: argparse.Namespace) -> int:
+    from strom.client.cluster import TopicPartition
+
+    if (arguments.offset_json_file is None) == (arguments.before is None):
+        raise UsageError("give --before OFFSET|end (with topics) or --offset-json-file FILE")
+    if arguments.offset_json_file is not None and arguments.topics:
+        raise UsageError("--offset-json-file names the partitions itself: leave out the topics")
+    if arguments.before is not None:
+        if not arguments.topics:
+            raise UsageError("name the topics whose records to delete")
+        if arguments.before != "end" and not arguments.before.isdigit():
+            raise UsageError(f"--before takes an offset or 'end', not {arguments.before!r}")
+        try:
+            selections = [parse_topic_partitions(text) for text in arguments.topics]
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    plan = _records_json_plan(arguments.offset_json_file) if arguments.offset_json_file is not None else {}
+    with open_admin(arguments) as admin:
+        if arguments.before is not None:
+            before = -1 if arguments.before == "end" else int(arguments.before)
+            described = admin.describe_topics(sorted({topic for topic, _ in selections}))
+            for topic, chosen in selections:
+                existing = [partition.partition for partition in described[topic].partitions]
+                missing = sorted(set(chosen or ()) - set(existing))
+                if missing:
+                    raise UsageError(f"topic {topic!r} has no partition {', '.join(map(str, missing))}")
+                for number in chosen if chosen is not None else existing:
+                    plan[(topic, number)] = before
+        ends = admin.list_offsets({TopicPartition(*key): "latest" for key in plan})
+        for key, offset in plan.items():
+            end = ends.get(TopicPartition(*key))
+            end_offset = end.offset if end is not None else 0
+            if offset > end_offset:
+                raise CliError(
+                    f"{key[0]}:{key[1]} ends at offset {end_offset}: records below {offset} cannot be deleted "
+                    "(--before end deletes them all)"
+                )
+        low_watermarks = admin.delete_records({TopicPartition(*key): offset for key, offset in plan.items()})
+    rows = [
+        {
+            "topic": topic,
+            "partition": partition,
+            "log_start_offset": low_watermarks[TopicPartition(topic, partition)],
+        }
+        for topic, partition in sorted(plan)
+    ]
+    table = Table(
+        ["TOPIC", "PARTITION", "LOG-START"],
+        [[row["topic"], row["partition"], row["log_start_offset"]] for row in rows],
+    )
+    write_report(
+        Report(rows, [table], ["records deleted: each partition's log now starts at LOG-START"]),
+        arguments.output,
+    )
     return 0

@@ -113,9 +113,14 @@ class ClientConfig:
                 hint = f" (did you mean {', '.join(close)}?)" if close else ""
                 raise ConfigError(f"unknown {cls.__name__} key {key!r}{hint}")
             values[field_name] = cls._convert(key, field_name, str(field.type), value)
+        cls._fill_defaults(values)
         instance = cls(**values)
         instance.validate()
         return instance
+
+    @classmethod
+    def _fill_defaults(cls, values: dict[str, Any]) -> None:
+        """Defaults that depend on what else was given (``values``: the fields set explicitly)."""
 
     @classmethod
     def _convert(cls, key: str, field_name: str, type_name: str, value: object) -> Any:
@@ -157,6 +162,21 @@ class ProducerConfig(ClientConfig):
     partitioner_ignore_keys: bool = False
     buffer_memory: int = 33_554_432
 
+    @classmethod
+    def _fill_defaults(cls, values: dict[str, Any]) -> None:
+        """Idempotence is on by default only where nothing given conflicts with it (acks other than
+        all, retries=0, more than 5 requests in flight), as in the Java client: then it is off.
+        Asked for explicitly together with a conflicting setting, ``validate`` refuses it."""
+        if "enable_idempotence" in values:
+            return
+        conflicting = (
+            values.get("acks", -1) != -1
+            or values.get("retries", 1) == 0
+            or values.get("max_in_flight_requests_per_connection", 5) > 5
+        )
+        if conflicting:
+            values["enable_idempotence"] = False
+
     def validate(self) -> None:
         super().validate()
         self._require_choice("compression_type", _COMPRESSION_TYPES)
@@ -166,7 +186,10 @@ class ProducerConfig(ClientConfig):
             raise ConfigError("config 'max.in.flight.requests.per.connection' must be at least 1")
         if self.enable_idempotence:
             if self.acks != -1:
-                raise ConfigError("enable.idempotence requires acks=all")
+                raise ConfigError(
+                    f"enable.idempotence=true requires acks=all, not acks={self.acks} "
+                    "(leave enable.idempotence unset and it turns off by itself for acks 0 and 1)"
+                )
             if self.max_in_flight_requests_per_connection > 5:
                 raise ConfigError("enable.idempotence requires max.in.flight.requests.per.connection <= 5")
             if self.retries == 0:

@@ -25,6 +25,7 @@ __all__ = [
     "TopicAlreadyExistsError",
     "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
+    "describe_error_code",
     "error_for_code",
 ]
 
@@ -135,15 +136,60 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
 }
 
 
+# What an error code means, in words, where its name alone says too little. Every other code is
+# described by its name in lower case ("LEADER_NOT_AVAILABLE" -> "leader not available").
+_WORDS: dict[ErrorCode, str] = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: "the broker failed unexpectedly (its log says why)",
+    ErrorCode.OFFSET_OUT_OF_RANGE: "the offset is outside the partition's log",
+    ErrorCode.CORRUPT_MESSAGE: "a record batch failed its checks (CRC, size or format)",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "no such topic or partition",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "this broker does not lead the partition",
+    ErrorCode.REQUEST_TIMED_OUT: "the broker timed out on the request",
+    ErrorCode.MESSAGE_TOO_LARGE: "a record batch is larger than the broker or topic accepts",
+    ErrorCode.NETWORK_EXCEPTION: "the connection closed before the answer came",
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "the group coordinator is still loading",
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: "no group coordinator is available yet",
+    ErrorCode.NOT_COORDINATOR: "this broker is not the group's coordinator",
+    ErrorCode.INVALID_TOPIC_EXCEPTION: "not a valid topic name, or a topic that cannot be used so",
+    ErrorCode.RECORD_LIST_TOO_LARGE: "the request's records are larger than the broker accepts",
+    ErrorCode.NOT_ENOUGH_REPLICAS: "fewer in-sync replicas than min.insync.replicas",
+    ErrorCode.ILLEGAL_GENERATION: "the group has moved on to a newer generation",
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: "the member's protocols do not match the group's",
+    ErrorCode.UNKNOWN_MEMBER_ID: "the group does not know this member",
+    ErrorCode.INVALID_SESSION_TIMEOUT: "the session timeout is outside the broker's allowed range",
+    ErrorCode.REBALANCE_IN_PROGRESS: "the group is rebalancing",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "not authorized for the topic",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "not authorized for the group",
+    ErrorCode.UNSUPPORTED_VERSION: "the broker does not support this request's version",
+    ErrorCode.TOPIC_ALREADY_EXISTS: "the topic already exists",
+    ErrorCode.INVALID_PARTITIONS: "not a valid number of partitions",
+    ErrorCode.INVALID_REPLICATION_FACTOR: "not a valid replication factor",
+    ErrorCode.INVALID_CONFIG: "not a valid configuration",
+    ErrorCode.INVALID_REQUEST: "the broker refused the request as invalid",
+    ErrorCode.POLICY_VIOLATION: "refused by the broker's policy",
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: "the producer's sequence numbers are out of order",
+    ErrorCode.NON_EMPTY_GROUP: "the group still has members",
+    ErrorCode.GROUP_ID_NOT_FOUND: "no such group",
+    ErrorCode.FENCED_INSTANCE_ID: "another consumer with the same group.instance.id took over",
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: "the group's members are subscribed to the topic",
+    ErrorCode.OFFSET_NOT_AVAILABLE: "the offset is not available yet",
+}
+
+
+def describe_error_code(code: ErrorCode) -> str:
+    """What ``code`` means, in words."""
+    return _WORDS.get(code) or code.name.lower().replace("_", " ")
+
+
 def error_for_code(code: int, message: str | None = None, context: str = "") -> BrokerResponseError:
-    """The exception for a broker error code: a specific subclass where one exists."""
+    """The exception for a broker error code: a specific subclass where one exists. Its text says
+    what failed (``context``), why in words (the broker's message, or what the code means) and the
+    code's name: ``delete topic 'x': no such topic or partition (UNKNOWN_TOPIC_OR_PARTITION)``."""
     try:
         error_code = ErrorCode(code)
     except ValueError:
         error_code = ErrorCode.UNKNOWN_SERVER_ERROR
-    text = error_code.name
+    text = f"{message or describe_error_code(error_code)} ({error_code.name})"
     if context:
         text = f"{context}: {text}"
-    if message:
-        text = f"{text}: {message}"
     return _BY_CODE.get(error_code, BrokerResponseError)(text, error_code)

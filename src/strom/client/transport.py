@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import random
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -33,6 +35,22 @@ __all__ = ["BrokerChannel", "LoopThread", "Transport"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def _describe_os_error(error: OSError | TimeoutError) -> str:
+    """An OS-level connect failure in words ("connection refused"), without asyncio's wrapping."""
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, TimeoutError):
+        return "no answer to the connection attempt"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror[:1].lower() + error.strerror[1:]
+    return str(error)
+
+
+def _retrieve_exception(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class LoopThread:
@@ -63,11 +81,18 @@ class LoopThread:
         """Run ``coroutine`` on the loop and wait for its result from another thread."""
         assert not self.in_loop_thread, "LoopThread.run() from the loop thread would deadlock"
         future = self.submit(coroutine)
+        started = time.monotonic()
         try:
             return future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:
+            # concurrent.futures.TimeoutError is the builtin TimeoutError: it is this wait's own
+            # timeout only if the coroutine is still running; otherwise the coroutine raised it.
+            if future.done():
+                raise
             future.cancel()
-            raise KafkaTimeoutError(f"operation did not complete within {timeout_s} s") from None
+            raise KafkaTimeoutError(
+                f"operation did not complete within {time.monotonic() - started:.1f} s"
+            ) from None
 
     def call_soon(self, callback: Callable[..., object], *args: object) -> None:
         self.loop.call_soon_threadsafe(callback, *args)
@@ -190,6 +215,9 @@ class Transport:
         self._channels: dict[int, BrokerChannel] = {}
         self._connecting: dict[int, asyncio.Task[BrokerChannel]] = {}
         self._failures: dict[int, int] = {}
+        # Why the last connection attempt to each node failed, for the message of a later timeout.
+        self._last_error_by_node: dict[int, KafkaError] = {}
+        self._last_connection_error: KafkaError | None = None
         self._retry_at_ms: dict[int, int] = {}
         self._metadata_task: asyncio.Task[None] | None = None
         self.closed = False
@@ -233,8 +261,14 @@ class Transport:
         if task is None:
             task = asyncio.ensure_future(self._connect(node_id))
             self._connecting[node_id] = task
-            task.add_done_callback(lambda _task: self._connecting.pop(node_id, None))
+            task.add_done_callback(functools.partial(self._connect_done, node_id))
         return await asyncio.shield(task)
+
+    def _connect_done(self, node_id: int, task: asyncio.Task[BrokerChannel]) -> None:
+        self._connecting.pop(node_id, None)
+        # Whoever awaited the attempt may have given up (their timeout); the failure is kept in
+        # _last_error_by_node, so reading it here only stops asyncio from logging it as lost.
+        _retrieve_exception(task)
 
     async def _connect(self, node_id: int) -> BrokerChannel:
         wait_ms = self._retry_at_ms.get(node_id, 0) - self.clock.monotonic_ms()
@@ -259,11 +293,19 @@ class Transport:
             # Jitter so many clients do not reconnect in lockstep after a broker restart.
             backoff_ms = int(backoff_ms * random.uniform(0.8, 1.2))
             self._retry_at_ms[node_id] = self.clock.monotonic_ms() + backoff_ms
-            if isinstance(error, KafkaError):
+            failure = (
+                error
+                if isinstance(error, KafkaError)
+                else KafkaConnectionError(
+                    f"cannot connect to broker {node_id} at {host}:{port}: {_describe_os_error(error)}"
+                )
+            )
+            self._last_error_by_node[node_id] = failure
+            self._last_connection_error = failure
+            if failure is error:
                 raise
-            raise KafkaConnectionError(
-                f"cannot connect to broker {node_id} at {host}:{port}: {error}"
-            ) from error
+            raise failure from error
+        self._last_error_by_node.pop(node_id, None)
         self._failures.pop(node_id, None)
         self._retry_at_ms.pop(node_id, None)
         self._channels[node_id] = channel
@@ -284,14 +326,26 @@ class Transport:
     async def send(self, node_id: int, request: Any, *, timeout_ms: int | None = None) -> Any:
         """Send to one broker and wait for the response (request.timeout.ms by default)."""
         timeout_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        connected = False
         try:
             async with asyncio.timeout(timeout_ms / 1000):
                 channel = await self.channel(node_id)
+                connected = True
                 return await channel.request(request)
         except TimeoutError:
-            raise KafkaTimeoutError(
-                f"{type(request).__name__} to broker {node_id} timed out after {timeout_ms} ms"
-            ) from None
+            raise KafkaTimeoutError(self._timeout_message(node_id, request, timeout_ms, connected)) from None
+
+    def _timeout_message(self, node_id: int, request: Any, timeout_ms: int, connected: bool) -> str:
+        try:
+            host, port = self._address(node_id)
+            where = f"broker {node_id} at {host}:{port}" if node_id >= 0 else f"{host}:{port}"
+        except KafkaError:
+            where = f"broker {node_id}"
+        if connected:
+            return f"{type(request).__name__} to {where}: no answer within {timeout_ms} ms"
+        last = self._last_error_by_node.get(node_id)
+        cause = f" (last attempt: {last})" if last is not None else ""
+        return f"no connection to {where} within {timeout_ms} ms{cause}"
 
     async def send_any(self, request: Any, *, timeout_ms: int | None = None) -> Any:
         """Send to whichever broker is least loaded; on a connection failure try the others."""
@@ -309,18 +363,27 @@ class Transport:
                 await asyncio.sleep(self.config.retry_backoff_ms / 1000)
 
     async def with_retries(self, attempt: Callable[[], Awaitable[T]], timeout_ms: int | None = None) -> T:
-        """Run ``attempt`` until it succeeds, retrying retriable errors within the timeout."""
+        """Run ``attempt`` until it succeeds, retrying retriable errors, all within the timeout
+        (request.timeout.ms by default): an attempt still running at the deadline is abandoned and
+        ``KafkaTimeoutError`` names the last failure."""
         timeout_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
-        deadline_ms = self.clock.monotonic_ms() + timeout_ms
-        while True:
-            try:
-                return await attempt()
-            except KafkaError as error:
-                if not error.retriable or self.clock.monotonic_ms() >= deadline_ms:
-                    raise
-                if error.code is not None and error.code.invalid_metadata:
-                    self.metadata.request_refresh()
-                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        last_error: KafkaError | None = None
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                while True:
+                    try:
+                        return await attempt()
+                    except KafkaError as error:
+                        if not error.retriable:
+                            raise
+                        last_error = error
+                        if error.code is not None and error.code.invalid_metadata:
+                            self.metadata.request_refresh()
+                        await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        except TimeoutError:
+            cause = last_error or self._last_connection_error
+            detail = f": {cause}" if cause is not None else ""
+            raise KafkaTimeoutError(f"no answer within {timeout_ms} ms{detail}") from None
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -330,6 +393,9 @@ class Transport:
             await asyncio.shield(self._metadata_task)
             return
         task = asyncio.ensure_future(self._refresh(topics))
+        # The waiter below may give up (its own timeout) while the request goes on; its failure is
+        # then nobody's to read, which asyncio would log as a lost exception.
+        task.add_done_callback(_retrieve_exception)
         if topics is None:
             self._metadata_task = task
         await asyncio.shield(task)
@@ -355,25 +421,35 @@ class Transport:
             await self.refresh_wanted()
 
     async def wait_for_topic(self, topic: str, timeout_ms: int) -> int:
-        """The partition count of ``topic``, refreshing metadata until it is known."""
+        """The partition count of ``topic``, refreshing metadata until it is known; raises
+        ``KafkaTimeoutError`` (naming the last failure) after ``timeout_ms``."""
         self.metadata.wanted_topics.add(topic)
-        deadline_ms = self.clock.monotonic_ms() + timeout_ms
-        while True:
-            count = self.metadata.partition_count(topic)
-            if count is not None:
-                return count
-            info = self.metadata.topics.get(topic)
-            if info is not None and info.error_code not in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE):
-                raise error_for_code(info.error_code, context=f"topic {topic!r}")
-            if self.clock.monotonic_ms() >= deadline_ms:
-                raise KafkaTimeoutError(f"topic {topic!r} not present in metadata after {timeout_ms} ms")
-            try:
-                await self.refresh_metadata(sorted(self.metadata.wanted_topics))
-            except KafkaError as error:
-                if not error.retriable:
-                    raise
-            if self.metadata.partition_count(topic) is None:
-                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        last_error: KafkaError | None = None
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                while True:
+                    count = self.metadata.partition_count(topic)
+                    if count is not None:
+                        return count
+                    info = self.metadata.topics.get(topic)
+                    if info is not None and info.error_code not in (
+                        ErrorCode.NONE,
+                        ErrorCode.LEADER_NOT_AVAILABLE,
+                    ):
+                        raise error_for_code(info.error_code, context=f"topic {topic!r}")
+                    try:
+                        await self.refresh_metadata(sorted(self.metadata.wanted_topics))
+                    except KafkaError as error:
+                        if not error.retriable:
+                            raise
+                        last_error = error
+                    if self.metadata.partition_count(topic) is None:
+                        await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        except TimeoutError:
+            cause = f" ({last_error})" if last_error is not None else ""
+            raise KafkaTimeoutError(
+                f"topic {topic!r} not present in metadata after {timeout_ms} ms{cause}"
+            ) from None
 
     # -- shutdown ------------------------------------------------------------------------------
 

@@ -43,6 +43,19 @@ def test_timeline_counts_per_window_and_rebins() -> None:
     assert timeline.rebinned(10).counts == timeline.counts
 
 
+def test_timeline_spreads_an_interval_over_its_windows() -> None:
+    timeline = ThroughputTimeline(window_s=0.1)
+    timeline.add_interval(0.0, 0.1, 100)
+    timeline.add_interval(0.1, 0.3, 200)  # a late sample: two windows' worth, spread over both
+    timeline.add_interval(0.3, 0.35, 7)
+    timeline.add_interval(0.35, 0.35, 3)
+    timeline.add_interval(0.35, 0.4, 0)
+    assert timeline.counts == [100, 100, 100, 10]
+    odd = ThroughputTimeline(window_s=1.0)
+    odd.add_interval(0.5, 2.0, 10)  # a third in the first window, two thirds in the second
+    assert odd.counts == [3, 7] and sum(odd.counts) == 10
+
+
 def test_summary_rates_and_json() -> None:
     summary = BenchSummary(
         mode="produce",
@@ -53,7 +66,8 @@ def test_summary_rates_and_json() -> None:
         latency=LatencySummary.from_samples([1.0, 2.0, 3.0, 4.0]),
     )
     assert summary.records_per_s == 1_000.0
-    assert summary.megabytes_per_s == pytest.approx(1_000 * 1_048 / 1_048_576)
+    # MB as BENCHMARKS.md counts it: 10^6 bytes.
+    assert summary.megabytes_per_s == pytest.approx(1_000 * 1_048 / 1_000_000)
     stream = io.StringIO()
     write_report(summary_report(summary), "json", stream)
     value = json.loads(stream.getvalue())
@@ -94,11 +108,12 @@ def test_progress_prints_periodic_lines_off_a_terminal() -> None:
     progress.update(100, 0.5)  # too soon
     progress.update(400, 1.0)
     progress.update(500, 1.5)  # too soon
-    progress.update(1_000, 2.0)
-    progress.finish()
+    progress.update(900, 2.0)
+    progress.finish(1_000, 2.5)
     assert stream.getvalue().splitlines() == [
         "400/1000 records, 400 records/s (0.04 MB/s) at 1.0 s",
-        "1000/1000 records, 600 records/s (0.06 MB/s) at 2.0 s",
+        "900/1000 records, 500 records/s (0.05 MB/s) at 2.0 s",
+        "1000/1000 records in 2.5 s, 400 records/s (0.04 MB/s) on average",
     ]
 
 
@@ -106,10 +121,31 @@ def test_progress_redraws_one_line_on_a_terminal() -> None:
     stream = io.StringIO()
     progress = Progress(10, 1, stream, is_tty=True, interval_s=60.0)
     progress.update(5, 0.5)
-    progress.update(10, 1.0)
-    progress.finish()
+    progress.update(8, 1.0)
+    progress.finish(10, 1.25)
     text = stream.getvalue()
-    assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
+    # Redrawn in place; the last drawing is the final count, so no stale line stays behind.
+    assert text.count("\r") == 3 and text.endswith("\n") and text.count("\n") == 1
+    assert text.rsplit("\r\033[K", 1)[1] == "10/10 records in 1.2 s, 8 records/s (0.00 MB/s) on average\n"
+
+
+def test_progress_that_never_printed_prints_no_final_line() -> None:
+    stream = io.StringIO()
+    Progress(10, 1, stream, is_tty=False, interval_s=60.0).finish(10, 0.1)
+    assert stream.getvalue() == ""
+
+
+def test_split_evenly_and_the_delivery_recorder() -> None:
+    from strom.cli.bench import DeliveryRecorder, split_evenly
+
+    assert split_evenly(10, 3) == [4, 3, 3] and split_evenly(2, 2) == [1, 1]
+    recorder = DeliveryRecorder()
+    recorder.on_delivery(None, object())
+    recorder.on_delivery(RuntimeError("refused"), None)
+    recorder.on_delivery(RuntimeError("again"), None)
+    recorder.on_sampled_delivery(0, None, object())  # sent at the clock's zero: a long latency
+    assert (recorder.done, recorder.errors, recorder.first_error) == (2, 2, "refused")
+    assert len(recorder.latencies_ms) == 1 and recorder.latencies_ms[0] > 0
 
 
 def test_end_to_end_values_carry_their_send_time() -> None:

@@ -51,6 +51,7 @@ class FakeAdmin:
         }
         self.altered: list[tuple[str, dict[TopicPartition, int]]] = []
         self.deleted: list[str] = []
+        self.offsets_deleted: list[tuple[str, list[TopicPartition]]] = []
 
     def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
         return [
@@ -88,6 +89,9 @@ class FakeAdmin:
 
     def delete_groups(self, group_ids: Iterable[str]) -> None:
         self.deleted += list(group_ids)
+
+    def delete_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        self.offsets_deleted.append((group_id, sorted(partitions)))
 
 
 @pytest.fixture
@@ -183,7 +187,7 @@ def test_describe_shows_lag_and_owner_per_partition(
 ) -> None:
     make_stable(admin)
     assert main(["groups", "describe", GROUP, "--output", "json"]) == 0
-    value = json.loads(capsys.readouterr().out)
+    [value] = json.loads(capsys.readouterr().out)
     assert value["state"] == "Stable" and value["protocol"] == "range"
     assert [
         (row["partition"], row["committed_offset"], row["log_end_offset"], row["lag"])
@@ -199,7 +203,48 @@ def test_describe_shows_lag_and_owner_per_partition(
 
 def test_describe_of_an_unknown_group_exits_1(admin: FakeAdmin, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["groups", "describe", "nobody"]) == 1
-    assert capsys.readouterr().err == "strom: error: group 'nobody' does not exist\n"
+    assert capsys.readouterr().err == (
+        "strom: error: group 'nobody' does not exist; `strom groups list` shows the groups there are\n"
+    )
+
+
+def test_describe_several_groups_and_all_groups(admin: FakeAdmin, capsys: pytest.CaptureFixture[str]) -> None:
+    make_stable(admin)
+    admin.descriptions["idle"] = GroupDescription("idle", "Empty", "consumer", "", [])
+    admin.committed["idle"] = {TopicPartition(TOPIC, 0): OffsetAndMetadata(99)}
+    assert main(["groups", "describe", GROUP, "idle", "--output", "json"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert [(group["group"], group["state"], group["total_lag"]) for group in described] == [
+        (GROUP, "Stable", 100),
+        ("idle", "Empty", 1),
+    ]
+    assert main(["groups", "describe", "--all-groups"]) == 0
+    titles = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Group: ")]
+    assert [title.split()[1] for title in titles] == [GROUP, "idle"]
+    # The groups that exist are shown; the missing one is named, and the exit code says so.
+    assert main(["groups", "describe", "idle", "nobody"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith("Group: idle")
+    assert "group 'nobody' does not exist" in captured.err
+    assert main(["groups", "describe"]) == 2
+    assert "name the groups to describe, or give --all-groups" in capsys.readouterr().err
+
+
+def test_delete_offsets_of_a_topic_and_of_chosen_partitions(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["groups", "delete-offsets", GROUP, "--topic", TOPIC]) == 0
+    assert admin.offsets_deleted == [(GROUP, [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)])]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:4] == ["TOPIC   PARTITION  DELETED-OFFSET", "orders          0              30",
+                          "orders          1              10"]  # fmt: skip
+    assert lines[-1] == "offsets deleted"
+    assert main(["groups", "delete-offsets", GROUP, "--topic", f"{TOPIC}:1", "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["partitions"] == [
+        {"topic": TOPIC, "partition": 1, "deleted_offset": 10}
+    ]
+    assert main(["groups", "delete-offsets", GROUP, "--topic", "other"]) == 1
+    assert "has no committed offsets for topic 'other'" in capsys.readouterr().err
 
 
 def test_reset_is_refused_while_the_group_has_members(
@@ -273,3 +318,41 @@ def test_delete_empty_groups_and_refuse_unknown_ones(
     assert capsys.readouterr().out == "deleted group 'orders-app'\n"
     assert main(["groups", "delete", "nobody"]) == 1
     assert "group 'nobody' does not exist" in capsys.readouterr().err
+
+
+def test_reset_all_topics_to_current_exports_csv_that_from_file_reads_back(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    assert main(["groups", "reset-offsets", GROUP, "--all-topics", "--to-current", "--export"]) == 0
+    exported = capsys.readouterr().out
+    assert exported == f"{TOPIC},0,30\n{TOPIC},1,10\n"
+    assert admin.altered == []
+    plan = tmp_path / "plan.csv"
+    plan.write_text(exported.replace(",30", ",20"))
+    assert main(["groups", "reset-offsets", GROUP, "--from-file", str(plan), "--execute"]) == 0
+    assert admin.altered == [(GROUP, {TopicPartition(TOPIC, 0): 20, TopicPartition(TOPIC, 1): 10})]
+    # Kafka's several-groups form: group,topic,partition,offset; only this group's rows count.
+    plan.write_text(f"other,{TOPIC},0,1\n{GROUP},{TOPIC},1,200\n")
+    assert main(["groups", "reset-offsets", GROUP, "--from-file", str(plan), "--execute"]) == 0
+    assert admin.altered[-1] == (GROUP, {TopicPartition(TOPIC, 1): 40})  # pulled back to the log end
+    assert main(["groups", "reset-offsets", GROUP, "--from-file", str(plan), "--to-earliest"]) == 2
+    assert "--from-file gives the offsets itself" in capsys.readouterr().err
+
+
+def test_to_current_where_nothing_is_committed_is_the_log_end(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    del admin.committed[GROUP][TopicPartition(TOPIC, 1)]
+    assert main(["groups", "reset-offsets", GROUP, "--topic", TOPIC, "--to-current", "--export"]) == 0
+    assert capsys.readouterr().out == f"{TOPIC},0,30\n{TOPIC},1,40\n"
+
+
+def test_reset_by_duration_and_a_missing_target(admin: FakeAdmin, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["groups", "reset-offsets", GROUP, "--topic", TOPIC, "--by-duration", "PT1H", "--execute"]) == 0
+    )
+    assert admin.altered == [(GROUP, {TopicPartition(TOPIC, 0): 60, TopicPartition(TOPIC, 1): 40})]
+    assert main(["groups", "reset-offsets", GROUP, "--topic", TOPIC, "--by-duration", "1 hour"]) == 2
+    assert "PnDTnHnMnS" in capsys.readouterr().err
+    assert main(["groups", "reset-offsets", GROUP, "--topic", TOPIC]) == 2
+    assert "say where to" in capsys.readouterr().err

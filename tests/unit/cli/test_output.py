@@ -176,3 +176,14 @@ def test_reset_plan_report_says_whether_it_ran() -> None:
             }
         ],
     }
+
+
+def test_a_number_column_with_missing_cells_stays_aligned_right() -> None:
+    table = Table(["NAME", "OFFSET"], [["a", 286], ["b", None], ["c", 0]])
+    assert render_table(table).splitlines() == [
+        "NAME  OFFSET",
+        "a        286",
+        "b          -",
+        "c          0",
+    ]
+    assert render_table(Table(["X"], [[None]])).splitlines() == ["X", "-"]

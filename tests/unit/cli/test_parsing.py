@@ -28,10 +28,18 @@ COMMANDS = [
     ["bench", "produce"],
     ["bench", "consume"],
     ["bench", "end-to-end"],
+    ["topics", "delete-records"],
+    ["configs", "describe"],
+    ["configs", "alter"],
+    ["groups", "delete-offsets"],
 ]
 
 
-@pytest.mark.parametrize("command", [[], ["topics"], ["groups"], ["bench"], *COMMANDS], ids=" ".join)
+@pytest.mark.parametrize(
+    "command",
+    [[], ["topics"], ["groups"], ["bench"], ["configs"], ["log"], ["log", "dump"], *COMMANDS],
+    ids=" ".join,
+)
 def test_help_everywhere(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main([*command, "--help"])
@@ -50,6 +58,9 @@ def test_client_commands_share_bootstrap_server(command: list[str]) -> None:
         "groups describe": ["g"],
         "groups delete": ["g"],
         "groups reset-offsets": ["g", "--topic", "t", "--to-earliest"],
+        "groups delete-offsets": ["g", "--topic", "t"],
+        "configs describe": ["--topic", "t"],
+        "configs alter": ["--broker", "0"],
     }.get(" ".join(command), [])
     arguments = build_parser().parse_args([*command, *positional])
     assert arguments.bootstrap_server == "localhost:9092"
@@ -76,10 +87,13 @@ def test_output_format_choice() -> None:
     "argv",
     [
         ["topics", "create", "t", "--config", "novalue"],
+        ["consume", "t", "-X", "fetch.max.wait"],
         ["topics", "list", "--output", "yaml"],
         ["consume", "t", "--from-beginning", "--offset", "3"],
-        ["groups", "reset-offsets", "g", "--topic", "t"],
+        ["groups", "reset-offsets", "g", "--to-earliest"],
+        ["groups", "reset-offsets", "g", "--topic", "t", "--all-topics", "--to-earliest"],
         ["groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"],
+        ["groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--execute", "--dry-run"],
         ["bench", "produce", "--client", "java"],
         ["produce", "t", "--acks", "2"],
         ["nonsense"],
@@ -95,11 +109,31 @@ def test_argparse_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["consume", "t", "--offset", "3"], "--offset needs --partition"),
+        (["consume", "t", "--offset", "3"], "--offset N needs --partition"),
+        (["consume", "t", "--offset", "middle"], "earliest, latest or a non-negative offset"),
+        (["consume"], "name the topics to read, or give --include"),
+        (["consume", "t", "--include", "a.*"], "not both"),
+        (["consume", "--include", "(unclosed"], "not a regular expression"),
+        (["consume", "t", "--until", "later"], "--until 'later'"),
+        (["consume", "t", "--format", "%t %x"], "unknown token %x"),
+        (["consume", "t", "--format", "yaml"], "unknown format 'yaml'"),
+        (["consume", "t", "-X", "fetch.max.wait.msec=5"], "did you mean fetch.max.wait.ms"),
+        (["produce", "t", "-X", "linger.ms=soon"], "integer"),
+        (["produce", "t", "--input-format", "json", "--key-separator", ":"], "JSON line has its own"),
+        (["produce", "t", "--encoding", "hex"], "--encoding applies to --input-format json"),
+        (["produce", "t", "--timestamp", "never"], "ISO 8601"),
         (["consume", "t", "--group", "g", "--partition", "0"], "--group"),
         (["consume", "t", "--max-messages", "0"], "--max-messages"),
         (["consume", "t", "--from-timestamp", "yesterday"], "ISO 8601"),
         (["topics", "alter", "t"], "nothing to change"),
+        (["configs", "alter", "--topic", "t"], "nothing to change"),
+        (["configs", "alter", "--broker", "zero", "--delete-config", "a"], "--broker takes a broker id"),
+        (["configs", "alter", "--topic", "t", "--add-config", "a=[1"], "'[' without ']'"),
+        (["topics", "delete-records", "t"], "--before OFFSET|end"),
+        (["topics", "delete-records", "t", "--before", "soon"], "--before takes an offset or 'end'"),
+        (["groups", "describe"], "name the groups to describe"),
+        (["groups", "reset-offsets", "g", "--all-topics", "--by-duration", "an hour"], "PnDTnHnMnS"),
+        (["bench", "produce", "--processes", "0"], "--processes must be 1 to 64"),
         (["topics", "alter", "t", "--config", "a=1", "--delete-config", "a"], "both set and deleted"),
         (["topics", "create", "t", "--partitions", "0"], "--partitions"),
         (["produce", "t", "--partition", "-1"], "--partition"),
@@ -144,11 +178,13 @@ def test_split_line_and_read_records() -> None:
     ]
 
 
-def test_acks_setting_turns_idempotence_off_below_all() -> None:
-    assert acks_setting("all") == {"acks": -1, "enable.idempotence": True}
-    assert acks_setting("-1") == {"acks": -1, "enable.idempotence": True}
-    assert acks_setting("1") == {"acks": 1, "enable.idempotence": False}
-    assert acks_setting("0") == {"acks": 0, "enable.idempotence": False}
+def test_acks_setting_leaves_idempotence_to_the_client() -> None:
+    """acks=all keeps the idempotent producer; 0 and 1 turn it off in the client by themselves."""
+    from strom.client.config import ProducerConfig
+
+    for acks, expected, idempotent in (("all", -1, True), ("-1", -1, True), ("1", 1, False), ("0", 0, False)):
+        config = ProducerConfig.from_settings(acks_setting(acks))
+        assert (config.acks, config.enable_idempotence) == (expected, idempotent)
 
 
 def test_key_value_type_refuses_missing_equals() -> None:
@@ -157,3 +193,12 @@ def test_key_value_type_refuses_missing_equals() -> None:
     assert parse_key_value(" a =b") == ("a", "b")
     with pytest.raises(argparse.ArgumentTypeError):
         parse_key_value("=b")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import strom
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"strom {strom.__version__}\n"

@@ -25,8 +25,9 @@ def test_unknown_key_names_the_closest_known_one() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"acks": 1}, "idempotence requires acks=all"),
-        ({"max.in.flight.requests.per.connection": 6}, "max.in.flight"),
+        ({"acks": 1, "enable.idempotence": True}, "idempotence=true requires acks=all"),
+        ({"max.in.flight.requests.per.connection": 6, "enable.idempotence": "true"}, "max.in.flight"),
+        ({"retries": 0, "enable.idempotence": True}, "retries > 0"),
         ({"compression.type": "brotli"}, "compression.type"),
         ({"linger.ms": "soon"}, "integer"),
         ({"enable.idempotence": "maybe"}, "true or false"),
@@ -40,6 +41,21 @@ def test_bad_producer_values_are_refused(settings: dict[str, object], message: s
 
 def test_acks_one_allowed_without_idempotence() -> None:
     assert ProducerConfig.from_settings(acks=1, enable_idempotence=False).acks == 1
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"acks": 1}, {"acks": "0"}, {"retries": 0}, {"max.in.flight.requests.per.connection": 6}],
+)
+def test_idempotence_not_asked_for_turns_off_where_a_setting_conflicts(settings: dict[str, object]) -> None:
+    """As in the Java client: the default idempotence gives way to a conflicting setting; only an
+    explicit enable.idempotence=true together with one is an error (above)."""
+    assert ProducerConfig.from_settings(settings).enable_idempotence is False
+
+
+def test_idempotence_is_on_by_default_and_when_acks_is_all() -> None:
+    assert ProducerConfig.from_settings().enable_idempotence is True
+    assert ProducerConfig.from_settings(acks="all", retries=3).enable_idempotence is True
 
 
 def test_consumer_choices() -> None:

@@ -229,7 +229,9 @@ class Producer:
                 for job in jobs:
                     self._spawn(self._send_job(job))
             except KafkaError as error:
-                log.warning("producer sender: %s", error)
+                # Retriable failures (no broker yet, a timeout) repeat every retry.backoff.ms while
+                # they last: worth a line at info, not a warning each time.
+                log.log(logging.INFO if error.retriable else logging.WARNING, "producer sender: %s", error)
                 next_ms = self.config.retry_backoff_ms
             except asyncio.CancelledError:
                 raise
