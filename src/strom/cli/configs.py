@@ -232,7 +232,15 @@ def alter_resource_configs(
         raise UsageError(f"both set and deleted: {', '.join(sorted(both))}")
     resource = target.resource()
     current = admin.describe_configs([resource])[resource]
-    _check_known([key for key, _ in sets] + deletes, set(current), target)
+    known = set(current)
+    if target.kind == "broker-defaults":
+        # The cluster-wide default describes only what is set on it (as in Kafka): the names a
+        # broker knows come from a live broker's own configs.
+        from strom.client.admin import ConfigResource, ConfigResourceType
+
+        node = ConfigResource(ConfigResourceType.BROKER, str(admin.describe_cluster().brokers[0].node_id))
+        known |= set(admin.describe_configs([node])[node])
+    _check_known([key for key, _ in sets] + deletes, known, target)
     changes: list[tuple[str, AlterConfigOperation, str | None]] = [
         (key, AlterConfigOperation.SET, value) for key, value in sets
     ]
