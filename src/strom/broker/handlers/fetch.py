@@ -45,10 +45,11 @@ def _resolve(state: BrokerState, topic: FetchRequest.FetchTopic, version: int) -
 
 
 def _read_all(
-    state: BrokerState, request: FetchRequest, version: int
+    state: BrokerState, request: FetchRequest, version: int, response_bytes_max: int
 ) -> tuple[list[FetchResponse.FetchableTopicResponse], int, bool]:
-    """One pass over every requested partition: (responses, bytes of records, any partition errored)."""
-    bytes_left = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
+    """One pass over every requested partition: (responses, bytes of records, any partition errored).
+    At most ``response_bytes_max`` bytes of records, whatever the request asks (but one batch)."""
+    bytes_left = min(request.max_bytes if request.max_bytes > 0 else 2**31 - 1, response_bytes_max)
     total_bytes = 0
     errored = False
     aborted: list[FetchResponse.AbortedTransaction] | None = (
@@ -134,7 +135,7 @@ async def handle_fetch(context: RequestContext, request: FetchRequest) -> FetchR
     wait_ms = min(max(request.max_wait_ms, 0), limits.fetch_max_wait_ms_max)
     deadline_ms = state.clock.monotonic_ms() + wait_ms
     while True:
-        responses, total_bytes, errored = _read_all(state, request, version)
+        responses, total_bytes, errored = _read_all(state, request, version, context.response_bytes_max)
         remaining_ms = deadline_ms - state.clock.monotonic_ms()
         if total_bytes >= request.min_bytes or errored or remaining_ms <= 0 or not request.topics:
             return FetchResponse(error_code=ErrorCode.NONE, session_id=NO_SESSION_ID, responses=responses)
