@@ -73,24 +73,32 @@ class BudgetLimits:
 
 
 class ConnectionAccount:
-    """What one connection holds and does; fields are read by the server, changed through the budget."""
+    """What one connection holds and does; fields are read by the server, changed through the budget.
+
+    Times are stamped lazily: an event (bytes received, a change of activity) only marks a time as
+    unknown (None), and the next ``ConnectionBudget.overdue`` check stamps it with its own time, so
+    the connection loop never reads the clock. A stamp is thus never earlier than the event, and a
+    connection is closed no sooner than its bound after it (and at most two check intervals later).
+    """
 
     __slots__ = (
         "active_since_ms",
         "activity",
         "connection_id",
         "frame_started_ms",
+        "partial_request",
         "request_bytes",
         "unsent_bytes",
     )
 
-    def __init__(self, connection_id: int, now_ms: int) -> None:
+    def __init__(self, connection_id: int) -> None:
         self.connection_id = connection_id
-        self.activity = Activity.READING
+        self.activity = _READING
         # The last time anything happened on the connection: bytes received, an answer finished or
         # sent onwards, a change of activity. Idleness is measured from here.
-        self.active_since_ms = now_ms
-        # When the request now partly received started arriving (None: no partial request).
+        self.active_since_ms: int | None = None
+        # A request is partly received; it started arriving at frame_started_ms.
+        self.partial_request = False
         self.frame_started_ms: int | None = None
         self.unsent_bytes = 0  # answers made and not yet taken by the kernel
         self.request_bytes = 0  # request bytes received and not yet answered
@@ -118,9 +126,9 @@ class ConnectionBudget:
     def __len__(self) -> int:
         return len(self._accounts)
 
-    def open(self, connection_id: int, now_ms: int) -> ConnectionAccount:
+    def open(self, connection_id: int) -> ConnectionAccount:
         assert connection_id not in self._accounts, connection_id
-        account = ConnectionAccount(connection_id, now_ms)
+        account = ConnectionAccount(connection_id)
         self._accounts[connection_id] = account
         return account
 
@@ -141,15 +149,8 @@ class ConnectionBudget:
         account.unsent_bytes = unsent_bytes
         account.request_bytes = request_bytes
 
-    def unsent_now(self, account: ConnectionAccount, unsent_bytes: int, now_ms: int) -> None:
-        """A periodic look at the connection's unsent answers: if they shrank, the peer is reading,
-        which counts as activity."""
-        if unsent_bytes < account.unsent_bytes:
-            account.active_since_ms = now_ms
-        self.hold(account, unsent_bytes, account.request_bytes)
-
     def must_drain(self, account: ConnectionAccount, unsent_bytes: int, request_bytes: int) -> bool:
-        """``hold`` then whether ``drain_target`` asks the connection to drain (the loop's check)."""
+        """``hold``, then whether ``drain_target`` asks the connection to drain before it goes on."""
         self.held_bytes += unsent_bytes + request_bytes - account.unsent_bytes - account.request_bytes
         account.unsent_bytes = unsent_bytes
         account.request_bytes = request_bytes
@@ -160,6 +161,30 @@ class ConnectionBudget:
             self.held_bytes > limits.broker_held_bytes_max
             and unsent_bytes > limits.connection_held_bytes_reserved
         )
+
+    def ready_to_read(self, account: ConnectionAccount, unsent_bytes: int, request_bytes: int) -> bool:
+        """``must_drain``; when the connection need not drain, it is now ``reading`` (True).
+
+        The connection loop calls this before every read, so it is written out flat."""
+        held_bytes = (
+            self.held_bytes + unsent_bytes + request_bytes - account.unsent_bytes - account.request_bytes
+        )
+        self.held_bytes = held_bytes
+        account.unsent_bytes = unsent_bytes
+        account.request_bytes = request_bytes
+        limits = self.limits
+        if unsent_bytes > limits.connection_held_bytes_reserved and (
+            unsent_bytes > limits.connection_unsent_bytes_max or held_bytes > limits.broker_held_bytes_max
+        ):
+            return False
+        activity = account.activity
+        if activity is not _READING:
+            if activity is _MUTED:
+                self.muted -= 1
+            account.activity = _READING
+            account.active_since_ms = None
+            account.frame_started_ms = None
+        return True
 
     def drain_target(self, account: ConnectionAccount) -> int | None:
         """None when the connection may go on; otherwise the number of unsent answer bytes it must
@@ -186,7 +211,7 @@ class ConnectionBudget:
 
     # -- what a connection does ------------------------------------------------------------------
 
-    def reading(self, account: ConnectionAccount, now_ms: int) -> None:
+    def reading(self, account: ConnectionAccount) -> None:
         """The connection waits for request bytes. Coming back from handling or muted, a request
         already partly received gets the whole receive bound from now: the time its connection spent
         not being read is not the peer's fault."""
@@ -196,21 +221,19 @@ class ConnectionBudget:
         if activity is _MUTED:
             self.muted -= 1
         account.activity = _READING
-        account.active_since_ms = now_ms
-        if account.frame_started_ms is not None:
-            account.frame_started_ms = now_ms
+        account.active_since_ms = None
+        account.frame_started_ms = None
 
     def received(
-        self, account: ConnectionAccount, now_ms: int, *, completed: bool, partial: bool, request_bytes: int
+        self, account: ConnectionAccount, completed: bool, partial: bool, request_bytes: int
     ) -> None:
         """Bytes arrived: ``completed`` when they completed at least one request (which the
         connection now handles), ``partial`` when a request is left partly received;
         ``request_bytes``: what the connection now holds of requests not yet answered."""
-        account.active_since_ms = now_ms
-        if not partial:
-            account.frame_started_ms = None
-        elif completed or account.frame_started_ms is None:
-            account.frame_started_ms = now_ms
+        account.active_since_ms = None
+        if completed or not partial:
+            account.frame_started_ms = None  # a new partial request starts its own clock
+        account.partial_request = partial
         if completed:
             account.activity = _HANDLING  # only ever from reading: no muted count to adjust
         self.held_bytes += request_bytes - account.request_bytes
@@ -222,26 +245,40 @@ class ConnectionBudget:
             self.muted -= 1
         account.activity = _HANDLING
 
-    def mute(self, account: ConnectionAccount, now_ms: int) -> None:
+    def mute(self, account: ConnectionAccount) -> None:
         """The connection is not read until its unsent answers drain (see ``drain_target``)."""
         if account.activity is not _MUTED:
             self.muted += 1
-        account.activity = _MUTED
-        account.active_since_ms = now_ms
+            account.activity = _MUTED
+            account.active_since_ms = None
+
+    # -- the periodic check ---------------------------------------------------------------------
+
+    def unsent_now(self, account: ConnectionAccount, unsent_bytes: int, now_ms: int) -> None:
+        """A periodic look at the connection's unsent answers: if they shrank, the peer is reading,
+        which counts as activity."""
+        if unsent_bytes < account.unsent_bytes:
+            account.active_since_ms = now_ms
+        self.hold(account, unsent_bytes, account.request_bytes)
 
     def overdue(self, now_ms: int) -> list[tuple[ConnectionAccount, OverdueReason]]:
-        """Connections to close now. A connection handling a request (a long poll, a parked join) is
-        never overdue; a muted one is idle when its answers have not moved for the idle time."""
+        """Connections to close now (times not yet stamped are stamped ``now_ms`` first). A
+        connection handling a request (a long poll, a parked join) is never overdue; a muted one is
+        idle when its answers have not moved for the idle time."""
         limits = self.limits
+        idle_ms = limits.idle_ms
         found: list[tuple[ConnectionAccount, OverdueReason]] = []
         for account in self._accounts.values():
-            if account.activity is Activity.HANDLING:
+            if account.activity is _HANDLING:
                 continue
-            started = account.frame_started_ms
-            if account.activity is Activity.READING and started is not None:
-                if now_ms - started >= limits.request_receive_ms_max:
+            if account.active_since_ms is None:
+                account.active_since_ms = now_ms
+            if account.activity is _READING and account.partial_request:
+                if account.frame_started_ms is None:
+                    account.frame_started_ms = now_ms
+                elif now_ms - account.frame_started_ms >= limits.request_receive_ms_max:
                     found.append((account, OverdueReason.SLOW_REQUEST))
-            elif limits.idle_ms is not None and now_ms - account.active_since_ms >= limits.idle_ms:
+            elif idle_ms is not None and now_ms - account.active_since_ms >= idle_ms:
                 found.append((account, OverdueReason.IDLE))
         return found
 

@@ -60,7 +60,7 @@ WARNING_WINDOW_MS = 60_000
 CONNECTION_CHECKS_PER_BOUND = 10
 CONNECTION_CHECK_INTERVAL_MS_MIN = 10
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
-_FRAME_SIZE = struct.Struct(">i")  # the size prefix of every answer frame (not counting itself)
+_FRAME_SIZE = struct.Struct(">i")  # the size prefix of every answer frame (which does not count itself)
 # APIs whose handler may wait before answering: Produce (fsync), Fetch (long poll), OffsetCommit
 # (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete.
 MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47})
@@ -214,14 +214,13 @@ class BrokerServer:
         metrics = self.metrics
         budget = self._budget
         bounds = budget.limits
-        now_ms = self.state.clock.monotonic_ms
         transport: Any = writer.transport
         unsent_bytes = transport.get_write_buffer_size
         # drain() now waits while more than the bound is unsent, until it is back at the resume level.
         transport.set_write_buffer_limits(
             high=bounds.connection_unsent_bytes_max, low=bounds.connection_unsent_bytes_resume
         )
-        account = budget.open(connection_id, now_ms())
+        account = budget.open(connection_id)
         self._open[connection_id] = _OpenConnection(account, transport, client_host)
         self._start_connection_checks()
         frames_max = limits.pending_requests_per_connection_max
@@ -229,10 +228,11 @@ class BrokerServer:
         metrics.connections_open += 1
         metrics.connections_total += 1
         try:
+            partial_bytes = 0  # of a request not yet whole, in the decoder
             while True:
-                if budget.must_drain(account, unsent_bytes(), decoder.buffered_bytes):
+                if not budget.ready_to_read(account, unsent_bytes(), partial_bytes):
                     await self._drain(writer, account)
-                budget.reading(account, now_ms())
+                    budget.reading(account)
                 data = await reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
@@ -240,11 +240,7 @@ class BrokerServer:
                 frames = self._cut(decoder, data, frames_max)
                 partial_bytes = decoder.buffered_bytes
                 budget.received(
-                    account,
-                    now_ms(),
-                    completed=bool(frames),
-                    partial=partial_bytes > 0,
-                    request_bytes=partial_bytes + sum(map(len, frames)),
+                    account, bool(frames), partial_bytes > 0, partial_bytes + sum(map(len, frames))
                 )
                 while frames:
                     # The answers to the requests in one read go out in one write: pipelining
@@ -255,7 +251,7 @@ class BrokerServer:
                     # connection's budget is checked: it may have to drain first, and a Fetch is
                     # cut to what it may still buffer.
                     outgoing: list[Blob] = []
-                    outgoing_bytes = 0  # made since the last check
+                    outgoing_bytes = 0  # in outgoing (written out at every check)
                     allowance = bounds.connection_unsent_bytes_max  # only a Fetch uses it, after a check
                     try:
                         for frame in frames:
@@ -263,7 +259,7 @@ class BrokerServer:
                                 frame[0] << 8 | frame[1]
                             ) in MAY_WAIT_API_KEYS or outgoing_bytes > reserved_bytes:
                                 if outgoing:
-                                    self._send_answers(writer, outgoing)
+                                    self._send_answers(writer, outgoing, outgoing_bytes)
                                 outgoing_bytes = 0
                                 if budget.must_drain(account, unsent_bytes(), account.request_bytes):
                                     await self._drain(writer, account)
@@ -272,17 +268,18 @@ class BrokerServer:
                             response = await self._dispatch(frame, client_host, connection_id, allowance)
                             if response is not None:
                                 outgoing.extend(response)
-                                outgoing_bytes += _FRAME_SIZE.unpack_from(response[0])[0]
+                                outgoing_bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE.size
                     finally:
                         # Requests answered before one that closes the connection still get their answers.
                         if outgoing:
-                            self._send_answers(writer, outgoing)
+                            self._send_answers(writer, outgoing, outgoing_bytes)
                     if len(frames) < frames_max:
                         break
                     # The read held more requests than a connection may have unanswered: the rest
                     # were left in the decoder, and are answered before the connection is read again.
                     frames = self._cut(decoder, b"", frames_max)
-                    budget.hold(account, unsent_bytes(), decoder.buffered_bytes + sum(map(len, frames)))
+                    partial_bytes = decoder.buffered_bytes
+                    budget.hold(account, unsent_bytes(), partial_bytes + sum(map(len, frames)))
         except CloseConnection as error:
             self._warn("closing connection %d from %s: %s", connection_id, client_host, error)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -321,7 +318,7 @@ class BrokerServer:
         while (target := budget.drain_target(account)) is not None:
             if transport.is_closing():
                 raise ConnectionResetError("connection closed while its answers were draining")
-            budget.mute(account, self.state.clock.monotonic_ms())
+            budget.mute(account)
             transport.set_write_buffer_limits(high=target, low=target)
             try:
                 await writer.drain()  # returns once no more than ``target`` bytes are left unsent
@@ -332,10 +329,10 @@ class BrokerServer:
                     )
             budget.hold(account, transport.get_write_buffer_size(), account.request_bytes)
 
-    def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob]) -> None:
-        """Write the answers collected so far in one call and empty the list."""
+    def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob], outgoing_bytes: int) -> None:
+        """Write the answers collected so far (``outgoing_bytes`` in all) in one call and empty the list."""
         writer.writelines(outgoing)
-        self.metrics.bytes_out_total += sum(map(len, outgoing))
+        self.metrics.bytes_out_total += outgoing_bytes
         outgoing.clear()
 
     def _warn(self, message: str, *args: object) -> None:
@@ -389,15 +386,14 @@ class BrokerServer:
                     "closing connection %d from %s: idle for %d ms (connections.max.idle.ms)",
                     account.connection_id,
                     connection.client_host,
-                    now_ms - account.active_since_ms,
+                    budget.limits.idle_ms,
                 )
             else:
                 self._warn(
-                    "closing connection %d from %s: a request has been arriving for %d ms, longer than"
-                    " the %d ms allowed",
+                    "closing connection %d from %s: a request has been arriving for more than the"
+                    " %d ms allowed",
                     account.connection_id,
                     connection.client_host,
-                    now_ms - (account.frame_started_ms or now_ms),
                     budget.limits.request_receive_ms_max,
                 )
             connection.transport.abort()

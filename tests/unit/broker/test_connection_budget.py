@@ -42,7 +42,7 @@ def overdue_ids(budget: ConnectionBudget, now_ms: int) -> dict[int, OverdueReaso
 
 
 def test_a_connection_over_its_unsent_bound_drains_to_the_resume_level(budget: ConnectionBudget) -> None:
-    account = budget.open(1, 0)
+    account = budget.open(1)
     budget.hold(account, 100 * KIB, 0)
     assert budget.drain_target(account) is None  # at the bound is still allowed
     budget.hold(account, 100 * KIB + 1, 0)
@@ -53,7 +53,7 @@ def test_request_bytes_count_towards_the_broker_total_but_never_mute_a_connectio
     budget: ConnectionBudget,
 ) -> None:
     """A partly received request is finished, not starved: muting cannot shrink it."""
-    reading = budget.open(1, 0)
+    reading = budget.open(1)
     budget.hold(reading, 0, 300 * KIB)
     assert budget.held_bytes == 300 * KIB
     assert budget.drain_target(reading) is None
@@ -62,8 +62,8 @@ def test_request_bytes_count_towards_the_broker_total_but_never_mute_a_connectio
 def test_over_the_broker_budget_the_connections_holding_more_than_the_reserve_drain(
     budget: ConnectionBudget,
 ) -> None:
-    big = [budget.open(index, 0) for index in range(3)]
-    small = budget.open(10, 0)
+    big = [budget.open(index) for index in range(3)]
+    small = budget.open(10)
     for account in big:
         budget.hold(account, 80 * KIB, 0)  # each under its own bound
     budget.hold(small, 5 * KIB, 0)
@@ -78,19 +78,19 @@ def test_over_the_broker_budget_the_connections_holding_more_than_the_reserve_dr
 
 
 def test_a_closed_connection_gives_back_what_it_held(budget: ConnectionBudget) -> None:
-    first, second = budget.open(1, 0), budget.open(2, 0)
+    first, second = budget.open(1), budget.open(2)
     budget.hold(first, 7, 3)
     budget.hold(second, 20, 0)
-    budget.mute(first, 0)
+    budget.mute(first)
     assert (budget.held_bytes, budget.muted, len(budget)) == (30, 1, 2)
     budget.close(first)
     assert (budget.held_bytes, budget.muted, len(budget)) == (20, 0, 1)
     with pytest.raises(AssertionError):
-        budget.open(2, 0)  # ids are unique while open
+        budget.open(2)  # ids are unique while open
 
 
 def test_a_fetch_answer_gets_what_is_left_of_the_connection_bound(budget: ConnectionBudget) -> None:
-    account = budget.open(1, 0)
+    account = budget.open(1)
     assert budget.response_allowance(account) == 100 * KIB
     budget.hold(account, 30 * KIB, 0)
     assert budget.response_allowance(account) == 70 * KIB
@@ -101,8 +101,8 @@ def test_a_fetch_answer_gets_what_is_left_of_the_connection_bound(budget: Connec
 def test_near_the_broker_budget_a_fetch_answer_gets_what_is_left_of_it_but_at_least_the_reserve(
     budget: ConnectionBudget,
 ) -> None:
-    hog = budget.open(1, 0)
-    account = budget.open(2, 0)
+    hog = budget.open(1)
+    account = budget.open(2)
     budget.hold(hog, 0, 200 * KIB)
     assert budget.response_allowance(account) == 50 * KIB
     budget.hold(hog, 0, 249 * KIB)
@@ -126,84 +126,112 @@ def test_limits_that_contradict_each_other_are_refused() -> None:
 
 
 # -- idle and slow connections ----------------------------------------------------------------------
+# The loop never reads the clock: events leave their time unknown and the periodic check (overdue)
+# stamps it. ``check`` below is that periodic check, run right after the events it should stamp.
+
+
+def check(budget: ConnectionBudget, clock: ManualClock) -> dict[int, OverdueReason]:
+    return {account.connection_id: reason for account, reason in budget.overdue(clock.monotonic_ms())}
 
 
 def test_a_connection_waiting_for_requests_is_idle_after_the_idle_time(budget: ConnectionBudget) -> None:
     clock = ManualClock()
-    account = budget.open(1, clock.monotonic_ms())
+    account = budget.open(1)
     clock.advance(4_000)
-    budget.received(account, clock.monotonic_ms(), completed=True, partial=False, request_bytes=0)
+    budget.received(account, True, False, 0)
     budget.handling(account)
     clock.advance(500)
-    budget.reading(account, clock.monotonic_ms())
+    budget.reading(account)
+    assert check(budget, clock) == {}  # stamps the end of the handling
     clock.advance(9_999)
-    assert overdue_ids(budget, clock.monotonic_ms()) == {}
+    assert check(budget, clock) == {}
     clock.advance(1)
-    assert overdue_ids(budget, clock.monotonic_ms()) == {1: OverdueReason.IDLE}
+    assert check(budget, clock) == {1: OverdueReason.IDLE}
+
+
+def test_an_event_between_checks_counts_from_the_next_check_so_never_closes_early(
+    budget: ConnectionBudget,
+) -> None:
+    clock = ManualClock()
+    account = budget.open(1)
+    assert check(budget, clock) == {}
+    clock.advance(9_000)
+    budget.received(account, True, False, 0)  # at 9,000, seen by the check at 9,500
+    budget.reading(account)
+    clock.advance(500)
+    assert check(budget, clock) == {}
+    clock.advance(9_999)
+    assert check(budget, clock) == {}
+    clock.advance(1)
+    assert check(budget, clock) == {1: OverdueReason.IDLE}
 
 
 def test_a_connection_with_a_request_in_progress_is_never_idle(budget: ConnectionBudget) -> None:
     """A long poll or a parked JoinGroup may take as long as the client asked."""
     clock = ManualClock()
-    account = budget.open(1, clock.monotonic_ms())
-    budget.received(account, clock.monotonic_ms(), completed=True, partial=False, request_bytes=0)
-    budget.handling(account)
-    clock.advance(10 * LIMITS.request_receive_ms_max + 10 * (LIMITS.idle_ms or 0))
-    assert overdue_ids(budget, clock.monotonic_ms()) == {}
+    account = budget.open(1)
+    budget.received(account, True, False, 0)
+    for _ in range(10):
+        clock.advance(LIMITS.request_receive_ms_max + (LIMITS.idle_ms or 0))
+        assert check(budget, clock) == {}
+    assert account.activity is Activity.HANDLING
 
 
 def test_a_muted_connection_is_idle_only_while_its_answers_do_not_move(budget: ConnectionBudget) -> None:
     clock = ManualClock()
-    account = budget.open(1, clock.monotonic_ms())
+    account = budget.open(1)
     budget.hold(account, 150 * KIB, 0)
-    budget.mute(account, clock.monotonic_ms())
+    budget.mute(account)
     assert account.activity is Activity.MUTED and budget.muted == 1
+    assert check(budget, clock) == {}
     for unsent_kib in (140, 90, 60):  # the peer reads, slowly
         clock.advance(9_000)
         budget.unsent_now(account, unsent_kib * KIB, clock.monotonic_ms())
-        assert overdue_ids(budget, clock.monotonic_ms()) == {}
+        assert check(budget, clock) == {}
     clock.advance(9_000)
     budget.unsent_now(account, 60 * KIB, clock.monotonic_ms())  # stuck: the peer stopped reading
-    assert overdue_ids(budget, clock.monotonic_ms()) == {}
+    assert check(budget, clock) == {}
     clock.advance(1_000)
-    assert overdue_ids(budget, clock.monotonic_ms()) == {1: OverdueReason.IDLE}
-    budget.reading(account, clock.monotonic_ms())
+    assert check(budget, clock) == {1: OverdueReason.IDLE}
+    budget.reading(account)
     assert budget.muted == 0
 
 
 def test_a_request_trickling_in_is_dropped_after_the_receive_bound(budget: ConnectionBudget) -> None:
     """Every byte is activity, so the slowloris never looks idle; its request is what is too slow."""
     clock = ManualClock()
-    account = budget.open(1, clock.monotonic_ms())
-    budget.received(
-        account, clock.monotonic_ms(), completed=False, partial=True, request_bytes=0
-    )  # the first byte
-    for _ in range(29):
+    account = budget.open(1)
+    budget.received(account, False, True, 1)  # the first byte
+    assert check(budget, clock) == {}
+    for sent in range(2, 31):
         clock.advance(100)
-        budget.received(account, clock.monotonic_ms(), completed=False, partial=True, request_bytes=0)
-        budget.reading(account, clock.monotonic_ms())  # still reading: the clock is not reset
-    assert overdue_ids(budget, clock.monotonic_ms()) == {}
+        budget.received(account, False, True, sent)
+        budget.reading(account)  # still reading: the request's clock keeps running
+        assert check(budget, clock) == {}
+    assert account.frame_started_ms == 0
     clock.advance(100)
-    assert overdue_ids(budget, clock.monotonic_ms()) == {1: OverdueReason.SLOW_REQUEST}
+    assert check(budget, clock) == {1: OverdueReason.SLOW_REQUEST}
 
 
 def test_each_request_gets_the_whole_receive_bound(budget: ConnectionBudget) -> None:
     clock = ManualClock()
-    account = budget.open(1, clock.monotonic_ms())
-    budget.received(account, clock.monotonic_ms(), completed=False, partial=True, request_bytes=0)
+    account = budget.open(1)
+    budget.received(account, False, True, 10)
+    assert check(budget, clock) == {}
     clock.advance(2_900)
     # The first request completes and the next one starts arriving in the same read.
-    budget.received(account, clock.monotonic_ms(), completed=True, partial=True, request_bytes=0)
-    budget.handling(account)
+    budget.received(account, True, True, 10)
     clock.advance(50_000)  # a long poll: not the peer's time
-    budget.reading(account, clock.monotonic_ms())
+    assert check(budget, clock) == {}
+    budget.reading(account)
+    assert check(budget, clock) == {}
     clock.advance(2_999)
-    assert overdue_ids(budget, clock.monotonic_ms()) == {}
+    assert check(budget, clock) == {}
     clock.advance(1)
-    assert overdue_ids(budget, clock.monotonic_ms()) == {1: OverdueReason.SLOW_REQUEST}
-    budget.received(account, clock.monotonic_ms(), completed=True, partial=False, request_bytes=0)
-    assert account.frame_started_ms is None
-    assert overdue_ids(budget, clock.monotonic_ms()) == {}
+    assert check(budget, clock) == {1: OverdueReason.SLOW_REQUEST}
+    budget.received(account, True, False, 0)
+    assert (account.partial_request, account.frame_started_ms) == (False, None)
+    assert check(budget, clock) == {}
 
 
 def test_without_an_idle_limit_only_slow_requests_are_closed() -> None:
@@ -217,8 +245,9 @@ def test_without_an_idle_limit_only_slow_requests_are_closed() -> None:
             request_receive_ms_max=1_000,
         )
     )
-    idle, slow = budget.open(1, 0), budget.open(2, 0)
-    budget.received(slow, 0, completed=False, partial=True, request_bytes=0)
+    idle, slow = budget.open(1), budget.open(2)
+    budget.received(slow, False, True, 5)
+    assert budget.overdue(0) == []
     assert overdue_ids(budget, 10**9) == {2: OverdueReason.SLOW_REQUEST}
     assert idle.activity is Activity.READING
 
@@ -251,11 +280,11 @@ def test_warnings_beyond_the_rate_are_counted_and_reported_with_the_next_one() -
 
 
 def test_account_repr_names_the_connection() -> None:
-    assert "ConnectionAccount(7, reading" in repr(ConnectionAccount(7, 0))
+    assert "ConnectionAccount(7, reading" in repr(ConnectionAccount(7))
 
 
 def test_must_drain_records_the_holdings_and_applies_both_rules(budget: ConnectionBudget) -> None:
-    hog, account = budget.open(1, 0), budget.open(2, 0)
+    hog, account = budget.open(1), budget.open(2)
     assert not budget.must_drain(account, 100 * KIB, 0)
     assert budget.must_drain(account, 100 * KIB + 1, 0)
     assert (account.unsent_bytes, budget.held_bytes) == (100 * KIB + 1, 100 * KIB + 1)
@@ -266,8 +295,18 @@ def test_must_drain_records_the_holdings_and_applies_both_rules(budget: Connecti
 
 
 def test_bytes_that_complete_a_request_put_the_connection_to_handling(budget: ConnectionBudget) -> None:
-    account = budget.open(1, 0)
-    budget.received(account, 5, completed=False, partial=True, request_bytes=3)
+    account = budget.open(1)
+    budget.received(account, False, True, 3)
     assert (account.activity, budget.held_bytes) == (Activity.READING, 3)
-    budget.received(account, 6, completed=True, partial=False, request_bytes=40)
-    assert (account.activity, budget.held_bytes, account.active_since_ms) == (Activity.HANDLING, 40, 6)
+    budget.received(account, True, False, 40)
+    assert (account.activity, budget.held_bytes) == (Activity.HANDLING, 40)
+
+
+def test_ready_to_read_puts_the_connection_to_reading_unless_it_must_drain(budget: ConnectionBudget) -> None:
+    account = budget.open(1)
+    budget.received(account, True, False, 8)
+    assert not budget.ready_to_read(account, 100 * KIB + 1, 0)
+    assert account.activity is Activity.HANDLING
+    budget.mute(account)
+    assert budget.ready_to_read(account, 40 * KIB, 0)
+    assert (account.activity, budget.muted) == (Activity.READING, 0)
