@@ -61,6 +61,7 @@ CONNECTION_CHECKS_PER_BOUND = 10
 CONNECTION_CHECK_INTERVAL_MS_MIN = 10
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 _FRAME_SIZE = struct.Struct(">i")  # the size prefix of every answer frame (which does not count itself)
+_FRAME_SIZE_BYTES = _FRAME_SIZE.size
 # APIs whose handler may wait before answering: Produce (fsync), Fetch (long poll), OffsetCommit
 # (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete.
 MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47})
@@ -75,11 +76,14 @@ class CloseConnection(Exception):
 class _OpenConnection:
     """What the periodic connection check needs to know about a connection, and to close it."""
 
-    __slots__ = ("account", "client_host", "transport")
+    __slots__ = ("account", "client_host", "decoder", "transport")
 
-    def __init__(self, account: ConnectionAccount, transport: Transport, client_host: str) -> None:
+    def __init__(
+        self, account: ConnectionAccount, transport: Transport, decoder: FrameDecoder, client_host: str
+    ) -> None:
         self.account = account
         self.transport = transport
+        self.decoder = decoder
         self.client_host = client_host
 
 
@@ -221,28 +225,28 @@ class BrokerServer:
             high=bounds.connection_unsent_bytes_max, low=bounds.connection_unsent_bytes_resume
         )
         account = budget.open(connection_id)
-        self._open[connection_id] = _OpenConnection(account, transport, client_host)
+        self._open[connection_id] = _OpenConnection(account, transport, decoder, client_host)
         self._start_connection_checks()
         frames_max = limits.pending_requests_per_connection_max
         reserved_bytes = bounds.connection_held_bytes_reserved
         metrics.connections_open += 1
         metrics.connections_total += 1
         try:
-            partial_bytes = 0  # of a request not yet whole, in the decoder
             while True:
-                if not budget.ready_to_read(account, unsent_bytes(), partial_bytes):
+                # Within the reserve a connection is never muted; the budget is asked only above it
+                # (and once on the way down, so the broker-wide total learns it shrank).
+                unsent = unsent_bytes()
+                if (unsent > reserved_bytes or account.unsent_bytes > reserved_bytes) and budget.must_drain(
+                    account, unsent
+                ):
                     await self._drain(writer, account)
-                    budget.reading(account)
                 data = await reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
                 metrics.bytes_in_total += len(data)
                 frames = self._cut(decoder, data, frames_max)
-                partial_bytes = decoder.buffered_bytes
-                budget.received(
-                    account, bool(frames), partial_bytes > 0, partial_bytes + sum(map(len, frames))
-                )
                 while frames:
+                    account.handling = True
                     # The answers to the requests in one read go out in one write: pipelining
                     # clients (heartbeats, metadata) then cost one syscall per read, not per request.
                     # Answers already made are written before a request that may wait (a long poll,
@@ -261,25 +265,23 @@ class BrokerServer:
                                 if outgoing:
                                     self._send_answers(writer, outgoing, outgoing_bytes)
                                 outgoing_bytes = 0
-                                if budget.must_drain(account, unsent_bytes(), account.request_bytes):
+                                if budget.must_drain(account, unsent_bytes()):
                                     await self._drain(writer, account)
-                                    budget.handling(account)
                                 allowance = budget.response_allowance(account)
                             response = await self._dispatch(frame, client_host, connection_id, allowance)
                             if response is not None:
                                 outgoing.extend(response)
-                                outgoing_bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE.size
+                                outgoing_bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE_BYTES
                     finally:
                         # Requests answered before one that closes the connection still get their answers.
                         if outgoing:
                             self._send_answers(writer, outgoing, outgoing_bytes)
+                    account.handling = False
                     if len(frames) < frames_max:
                         break
                     # The read held more requests than a connection may have unanswered: the rest
                     # were left in the decoder, and are answered before the connection is read again.
                     frames = self._cut(decoder, b"", frames_max)
-                    partial_bytes = decoder.buffered_bytes
-                    budget.hold(account, unsent_bytes(), partial_bytes + sum(map(len, frames)))
         except CloseConnection as error:
             self._warn("closing connection %d from %s: %s", connection_id, client_host, error)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -323,11 +325,14 @@ class BrokerServer:
             try:
                 await writer.drain()  # returns once no more than ``target`` bytes are left unsent
             finally:
+                budget.unmute(account)
                 if not transport.is_closing():  # a closed uvloop transport refuses any call
                     transport.set_write_buffer_limits(
                         high=bounds.connection_unsent_bytes_max, low=bounds.connection_unsent_bytes_resume
                     )
-            budget.hold(account, transport.get_write_buffer_size(), account.request_bytes)
+            if transport.is_closing():
+                raise ConnectionResetError("connection closed while its answers were draining")
+            budget.must_drain(account, transport.get_write_buffer_size())  # records what is left
 
     def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob], outgoing_bytes: int) -> None:
         """Write the answers collected so far (``outgoing_bytes`` in all) in one call and empty the list."""
@@ -374,12 +379,21 @@ class BrokerServer:
         """Refresh what every connection holds; close the idle ones and those too slow to send a request."""
         now_ms = self.state.clock.monotonic_ms()
         budget = self._budget
-        for connection in self._open.values():
-            budget.unsent_now(connection.account, connection.transport.get_write_buffer_size(), now_ms)
-        for account, reason in budget.overdue(now_ms):
-            connection = self._open[account.connection_id]
+        for connection in list(self._open.values()):
             if connection.transport.is_closing():
                 continue
+            decoder = connection.decoder
+            reason = budget.observe(
+                connection.account,
+                now_ms,
+                unsent_bytes=connection.transport.get_write_buffer_size(),
+                partial_bytes=decoder.buffered_bytes,
+                bytes_received=decoder.bytes_total,
+                requests_received=decoder.frames_total,
+            )
+            if reason is None:
+                continue
+            account = connection.account
             self.metrics.connections_closed_total[reason.value] += 1
             if reason is OverdueReason.IDLE:
                 log.debug(

@@ -37,12 +37,16 @@ class FrameTooLargeError(DecodeError):
 class FrameDecoder:
     """Splits a byte stream into frame bodies. Once it has raised, the stream is unusable."""
 
-    __slots__ = ("_buffer", "_start", "frame_bytes_max")
+    __slots__ = ("_buffer", "_start", "bytes_total", "frame_bytes_max", "frames_total")
 
     def __init__(self, frame_bytes_max: int = limits.frame_bytes_max) -> None:
         self.frame_bytes_max = frame_bytes_max
         self._buffer = bytearray()
         self._start = 0
+        # Running totals, for whoever watches the stream's progress (the broker's idle and
+        # slow-request checks): bytes fed in, and frames handed out.
+        self.bytes_total = 0
+        self.frames_total = 0
 
     @property
     def buffered_bytes(self) -> int:
@@ -64,6 +68,7 @@ class FrameDecoder:
         assert frames_max is None or frames_max > 0, frames_max
         buffer = self._buffer
         buffer += data
+        self.bytes_total += len(data)
         frames: list[bytearray | memoryview] = []
         start = self._start
         end = len(buffer)
@@ -93,6 +98,7 @@ class FrameDecoder:
             del buffer[:start]
             start = 0
         self._start = start
+        self.frames_total += len(frames)
         return frames
 
 

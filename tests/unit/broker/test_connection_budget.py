@@ -9,7 +9,6 @@ import pytest
 from strom.base.clock import ManualClock
 from strom.broker.config import BrokerConfig, help_config_text
 from strom.broker.connection_budget import (
-    Activity,
     BudgetLimits,
     ConnectionAccount,
     ConnectionBudget,
@@ -126,112 +125,154 @@ def test_limits_that_contradict_each_other_are_refused() -> None:
 
 
 # -- idle and slow connections ----------------------------------------------------------------------
-# The loop never reads the clock: events leave their time unknown and the periodic check (overdue)
-# stamps it. ``check`` below is that periodic check, run right after the events it should stamp.
 
 
-def check(budget: ConnectionBudget, clock: ManualClock) -> dict[int, OverdueReason]:
-    return {account.connection_id: reason for account, reason in budget.overdue(clock.monotonic_ms())}
+class Peer:
+    """What the periodic check sees of one connection: the decoder's running totals, the bytes of a
+    request not yet whole, the unsent answers. ``look()`` is one periodic check at the clock's time."""
+
+    def __init__(self, budget: ConnectionBudget, clock: ManualClock, connection_id: int = 1) -> None:
+        self.budget = budget
+        self.clock = clock
+        self.account = budget.open(connection_id)
+        self.bytes_received = 0
+        self.requests = 0
+        self.partial_bytes = 0
+        self.unsent_bytes = 0
+
+    def receive(self, byte_count: int, *, completes: int = 0, partial_bytes: int = 0) -> None:
+        self.bytes_received += byte_count
+        self.requests += completes
+        self.partial_bytes = partial_bytes
+
+    def look(self) -> OverdueReason | None:
+        return self.budget.observe(
+            self.account,
+            self.clock.monotonic_ms(),
+            unsent_bytes=self.unsent_bytes,
+            partial_bytes=self.partial_bytes,
+            bytes_received=self.bytes_received,
+            requests_received=self.requests,
+        )
+
+    def look_every(self, step_ms: int, until_ms: int) -> list[OverdueReason | None]:
+        """Checks every ``step_ms`` until the clock reads ``until_ms``."""
+        seen = []
+        while self.clock.monotonic_ms() + step_ms <= until_ms:
+            self.clock.advance(step_ms)
+            seen.append(self.look())
+        return seen
 
 
 def test_a_connection_waiting_for_requests_is_idle_after_the_idle_time(budget: ConnectionBudget) -> None:
     clock = ManualClock()
-    account = budget.open(1)
+    peer = Peer(budget, clock)
+    assert peer.look() is None  # stamps the start
     clock.advance(4_000)
-    budget.received(account, True, False, 0)
-    budget.handling(account)
+    peer.receive(60, completes=1)
+    assert peer.look() is None  # the request arrived since the last look: active from now
+    assert set(peer.look_every(500, 13_500)) == {None}
     clock.advance(500)
-    budget.reading(account)
-    assert check(budget, clock) == {}  # stamps the end of the handling
-    clock.advance(9_999)
-    assert check(budget, clock) == {}
-    clock.advance(1)
-    assert check(budget, clock) == {1: OverdueReason.IDLE}
+    assert peer.look() is OverdueReason.IDLE
 
 
-def test_an_event_between_checks_counts_from_the_next_check_so_never_closes_early(
+def test_an_event_between_checks_counts_from_the_check_that_sees_it_so_nothing_closes_early(
     budget: ConnectionBudget,
 ) -> None:
     clock = ManualClock()
-    account = budget.open(1)
-    assert check(budget, clock) == {}
+    peer = Peer(budget, clock)
+    assert peer.look() is None
     clock.advance(9_000)
-    budget.received(account, True, False, 0)  # at 9,000, seen by the check at 9,500
-    budget.reading(account)
-    clock.advance(500)
-    assert check(budget, clock) == {}
+    peer.receive(60, completes=1)  # at 9,000, seen at 9,999
+    clock.advance(999)
+    assert peer.look() is None
     clock.advance(9_999)
-    assert check(budget, clock) == {}
+    assert peer.look() is None
     clock.advance(1)
-    assert check(budget, clock) == {1: OverdueReason.IDLE}
+    assert peer.look() is OverdueReason.IDLE
 
 
 def test_a_connection_with_a_request_in_progress_is_never_idle(budget: ConnectionBudget) -> None:
-    """A long poll or a parked JoinGroup may take as long as the client asked."""
+    """A long poll or a parked JoinGroup may take as long as the client asked; idleness counts from
+    the first look after it is answered."""
     clock = ManualClock()
-    account = budget.open(1)
-    budget.received(account, True, False, 0)
-    for _ in range(10):
-        clock.advance(LIMITS.request_receive_ms_max + (LIMITS.idle_ms or 0))
-        assert check(budget, clock) == {}
-    assert account.activity is Activity.HANDLING
+    peer = Peer(budget, clock)
+    peer.receive(60, completes=1)
+    peer.account.handling = True
+    assert set(peer.look_every(1_000, 100_000)) == {None}
+    peer.account.handling = False
+    assert set(peer.look_every(1_000, 110_000)) == {None}  # stamped at 101,000
+    clock.advance(1_000)
+    assert peer.look() is OverdueReason.IDLE
+
+
+def test_unsent_answers_moving_out_count_as_activity(budget: ConnectionBudget) -> None:
+    clock = ManualClock()
+    peer = Peer(budget, clock)
+    peer.unsent_bytes = 900 * KIB
+    assert peer.look() is None
+    for unsent_kib in (800, 500, 100):  # a slow reader takes its answers, no new request
+        clock.advance(9_000)
+        peer.unsent_bytes = unsent_kib * KIB
+        assert peer.look() is None
+    clock.advance(10_000)
+    assert peer.look() is OverdueReason.IDLE
 
 
 def test_a_muted_connection_is_idle_only_while_its_answers_do_not_move(budget: ConnectionBudget) -> None:
     clock = ManualClock()
-    account = budget.open(1)
-    budget.hold(account, 150 * KIB, 0)
-    budget.mute(account)
-    assert account.activity is Activity.MUTED and budget.muted == 1
-    assert check(budget, clock) == {}
+    peer = Peer(budget, clock)
+    peer.account.handling = True  # muted in the middle of a batch of pipelined requests
+    peer.unsent_bytes = 150 * KIB
+    peer.partial_bytes = 30  # a request partly read: its clock does not run while muted
+    budget.mute(peer.account)
+    assert budget.muted == 1 and "muted" in repr(peer.account)
+    assert peer.look() is None
     for unsent_kib in (140, 90, 60):  # the peer reads, slowly
         clock.advance(9_000)
-        budget.unsent_now(account, unsent_kib * KIB, clock.monotonic_ms())
-        assert check(budget, clock) == {}
-    clock.advance(9_000)
-    budget.unsent_now(account, 60 * KIB, clock.monotonic_ms())  # stuck: the peer stopped reading
-    assert check(budget, clock) == {}
+        peer.unsent_bytes = unsent_kib * KIB
+        assert peer.look() is None
+    assert set(peer.look_every(1_000, 27_000 + 9_000)) == {None}  # stuck: the peer stopped reading
     clock.advance(1_000)
-    assert check(budget, clock) == {1: OverdueReason.IDLE}
-    budget.reading(account)
+    assert peer.look() is OverdueReason.IDLE
+    budget.unmute(peer.account)
     assert budget.muted == 0
 
 
 def test_a_request_trickling_in_is_dropped_after_the_receive_bound(budget: ConnectionBudget) -> None:
     """Every byte is activity, so the slowloris never looks idle; its request is what is too slow."""
     clock = ManualClock()
-    account = budget.open(1)
-    budget.received(account, False, True, 1)  # the first byte
-    assert check(budget, clock) == {}
+    peer = Peer(budget, clock)
+    peer.receive(1, partial_bytes=1)  # the first byte
+    assert peer.look() is None
     for sent in range(2, 31):
         clock.advance(100)
-        budget.received(account, False, True, sent)
-        budget.reading(account)  # still reading: the request's clock keeps running
-        assert check(budget, clock) == {}
-    assert account.frame_started_ms == 0
+        peer.receive(1, partial_bytes=sent)
+        assert peer.look() is None
+    assert peer.account.frame_started_ms == 0
     clock.advance(100)
-    assert check(budget, clock) == {1: OverdueReason.SLOW_REQUEST}
+    assert peer.look() is OverdueReason.SLOW_REQUEST
 
 
-def test_each_request_gets_the_whole_receive_bound(budget: ConnectionBudget) -> None:
+def test_each_request_gets_the_whole_receive_bound_counted_while_it_is_read(budget: ConnectionBudget) -> None:
     clock = ManualClock()
-    account = budget.open(1)
-    budget.received(account, False, True, 10)
-    assert check(budget, clock) == {}
+    peer = Peer(budget, clock)
+    peer.receive(10, partial_bytes=10)
+    assert peer.look() is None
     clock.advance(2_900)
-    # The first request completes and the next one starts arriving in the same read.
-    budget.received(account, True, True, 10)
-    clock.advance(50_000)  # a long poll: not the peer's time
-    assert check(budget, clock) == {}
-    budget.reading(account)
-    assert check(budget, clock) == {}
-    clock.advance(2_999)
-    assert check(budget, clock) == {}
-    clock.advance(1)
-    assert check(budget, clock) == {1: OverdueReason.SLOW_REQUEST}
-    budget.received(account, True, False, 0)
-    assert (account.partial_request, account.frame_started_ms) == (False, None)
-    assert check(budget, clock) == {}
+    # The first request completes and the next one starts arriving in the same read; the first
+    # is a long poll: not the peer's time.
+    peer.receive(100, completes=1, partial_bytes=4)
+    peer.account.handling = True
+    assert set(peer.look_every(1_000, 52_900)) == {None}
+    peer.account.handling = False
+    assert peer.look() is None  # the receive clock starts now
+    assert set(peer.look_every(1_000, 54_900)) == {None}
+    clock.advance(1_000)
+    assert peer.look() is OverdueReason.SLOW_REQUEST
+    peer.receive(30, completes=1)
+    assert peer.look() is None
+    assert peer.account.frame_started_ms is None
 
 
 def test_without_an_idle_limit_only_slow_requests_are_closed() -> None:
@@ -245,11 +286,21 @@ def test_without_an_idle_limit_only_slow_requests_are_closed() -> None:
             request_receive_ms_max=1_000,
         )
     )
-    idle, slow = budget.open(1), budget.open(2)
-    budget.received(slow, False, True, 5)
-    assert budget.overdue(0) == []
-    assert overdue_ids(budget, 10**9) == {2: OverdueReason.SLOW_REQUEST}
-    assert idle.activity is Activity.READING
+    clock = ManualClock()
+    idle, slow = Peer(budget, clock, 1), Peer(budget, clock, 2)
+    slow.receive(5, partial_bytes=5)
+    assert (idle.look(), slow.look()) == (None, None)
+    clock.advance(10**9)
+    assert (idle.look(), slow.look()) == (None, OverdueReason.SLOW_REQUEST)
+
+
+def test_the_check_records_what_each_connection_holds(budget: ConnectionBudget) -> None:
+    clock = ManualClock()
+    first, second = Peer(budget, clock, 1), Peer(budget, clock, 2)
+    first.unsent_bytes, first.partial_bytes, second.unsent_bytes = 7, 3, 20
+    first.look()
+    second.look()
+    assert (budget.held_bytes, first.account.held_bytes) == (30, 10)
 
 
 # -- the configuration ------------------------------------------------------------------------------
@@ -280,33 +331,20 @@ def test_warnings_beyond_the_rate_are_counted_and_reported_with_the_next_one() -
 
 
 def test_account_repr_names_the_connection() -> None:
-    assert "ConnectionAccount(7, reading" in repr(ConnectionAccount(7))
+    account = ConnectionAccount(7)
+    assert "ConnectionAccount(7, reading" in repr(account)
+    account.handling = True
+    assert "ConnectionAccount(7, handling" in repr(account)
 
 
-def test_must_drain_records_the_holdings_and_applies_both_rules(budget: ConnectionBudget) -> None:
+def test_must_drain_records_the_unsent_answers_and_applies_both_rules(budget: ConnectionBudget) -> None:
     hog, account = budget.open(1), budget.open(2)
-    assert not budget.must_drain(account, 100 * KIB, 0)
-    assert budget.must_drain(account, 100 * KIB + 1, 0)
+    assert not budget.must_drain(account, 100 * KIB)
+    assert budget.must_drain(account, 100 * KIB + 1)
     assert (account.unsent_bytes, budget.held_bytes) == (100 * KIB + 1, 100 * KIB + 1)
-    assert not budget.must_drain(hog, 0, 240 * KIB)  # request bytes: never muted
-    assert budget.must_drain(account, 20 * KIB, 0)  # over the broker budget and over the reserve
+    budget.hold(hog, 0, 240 * KIB)  # request bytes (a large request arriving): never muted
+    assert budget.drain_target(hog) is None
+    assert budget.must_drain(account, 20 * KIB)  # over the broker budget and over the reserve
     assert budget.drain_target(account) == 10 * KIB
-    assert not budget.must_drain(account, 10 * KIB, 0)
-
-
-def test_bytes_that_complete_a_request_put_the_connection_to_handling(budget: ConnectionBudget) -> None:
-    account = budget.open(1)
-    budget.received(account, False, True, 3)
-    assert (account.activity, budget.held_bytes) == (Activity.READING, 3)
-    budget.received(account, True, False, 40)
-    assert (account.activity, budget.held_bytes) == (Activity.HANDLING, 40)
-
-
-def test_ready_to_read_puts_the_connection_to_reading_unless_it_must_drain(budget: ConnectionBudget) -> None:
-    account = budget.open(1)
-    budget.received(account, True, False, 8)
-    assert not budget.ready_to_read(account, 100 * KIB + 1, 0)
-    assert account.activity is Activity.HANDLING
-    budget.mute(account)
-    assert budget.ready_to_read(account, 40 * KIB, 0)
-    assert (account.activity, budget.muted) == (Activity.READING, 0)
+    assert not budget.must_drain(account, 10 * KIB)
+    assert budget.held_bytes == 250 * KIB

@@ -82,3 +82,13 @@ def test_at_most_frames_max_frames_are_cut_and_the_rest_wait_in_the_buffer() -> 
 def test_a_zero_frames_max_is_a_programming_error() -> None:
     with pytest.raises(AssertionError):
         FrameDecoder().feed(b"", frames_max=0)
+
+
+def test_running_totals_of_bytes_fed_and_frames_cut() -> None:
+    decoder = FrameDecoder(frame_bytes_max=1000)
+    stream = encode_frame(b"x" * 10) * 3
+    decoder.feed(stream[:20])
+    assert (decoder.bytes_total, decoder.frames_total) == (20, 1)
+    decoder.feed(stream[20:], frames_max=1)
+    decoder.feed(b"")
+    assert (decoder.bytes_total, decoder.frames_total) == (len(stream), 3)
