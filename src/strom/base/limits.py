@@ -37,8 +37,9 @@ connection_unsent_bytes_resume = 8 * 1024 * 1024
 # this, every connection holding more than ``connection_held_bytes_reserved`` stops being read
 # until it is back under that reserve, and Fetch answers shrink to what is left of the budget. A
 # connection within the reserve (heartbeats, metadata, a consumer keeping up) is always served.
-# The budget can be overrun by one partly received request per connection (at most
-# socket.request.max.bytes each, and for at most request_receive_ms_max).
+# The total is up to date for connections above the reserve and refreshed by the periodic
+# connection check for the others; it can be overrun by one partly received request per connection
+# (at most socket.request.max.bytes each, for at most request_receive_ms_max) and by the reserve.
 broker_held_bytes_max = 256 * 1024 * 1024
 connection_held_bytes_reserved = 1024 * 1024
 

@@ -1,10 +1,12 @@
 """Fetch 4-17: whole batches straight from the segment files, with long polls.
 
 Records are served exactly as stored, starting with the batch that holds the fetch offset (the
-client skips offsets below its position). When fewer than ``min_bytes`` are ready the request waits
-until an append to one of its partitions or ``max_wait_ms``, never by polling. Fetch sessions are
-supported in the "no session" form Kafka allows: a full request gets session id 0, which tells the
-client that no session was created and that its next request must be full too.
+client skips offsets below its position), at most as many bytes as the connection may still buffer
+(``RequestContext.response_bytes_max``, see ``broker/connection_budget.py``) and never less than
+one batch. When fewer than ``min_bytes`` are ready the request waits until an append to one of its
+partitions or ``max_wait_ms``, never by polling. Fetch sessions are supported in the "no session"
+form Kafka allows: a full request gets session id 0, which tells the client that no session was
+created and that its next request must be full too.
 """
 
 from __future__ import annotations
