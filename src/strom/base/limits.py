@@ -17,10 +17,42 @@ batch_bytes_max = 1_048_588
 # header (api key, api version, correlation id = 8 bytes) is malformed.
 frame_bytes_min = 8
 
-# Requests one connection may have in flight before the broker stops reading from it; bounds the
-# memory a single pipelining client can pin. librdkafka pipelines up to 1,000,000 by default but
-# in practice sends a handful.
+# Requests of one connection cut from its byte stream and not yet answered: the broker takes at
+# most this many from what it has read before answering them, and reads no more of the connection
+# until they are answered, so a pipelining client is held back by TCP, not by our memory (a batch
+# of tiny requests is also bounded in bytes by the read size). librdkafka pipelines up to 1,000,000
+# by default but in practice sends a handful; 1,000 keeps a burst of heartbeats cheap to answer.
 pending_requests_per_connection_max = 1_000
+
+# Answers one connection may have made and not yet handed to the kernel before the broker stops
+# reading from it (Kafka mutes the channel), and the level it must drain to before being read
+# again. A peer that pipelines Fetches and never reads pins at most this much (plus one batch), and
+# a Fetch answer is cut to what is left of it: 32 MiB is larger than what consumers ask for in
+# one fetch by default (librdkafka, the Java client: 50 MiB across all partitions, 1 MiB per
+# partition), so well-behaved consumers never notice it.
+connection_unsent_bytes_max = 32 * 1024 * 1024
+connection_unsent_bytes_resume = 8 * 1024 * 1024
+
+# Unsent answers plus received and unanswered request bytes of all connections together: above
+# this, every connection holding more than ``connection_held_bytes_reserved`` stops being read
+# until it is back under that reserve, and Fetch answers shrink to what is left of the budget. A
+# connection within the reserve (heartbeats, metadata, a consumer keeping up) is always served.
+# The total is up to date for connections above the reserve and refreshed by the periodic
+# connection check for the others; it can be overrun by one partly received request per connection
+# (at most socket.request.max.bytes each, for at most request_receive_ms_max) and by the reserve.
+broker_held_bytes_max = 256 * 1024 * 1024
+connection_held_bytes_reserved = 1024 * 1024
+
+# The bytes of one request must all arrive within this long (counted while the broker is reading
+# the connection), else the connection is closed: a peer trickling a frame a byte at a time
+# (slowloris) would otherwise pin its buffer and its socket forever while never looking idle.
+# 30 s is Kafka's request.timeout.ms default: by then the client has given up on the request
+# anyway. The bound is never longer than connections.max.idle.ms.
+request_receive_ms_max = 30_000
+
+# How often connections are looked over for idleness and slow requests; closing happens within
+# this long after the bound (a tenth of the shortest bound when that is shorter).
+connection_check_interval_ms_max = 1_000
 
 # Strings in the protocol are at most int16 long; compact strings could be longer, Kafka caps at
 # 32767 for everything that is a name.

@@ -56,6 +56,12 @@ _KEYS = [
         "Largest request frame accepted; larger frames are refused before they are buffered and the connection is closed.",
     ),
     ConfigKey(
+        "connections.max.idle.ms",
+        "long",
+        "600000",
+        "Close a connection after this many ms in which no byte was received and none of its answers was sent, unless a request of it is in progress (a long poll, a parked join); -1 never closes idle connections. The bytes of one request must also all arrive within this or 30 s, whichever is shorter.",
+    ),
+    ConfigKey(
         "message.max.bytes",
         "int",
         "1048588",

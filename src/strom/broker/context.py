@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from strom.base import limits
+
 if TYPE_CHECKING:
     from strom.broker.state import BrokerState
 
@@ -18,3 +20,6 @@ class RequestContext:
     client_id: str | None
     client_host: str
     connection_id: int
+    # Bytes the answer may carry at most where the handler can choose (Fetch): what is left of the
+    # connection's and the broker's budget for unsent answers.
+    response_bytes_max: int = limits.connection_unsent_bytes_max

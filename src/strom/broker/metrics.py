@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from strom.broker.connection_budget import ConnectionBudget
     from strom.broker.state import BrokerState
 
 log = logging.getLogger("strom.broker.metrics")
@@ -70,6 +71,8 @@ class BrokerMetrics:
         self.bytes_out_total = 0
         self.connections_open = 0
         self.connections_total = 0
+        self.connections_closed_total: dict[str, int] = defaultdict(int)  # by reason: idle, slow request
+        self.connection_budget: ConnectionBudget | None = None  # the server's, read when scraped
 
     def observe_request(self, api_name: str, version: int, seconds: float) -> None:
         self.requests_total[(api_name, version)] += 1
@@ -109,6 +112,29 @@ class BrokerMetrics:
         lines.append(f"strom_connections {self.connections_open}")
         family("strom_connections_accepted_total", "counter", "Client connections accepted.")
         lines.append(f"strom_connections_accepted_total {self.connections_total}")
+        family(
+            "strom_connections_closed_total",
+            "counter",
+            "Connections the broker closed because they were idle or sent a request too slowly.",
+        )
+        for reason in ("idle", "slow_request"):
+            lines.append(
+                f'strom_connections_closed_total{{reason="{reason}"}} {self.connections_closed_total[reason]}'
+            )
+        budget = self.connection_budget
+        if budget is not None:
+            family(
+                "strom_connections_muted",
+                "gauge",
+                "Connections not read now because their unsent answers are over their budget.",
+            )
+            lines.append(f"strom_connections_muted {budget.muted}")
+            family(
+                "strom_connection_held_bytes",
+                "gauge",
+                "Unsent answers and unanswered request bytes of all connections (as last looked at).",
+            )
+            lines.append(f"strom_connection_held_bytes {budget.held_bytes}")
 
         logs = sorted(state.logs.logs(), key=lambda item: (item.topic, item.partition))
         labels = [f'topic="{_escape(item.topic)}",partition="{item.partition}"' for item in logs]

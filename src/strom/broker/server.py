@@ -6,6 +6,14 @@ its own connection). While a request is handled the connection is not read, so a
 is held back by TCP, not by our memory. Everything a peer can get wrong ends at ``dispatch``: a
 malformed frame closes that connection with a log line; an unsupported API or version is answered
 with UNSUPPORTED_VERSION where the protocol allows it; everyone else keeps being served.
+
+What a connection may hold is bounded (the rules are in ``connection_budget.py``, the bounds in
+``base/limits.py``): at most ``pending_requests_per_connection_max`` requests are cut from what was
+read before they are answered; a connection whose unsent answers exceed its bound, or exceed a
+reserve while the broker as a whole is over its budget, is not read until they drain; a Fetch
+answer is cut to what the connection may still buffer. A periodic check closes connections idle
+for ``connections.max.idle.ms`` and connections whose request trickles in slower than
+``request_receive_ms_max`` (slowloris), with rate-limited warnings.
 """
 
 from __future__ import annotations
@@ -15,14 +23,21 @@ import contextlib
 import itertools
 import logging
 import signal
+import struct
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.base import limits
 from strom.base.clock import Clock, SystemClock
 from strom.base.log_limits import RateLimitFilter
 from strom.broker import handlers
 from strom.broker.config import BrokerConfig
+from strom.broker.connection_budget import (
+    BudgetLimits,
+    ConnectionAccount,
+    ConnectionBudget,
+    OverdueReason,
+)
 from strom.broker.context import RequestContext
 from strom.broker.metrics import BrokerMetrics, MetricsServer
 from strom.broker.registry import HANDLERS
@@ -38,6 +53,9 @@ from strom.protocol.headers import (
 from strom.protocol.messages.api_versions import ApiVersionsRequest
 from strom.protocol.primitives import Blob, DecodeError
 
+if TYPE_CHECKING:
+    from asyncio import Transport
+
 log = logging.getLogger("strom.broker")
 # Lines about what a peer did wrong (malformed frames, oversize requests): the peer must not decide
 # how much the broker writes to its log, so this logger is rate-limited.
@@ -45,9 +63,13 @@ peer_log = logging.getLogger("strom.broker.peer")
 peer_log.addFilter(RateLimitFilter(limits.peer_fault_log_lines_per_s, limits.peer_fault_log_lines_burst))
 
 READ_CHUNK_BYTES = 256 * 1024
-# Above this many buffered response bytes we wait for the socket to drain before reading more.
-WRITE_BUFFER_BYTES_HIGH = 8 * 1024 * 1024
+# Connections are looked over for idleness and slow requests this often, relative to the shortest
+# of those bounds (and at most every limits.connection_check_interval_ms_max).
+CONNECTION_CHECKS_PER_BOUND = 10
+CONNECTION_CHECK_INTERVAL_MS_MIN = 10
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+_FRAME_SIZE = struct.Struct(">i")  # the size prefix of every answer frame (which does not count itself)
+_FRAME_SIZE_BYTES = _FRAME_SIZE.size
 # APIs whose handler may wait before answering: Produce (fsync), Fetch (long poll), OffsetCommit
 # (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete.
 MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47})
@@ -57,6 +79,38 @@ QUIET_API_KEYS = frozenset({0, 1})
 
 class CloseConnection(Exception):
     """The peer sent something we cannot answer; the connection is closed (after a log line)."""
+
+
+class _OpenConnection:
+    """What the periodic connection check needs to know about a connection, and to close it."""
+
+    __slots__ = ("account", "client_host", "decoder", "transport")
+
+    def __init__(
+        self, account: ConnectionAccount, transport: Transport, decoder: FrameDecoder, client_host: str
+    ) -> None:
+        self.account = account
+        self.transport = transport
+        self.decoder = decoder
+        self.client_host = client_host
+
+
+def budget_limits(config: BrokerConfig) -> BudgetLimits:
+    """The connection bounds: ``base/limits.py`` and ``connections.max.idle.ms`` (-1: no idle limit)."""
+    idle_ms: int | None = config.get_int("connections.max.idle.ms")
+    if idle_ms is not None and idle_ms <= 0:
+        idle_ms = None
+    receive_ms = (
+        limits.request_receive_ms_max if idle_ms is None else min(limits.request_receive_ms_max, idle_ms)
+    )
+    return BudgetLimits(
+        connection_unsent_bytes_max=limits.connection_unsent_bytes_max,
+        connection_unsent_bytes_resume=limits.connection_unsent_bytes_resume,
+        broker_held_bytes_max=limits.broker_held_bytes_max,
+        connection_held_bytes_reserved=limits.connection_held_bytes_reserved,
+        idle_ms=idle_ms,
+        request_receive_ms_max=receive_ms,
+    )
 
 
 class BrokerServer:
@@ -75,6 +129,10 @@ class BrokerServer:
         self._connection_ids = itertools.count(1)
         self._connections: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
+        self._budget = ConnectionBudget(budget_limits(config))
+        self.metrics.connection_budget = self._budget
+        self._open: dict[int, _OpenConnection] = {}
+        self._connection_checks: asyncio.Task[None] | None = None
         handlers.register_all()
 
     async def start(self) -> None:
@@ -165,49 +223,72 @@ class BrokerServer:
         client_host = str(peer[0]) if peer else "?"
         decoder = FrameDecoder(self.config.frame_bytes_max)
         metrics = self.metrics
+        budget = self._budget
+        bounds = budget.limits
+        transport: Any = writer.transport
+        unsent_bytes = transport.get_write_buffer_size
+        # drain() now waits while more than the bound is unsent, until it is back at the resume level.
+        transport.set_write_buffer_limits(
+            high=bounds.connection_unsent_bytes_max, low=bounds.connection_unsent_bytes_resume
+        )
+        account = budget.open(connection_id)
+        self._open[connection_id] = _OpenConnection(account, transport, decoder, client_host)
+        self._start_connection_checks()
+        frames_max = limits.pending_requests_per_connection_max
+        reserved_bytes = bounds.connection_held_bytes_reserved
         metrics.connections_open += 1
         metrics.connections_total += 1
         try:
             while True:
+                # Within the reserve a connection is never muted; the budget is asked only above it
+                # (and once on the way down, so the broker-wide total learns it shrank).
+                unsent = unsent_bytes()
+                if (unsent > reserved_bytes or account.unsent_bytes > reserved_bytes) and budget.must_drain(
+                    account, unsent
+                ):
+                    await self._drain(writer, account)
                 data = await reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
                 metrics.bytes_in_total += len(data)
-                try:
-                    frames = decoder.feed(data)
-                except FrameTooLargeError as error:
-                    peer_log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
-                    break
-                except DecodeError as error:
-                    peer_log.warning(
-                        "closing connection %d from %s: malformed frame: %s",
-                        connection_id,
-                        client_host,
-                        error,
-                    )
-                    break
-                # The answers to the requests in one read go out in one write: pipelining clients
-                # (heartbeats, metadata) then cost one syscall per read, not per request. Answers
-                # already made are written before a request that may wait (a long poll, a parked
-                # join, an fsync), so no answer waits behind a later request.
-                outgoing: list[Blob] = []
-                try:
-                    for frame in frames:
-                        if (
-                            outgoing
-                            and len(frame) >= 2
-                            and int.from_bytes(frame[:2], "big") in MAY_WAIT_API_KEYS
-                        ):
-                            self._send_answers(writer, outgoing)
-                        response = await self._dispatch(frame, client_host, connection_id)
-                        if response is not None:
-                            outgoing.extend(response)
-                finally:
-                    # Requests answered before one that closes the connection still get their answers.
-                    if outgoing:
-                        self._send_answers(writer, outgoing)
-                if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_HIGH:
-                    await writer.drain()
+                frames = self._cut(decoder, data, frames_max)
+                while frames:
+                    account.handling = True
+                    # The answers to the requests in one read go out in one write: pipelining
+                    # clients (heartbeats, metadata) then cost one syscall per read, not per request.
+                    # Answers already made are written before a request that may wait (a long poll,
+                    # a parked join, an fsync), so no answer waits behind a later request; and
+                    # before such a request, or once a reserve's worth of answers piled up, the
+                    # connection's budget is checked: it may have to drain first, and a Fetch is
+                    # cut to what it may still buffer.
+                    outgoing: list[Blob] = []
+                    outgoing_bytes = 0  # in outgoing (written out at every check)
+                    allowance = bounds.connection_unsent_bytes_max  # only a Fetch uses it, after a check
+                    try:
+                        for frame in frames:
+                            if (
+                                frame[0] << 8 | frame[1]
+                            ) in MAY_WAIT_API_KEYS or outgoing_bytes > reserved_bytes:
+                                if outgoing:
+                                    self._send_answers(writer, outgoing, outgoing_bytes)
+                                outgoing_bytes = 0
+                                if budget.must_drain(account, unsent_bytes()):
+                                    await self._drain(writer, account)
+                                allowance = budget.response_allowance(account)
+                            response = await self._dispatch(frame, client_host, connection_id, allowance)
+                            if response is not None:
+                                outgoing.extend(response)
+                                outgoing_bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE_BYTES
+                    finally:
+                        # Requests answered before one that closes the connection still get their answers.
+                        if outgoing:
+                            self._send_answers(writer, outgoing, outgoing_bytes)
+                    account.handling = False
+                    if len(frames) < frames_max:
+                        break
+                    # The read held more requests than a connection may have unanswered: the rest
+                    # were left in the decoder, and are answered before the connection is read again.
+                    frames = self._cut(decoder, b"", frames_max)
         except CloseConnection as error:
             peer_log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -220,23 +301,125 @@ class BrokerServer:
             )
         finally:
             metrics.connections_open -= 1
+            budget.close(account)
+            del self._open[connection_id]
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob]) -> None:
-        """Write the answers collected so far in one call and empty the list."""
+    @staticmethod
+    def _cut(decoder: FrameDecoder, data: bytes, frames_max: int) -> list[bytearray | memoryview]:
+        """The complete frames now in the decoder (at most ``frames_max``); a malformed stream closes
+        the connection."""
+        try:
+            return decoder.feed(data, frames_max)
+        except FrameTooLargeError as error:
+            raise CloseConnection(str(error)) from None
+        except DecodeError as error:
+            raise CloseConnection(f"malformed frame: {error}") from None
+
+    async def _drain(self, writer: asyncio.StreamWriter, account: ConnectionAccount) -> None:
+        """The connection is muted (not read, no request of it handled) until its unsent answers are
+        down to what its budget asks; a peer that never reads keeps it muted until it is idle."""
+        budget = self._budget
+        bounds = budget.limits
+        transport: Any = writer.transport
+        while (target := budget.drain_target(account)) is not None:
+            if transport.is_closing():
+                raise ConnectionResetError("connection closed while its answers were draining")
+            budget.mute(account)
+            transport.set_write_buffer_limits(high=target, low=target)
+            try:
+                await writer.drain()  # returns once no more than ``target`` bytes are left unsent
+            finally:
+                budget.unmute(account)
+                if not transport.is_closing():  # a closed uvloop transport refuses any call
+                    transport.set_write_buffer_limits(
+                        high=bounds.connection_unsent_bytes_max, low=bounds.connection_unsent_bytes_resume
+                    )
+            if transport.is_closing():
+                raise ConnectionResetError("connection closed while its answers were draining")
+            budget.must_drain(account, transport.get_write_buffer_size())  # records what is left
+
+    def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob], outgoing_bytes: int) -> None:
+        """Write the answers collected so far (``outgoing_bytes`` in all) in one call and empty the list."""
         if writer.is_closing():
             # The peer reset the connection while its request was handled (a parked join, a long
             # poll): nobody is left to answer, and writing would raise.
             outgoing.clear()
             raise ConnectionResetError("the peer closed the connection")
         writer.writelines(outgoing)
-        self.metrics.bytes_out_total += sum(map(len, outgoing))
+        self.metrics.bytes_out_total += outgoing_bytes
         outgoing.clear()
 
+    # -- idle and slow connections ------------------------------------------------------------------
+
+    def _start_connection_checks(self) -> None:
+        """The periodic check starts with the first connection and is stopped with the background tasks."""
+        if self._connection_checks is None:
+            self._connection_checks = asyncio.create_task(self._connection_check_loop())
+            self._background.append(self._connection_checks)
+
+    def connection_check_interval_ms(self) -> int:
+        bounds = self._budget.limits
+        shortest_ms = min(bounds.request_receive_ms_max, bounds.idle_ms or bounds.request_receive_ms_max)
+        return max(
+            min(shortest_ms // CONNECTION_CHECKS_PER_BOUND, limits.connection_check_interval_ms_max),
+            CONNECTION_CHECK_INTERVAL_MS_MIN,
+        )
+
+    async def _connection_check_loop(self) -> None:
+        interval_s = self.connection_check_interval_ms() / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self._check_connections()
+            except Exception:
+                log.exception("connection check failed; will retry")
+
+    def _check_connections(self) -> None:
+        """Refresh what every connection holds; close the idle ones and those too slow to send a request."""
+        now_ms = self.state.clock.monotonic_ms()
+        budget = self._budget
+        for connection in list(self._open.values()):
+            if connection.transport.is_closing():
+                continue
+            decoder = connection.decoder
+            reason = budget.observe(
+                connection.account,
+                now_ms,
+                unsent_bytes=connection.transport.get_write_buffer_size(),
+                partial_bytes=decoder.buffered_bytes,
+                bytes_received=decoder.bytes_total,
+                requests_received=decoder.frames_total,
+            )
+            if reason is None:
+                continue
+            account = connection.account
+            self.metrics.connections_closed_total[reason.value] += 1
+            if reason is OverdueReason.IDLE:
+                log.debug(
+                    "closing connection %d from %s: idle for %d ms (connections.max.idle.ms)",
+                    account.connection_id,
+                    connection.client_host,
+                    budget.limits.idle_ms,
+                )
+            else:
+                peer_log.warning(
+                    "closing connection %d from %s: a request has been arriving for more than the"
+                    " %d ms allowed",
+                    account.connection_id,
+                    connection.client_host,
+                    budget.limits.request_receive_ms_max,
+                )
+            connection.transport.abort()
+
     async def _dispatch(
-        self, frame: bytes | bytearray | memoryview, client_host: str, connection_id: int
+        self,
+        frame: bytes | bytearray | memoryview,
+        client_host: str,
+        connection_id: int,
+        response_bytes_max: int = limits.connection_unsent_bytes_max,
     ) -> list[Blob] | None:
         """Handle one request frame; the response frame as buffers, or None when there is none."""
         try:
@@ -272,6 +455,7 @@ class BrokerServer:
             client_id=header.client_id,
             client_host=client_host,
             connection_id=connection_id,
+            response_bytes_max=response_bytes_max,
         )
         started = time.perf_counter()
         response = await handler.handle(context, request)

@@ -37,32 +37,44 @@ class FrameTooLargeError(DecodeError):
 class FrameDecoder:
     """Splits a byte stream into frame bodies. Once it has raised, the stream is unusable."""
 
-    __slots__ = ("_buffer", "_start", "frame_bytes_max")
+    __slots__ = ("_buffer", "_start", "bytes_total", "frame_bytes_max", "frames_total")
 
     def __init__(self, frame_bytes_max: int = limits.frame_bytes_max) -> None:
         self.frame_bytes_max = frame_bytes_max
         self._buffer = bytearray()
         self._start = 0
+        # Running totals, for whoever watches the stream's progress (the broker's idle and
+        # slow-request checks): bytes fed in, and frames handed out.
+        self.bytes_total = 0
+        self.frames_total = 0
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes received but not yet returned as part of a frame."""
         return len(self._buffer) - self._start
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray | memoryview]:
-        """Adds received bytes; returns every frame body now complete (without its size prefix).
+    def feed(
+        self, data: bytes | bytearray | memoryview, frames_max: int | None = None
+    ) -> list[bytearray | memoryview]:
+        """Adds received bytes; returns every frame body now complete (without its size prefix), at
+        most ``frames_max`` of them: the rest stay buffered for the next call (``feed(b"")`` cuts
+        them without new bytes), so a caller can bound the requests it holds unanswered.
 
         Bodies are writable and belong to the caller (the broker rewrites base offsets in produced
         batches in place). A frame that fills the whole buffer — the usual case for a large
         produce request arriving over several reads — is handed over without a copy: the buffer
         itself becomes the frame and a new one is started.
         """
+        assert frames_max is None or frames_max > 0, frames_max
         buffer = self._buffer
         buffer += data
+        self.bytes_total += len(data)
         frames: list[bytearray | memoryview] = []
         start = self._start
         end = len(buffer)
-        while end - start >= _SIZE_BYTES:
+        if frames_max is None:
+            frames_max = end  # more than the buffer can hold: every frame has at least 8 bytes
+        while end - start >= _SIZE_BYTES and len(frames) < frames_max:
             (size,) = _SIZE.unpack_from(buffer, start)
             if size < limits.frame_bytes_min:
                 raise DecodeError(f"frame size {size} is below the minimum of {limits.frame_bytes_min}")
@@ -86,6 +98,7 @@ class FrameDecoder:
             del buffer[:start]
             start = 0
         self._start = start
+        self.frames_total += len(frames)
         return frames
 
 

@@ -64,3 +64,31 @@ def test_a_large_frame_filling_the_buffer_is_handed_over_writable_and_the_decode
     frame = frames[0]
     frame[0:4] = b"\x00\x00\x00\x00"  # writable: the broker rewrites base offsets in place
     assert decoder.feed(stream[len(stream) - 15 :]) == [b"small frame"]
+
+
+def test_at_most_frames_max_frames_are_cut_and_the_rest_wait_in_the_buffer() -> None:
+    decoder = FrameDecoder(frame_bytes_max=1000)
+    bodies = [b"%08d" % index for index in range(7)]
+    stream = b"".join(encode_frame(body) for body in bodies)
+    assert decoder.feed(stream + encode_frame(b"tail-body")[:5], frames_max=3) == bodies[:3]
+    assert decoder.buffered_bytes == 4 * 12 + 5
+    assert decoder.feed(b"", frames_max=3) == bodies[3:6]
+    assert decoder.feed(b"", frames_max=3) == bodies[6:]
+    assert decoder.feed(b"", frames_max=3) == []
+    assert decoder.feed(encode_frame(b"tail-body")[5:], frames_max=3) == [b"tail-body"]
+    assert decoder.buffered_bytes == 0
+
+
+def test_a_zero_frames_max_is_a_programming_error() -> None:
+    with pytest.raises(AssertionError):
+        FrameDecoder().feed(b"", frames_max=0)
+
+
+def test_running_totals_of_bytes_fed_and_frames_cut() -> None:
+    decoder = FrameDecoder(frame_bytes_max=1000)
+    stream = encode_frame(b"x" * 10) * 3
+    decoder.feed(stream[:20])
+    assert (decoder.bytes_total, decoder.frames_total) == (20, 1)
+    decoder.feed(stream[20:], frames_max=1)
+    decoder.feed(b"")
+    assert (decoder.bytes_total, decoder.frames_total) == (len(stream), 3)

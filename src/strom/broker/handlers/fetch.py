@@ -1,10 +1,12 @@
 """Fetch 4-17: whole batches straight from the segment files, with long polls.
 
 Records are served exactly as stored, starting with the batch that holds the fetch offset (the
-client skips offsets below its position). When fewer than ``min_bytes`` are ready the request waits
-until an append to one of its partitions or ``max_wait_ms``, never by polling. Fetch sessions are
-supported in the "no session" form Kafka allows: a full request gets session id 0, which tells the
-client that no session was created and that its next request must be full too.
+client skips offsets below its position), at most as many bytes as the connection may still buffer
+(``RequestContext.response_bytes_max``, see ``broker/connection_budget.py``) and never less than
+one batch. When fewer than ``min_bytes`` are ready the request waits until an append to one of its
+partitions or ``max_wait_ms``, never by polling. Fetch sessions are supported in the "no session"
+form Kafka allows: a full request gets session id 0, which tells the client that no session was
+created and that its next request must be full too.
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ def _resolve(state: BrokerState, topic: FetchRequest.FetchTopic, version: int) -
 
 
 def _read_all(
-    state: BrokerState, request: FetchRequest, version: int
+    state: BrokerState, request: FetchRequest, version: int, response_bytes_max: int
 ) -> tuple[list[FetchResponse.FetchableTopicResponse], int, bool]:
-    """One pass over every requested partition: (responses, bytes of records, any partition errored)."""
-    bytes_left = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
+    """One pass over every requested partition: (responses, bytes of records, any partition errored).
+    At most ``response_bytes_max`` bytes of records, whatever the request asks (but one batch)."""
+    bytes_left = min(request.max_bytes if request.max_bytes > 0 else 2**31 - 1, response_bytes_max)
     total_bytes = 0
     errored = False
     aborted: list[FetchResponse.AbortedTransaction] | None = (
@@ -134,7 +137,7 @@ async def handle_fetch(context: RequestContext, request: FetchRequest) -> FetchR
     wait_ms = min(max(request.max_wait_ms, 0), limits.fetch_max_wait_ms_max)
     deadline_ms = state.clock.monotonic_ms() + wait_ms
     while True:
-        responses, total_bytes, errored = _read_all(state, request, version)
+        responses, total_bytes, errored = _read_all(state, request, version, context.response_bytes_max)
         remaining_ms = deadline_ms - state.clock.monotonic_ms()
         if total_bytes >= request.min_bytes or errored or remaining_ms <= 0 or not request.topics:
             return FetchResponse(error_code=ErrorCode.NONE, session_id=NO_SESSION_ID, responses=responses)
