@@ -22,6 +22,7 @@ from strom.base.clock import Clock, SystemClock
 from strom.broker import handlers
 from strom.broker.config import BrokerConfig
 from strom.broker.context import RequestContext
+from strom.broker.loop_lag import LoopLagMonitor
 from strom.broker.metrics import BrokerMetrics, MetricsServer
 from strom.broker.registry import HANDLERS
 from strom.broker.state import BrokerState
@@ -64,6 +65,7 @@ class BrokerServer:
         self._connection_ids = itertools.count(1)
         self._connections: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
+        self.loop_lag = LoopLagMonitor()
         handlers.register_all()
 
     async def start(self) -> None:
@@ -81,6 +83,7 @@ class BrokerServer:
             await self._metrics_server.start()
         self._background.append(asyncio.create_task(self._housekeeping_loop()))
         self._background.append(asyncio.create_task(self._flush_loop()))
+        self._background.append(asyncio.create_task(self.loop_lag.run()))
 
     @property
     def port(self) -> int:
@@ -120,8 +123,7 @@ class BrokerServer:
         while True:
             await asyncio.sleep(interval_s)
             try:
-                for line in self.state.logs.run_housekeeping(self.state.clock.wall_ms()):
-                    log.info("%s", line)
+                await self.state.run_housekeeping()
             except Exception:
                 log.exception("housekeeping failed; will retry at the next interval")
 

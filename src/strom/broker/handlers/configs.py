@@ -17,7 +17,7 @@ from strom.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from strom.storage import TOPIC_CONFIG_KEYS, ConfigError, LogConfig
+from strom.storage import TOPIC_CONFIG_KEYS, ConfigError, LogConfig, StorageError, UnknownTopicError
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -81,7 +81,7 @@ async def handle_describe_configs(
     return DescribeConfigsResponse(results=results)
 
 
-def _apply_topic_overrides(
+async def _apply_topic_overrides(
     state: BrokerState, name: str, overrides: Mapping[str, str], validate_only: bool
 ) -> None:
     topic = state.logs.topic(name)
@@ -93,9 +93,13 @@ def _apply_topic_overrides(
     try:
         LogConfig.from_properties(overrides, base=state.config.log_defaults())
         if not validate_only:
-            state.logs.alter_topic_config(name, overrides)
+            await state.alter_topic_config(name, overrides)
     except ConfigError as error:
         raise Refused(ErrorCode.INVALID_CONFIG, str(error)) from None
+    except UnknownTopicError as error:  # deleted while the change was being written
+        raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(error)) from None
+    except StorageError as error:
+        raise Refused(ErrorCode.KAFKA_STORAGE_ERROR, str(error)) from None
 
 
 def _check_resource(state: BrokerState, resource_type: int, name: str) -> None:
@@ -121,7 +125,7 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
         try:
             _check_resource(state, resource.resource_type, resource.resource_name)
             overrides = {entry.name: entry.value for entry in resource.configs if entry.value is not None}
-            _apply_topic_overrides(state, resource.resource_name, overrides, request.validate_only)
+            await _apply_topic_overrides(state, resource.resource_name, overrides, request.validate_only)
         except Refused as refused:
             response.error_code = refused.error
             response.error_message = refused.message
@@ -178,7 +182,7 @@ async def handle_incremental_alter_configs(
             effective = topic.config.to_properties()
             for config in resource.configs:
                 _incremental(overrides, effective, config)
-            _apply_topic_overrides(state, resource.resource_name, overrides, request.validate_only)
+            await _apply_topic_overrides(state, resource.resource_name, overrides, request.validate_only)
         except Refused as refused:
             response.error_code = refused.error
             response.error_message = refused.message

@@ -14,7 +14,13 @@ from strom.broker.registry import handles
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.metadata import MetadataRequest, MetadataResponse
-from strom.storage import TopicMetadata, validate_topic_name
+from strom.storage import (
+    PartitionBudgetError,
+    StorageError,
+    TopicExistsError,
+    TopicMetadata,
+    validate_topic_name,
+)
 
 ZERO_UUID = uuid.UUID(int=0)
 LEADER_EPOCH = 0
@@ -42,13 +48,20 @@ def describe_topic(state: BrokerState, topic: TopicMetadata) -> MetadataResponse
     )
 
 
-def auto_create(state: BrokerState, name: str) -> TopicMetadata | ErrorCode:
+async def auto_create(state: BrokerState, name: str) -> TopicMetadata | ErrorCode:
     """Create ``name`` with the broker's defaults, or say why not."""
     if validate_topic_name(name) is not None:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     if not state.config.get_bool("auto.create.topics.enable"):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    return state.logs.create_topic(name, state.config.get_int("num.partitions"))
+    try:
+        return await state.create_topic(name, state.config.get_int("num.partitions"))
+    except TopicExistsError:  # another request is creating it right now: the client retries
+        return ErrorCode.LEADER_NOT_AVAILABLE
+    except PartitionBudgetError:
+        return ErrorCode.POLICY_VIOLATION
+    except StorageError:
+        return ErrorCode.KAFKA_STORAGE_ERROR
 
 
 def _missing_topic(
@@ -83,7 +96,7 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
                 continue
             existing = state.logs.topic(wanted.name)
             if existing is None and allow_auto_create:
-                created = auto_create(state, wanted.name)
+                created = await auto_create(state, wanted.name)
                 if isinstance(created, ErrorCode):
                     topics.append(_missing_topic(wanted.name, ZERO_UUID, created))
                     continue
