@@ -81,7 +81,8 @@ segment_files_open_min = 16
 # Partitions one broker holds at most, whatever its descriptor limit: each costs memory (a log
 # object, its segments' in-memory indexes), a directory, and time at every start (its active
 # segment is validated batch by batch). Kafka's long-standing guidance is a few thousand partitions
-# per broker; strom's start is measured at ~0.2 ms per empty partition, so 20,000 start in seconds.
+# per broker; strom loads ~0.5 ms a small partition on the 2-core test machine (5,000 in 2.3-3 s),
+# so 20,000 start in about 10 s.
 partitions_per_broker_max = 20_000
 
 # Longest the broker's event loop should be kept from serving others by any one piece of work
