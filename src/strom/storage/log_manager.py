@@ -30,6 +30,7 @@ capacity comes from the ``FileBudget``; the budget also bounds the partitions a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -336,8 +337,11 @@ class LogManager:
             fsync_directory(self.data_dir)
             self.write_topic_file(metadata)
         except OSError as error:
+            # rmdir, not rmtree: the directories are empty, and rmtree needs descriptors, which
+            # may be what ran out. Any left (on a failing disk) no topic claims: load removes them.
             for directory in made:
-                shutil.rmtree(directory, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
             raise LogFileError(f"cannot create the files of topic {metadata.name!r}: {error}") from error
         logs = [
             PartitionLog.new(
@@ -463,21 +467,24 @@ class LogManager:
         path = self._topics_directory / f"{name}.json"
         try:
             path.unlink(missing_ok=True)
-            fsync_directory(self._topics_directory)
-            renamed: list[Path] = []
-            for partition in range(detached.metadata.partitions):
-                directory = self._partition_directory(name, partition)
-                target = self._trash_name(directory)
-                try:
-                    directory.rename(target)
-                except FileNotFoundError:
-                    continue
-                renamed.append(target)
-            fsync_directory(self.data_dir)
         except OSError as error:
-            raise LogFileError(
-                f"cannot delete the files of topic {detached.metadata.name!r}: {error}"
-            ) from error
+            raise LogFileError(f"cannot delete the topic file of {name!r}: {error}") from error
+        # From here on the delete has happened; what fails now (fsyncs need descriptors, which may
+        # be what ran out) is logged, and the next load finishes the job.
+        _fsync_or_warn(self._topics_directory)
+        renamed: list[Path] = []
+        for partition in range(detached.metadata.partitions):
+            directory = self._partition_directory(name, partition)
+            target = self._trash_name(directory)
+            try:
+                directory.rename(target)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                log.warning("cannot rename %s away (%s); it is removed on the next start", directory, error)
+                continue
+            renamed.append(target)
+        _fsync_or_warn(self.data_dir)
         return renamed
 
     def delete_topic(self, name: str) -> None:
@@ -556,6 +563,13 @@ class LogManager:
         empty_trash(self.trash.take())
         if self.data_dir.exists():
             write_file_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE_NAME, b"")
+
+
+def _fsync_or_warn(directory: Path) -> None:
+    try:
+        fsync_directory(directory)
+    except OSError as error:
+        log.warning("cannot fsync %s: %s", directory, error)
 
 
 def apply_retention(partition_log: PartitionLog, now_ms: int) -> list[str]:

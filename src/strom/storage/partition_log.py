@@ -460,14 +460,24 @@ class PartitionLog:
         self, offset: int, max_bytes: int, *, min_one_batch: bool = True, max_offset: int | None = None
     ) -> ReadResult:
         """Whole batches from the one containing ``offset``, at most ``max_bytes`` unless the first
-        batch alone is larger and ``min_one_batch`` (then it comes whole, as in KIP-74)."""
+        batch alone is larger and ``min_one_batch`` (then it comes whole, as in KIP-74).
+
+        OffsetOutOfRangeError outside [log start, log end]; LogFileError if a segment file cannot
+        be opened or read (out of descriptors, an I/O error)."""
         log_end = self.log_end_offset
         if offset < self._log_start_offset or offset > log_end:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {self.topic}-{self.partition} is outside "
                 f"[{self._log_start_offset}, {log_end}]"
             )
-        limit = log_end if max_offset is None else min(max_offset, log_end)
+        try:
+            return self._read(
+                offset, max_bytes, min_one_batch, log_end if max_offset is None else min(max_offset, log_end)
+            )
+        except OSError as error:
+            raise LogFileError(f"cannot read {self.topic}-{self.partition}: {error}") from error
+
+    def _read(self, offset: int, max_bytes: int, min_one_batch: bool, limit: int) -> ReadResult:
         parts: list[bytes] = []
         budget = max_bytes
         segments = self._segments

@@ -190,3 +190,20 @@ def test_the_data_directory_lock_is_exclusive_and_names_its_holder(tmp_path: Pat
     assert str(tmp_path / "data") in str(refused.value) and str(os.getpid()) in str(refused.value)
     lock.release()
     DataDirectoryLock(tmp_path / "data").release()
+
+
+def test_a_create_refused_for_want_of_descriptors_removes_its_directories_without_any(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir = tmp_path / "data"
+    logs = manager(data_dir)
+
+    def exhausted(path: object, flags: int, mode: int = 0o777) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "open", exhausted)  # fsyncing the data directory fails, and rmtree would
+    with pytest.raises(LogFileError, match="Too many open files"):
+        logs.create_topic("starved", 3)
+    monkeypatch.undo()
+    assert not list(data_dir.glob("starved-*"))
+    logs.close()

@@ -1,5 +1,6 @@
-"""Admin file work runs in the broker's worker threads, never on the event loop's thread, and the
-answers stay what they were (the handlers await the worker, the loop swaps the result in)."""
+"""Admin file work runs in the broker's worker threads, never on the event loop's thread, with the
+answers it always gave (the handlers await the worker, the loop swaps the result in); running out
+of file descriptors costs one request a KAFKA_STORAGE_ERROR, never the connection."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from strom.protocol.messages.incremental_alter_configs import IncrementalAlterCo
 from strom.storage import LogManager, PartitionLog
 from strom.storage import compaction as compaction_module
 from tests.unit.broker.conftest import InProcessBroker
-from tests.unit.broker.test_dispatch import batch, create_topic, produce
+from tests.unit.broker.test_dispatch import batch, create_topic, fetch, produce
 
 Threads = dict[str, set[str]]
 
@@ -160,3 +161,24 @@ def test_out_of_descriptors_at_a_roll_answers_kafka_storage_error_then_recovers(
     monkeypatch.undo()
     accepted = produce(broker, "roll", batch([b"z" * 40]))
     assert accepted.error_code == ErrorCode.NONE and accepted.base_offset == 1
+
+
+def test_a_fetch_that_cannot_open_its_segment_answers_kafka_storage_error(
+    broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_topic(broker, "read")
+    assert produce(broker, "read", batch([b"a"])).error_code == ErrorCode.NONE
+    broker.server.state.logs.files.close_all()  # nothing cached: the fetch must open the file
+    real_open = os.open
+
+    def exhausted(path: Any, flags: int, mode: int = 0o777) -> int:
+        if str(path).endswith(".log"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", exhausted)
+    refused = fetch(broker, "read", 0).responses[0].partitions[0]
+    assert refused.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.undo()
+    served = fetch(broker, "read", 0).responses[0].partitions[0]
+    assert served.error_code == ErrorCode.NONE and served.records
