@@ -102,9 +102,7 @@ class BrokerServer:
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
         await self._server.wait_closed()
         self._server = None
-        for partition_log in self.state.logs.logs():
-            partition_log.flush()
-        self.state.close()
+        self.state.close()  # makes every log durable with one sync of the file system
         log.info("strom broker stopped")
 
     async def serve_until_signalled(self) -> None:

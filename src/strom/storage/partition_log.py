@@ -291,7 +291,7 @@ class PartitionLog:
         write them; see the module docs of ``producer_state`` for the idempotence checks."""
         assert headers, "append needs at least one batch"
         if self._closed:
-            raise LogFileError(f"{self.topic}-{self.partition} is closed (its topic is being deleted)")
+            raise LogFileError(f"{self.topic}-{self.partition} is closed (stopping, or its topic deleted)")
         config = self.config
         next_offset = self.log_end_offset
         base_offsets: list[int] = []
@@ -769,12 +769,16 @@ class PartitionLog:
             self._partition_file_due = False
             self._write_partition_file()
         self._closed = True
-        if self._producer_state_on_disk != self.log_end_offset:
+        # What a reopen reads anyway needs no file: the active segment is always recovered (so
+        # its index files are never read), and with no other segment the producer state is
+        # rebuilt from it for free. A broker of thousands of small partitions then stops quickly.
+        if self._producer_state_on_disk != self.log_end_offset and len(self._segments) > 1:
             self._write_snapshot(sync=sync)
         if self._log_start_on_disk != self._log_start_offset:
             self._write_partition_file()
-        for segment in self._segments:
+        for segment in self._segments[:-1]:
             segment.write_index_files(sync=sync)
+        for segment in self._segments:
             segment.close()
 
     def stop(self) -> None:

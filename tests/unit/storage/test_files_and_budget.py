@@ -151,7 +151,7 @@ def test_delete_commits_by_removing_the_topic_file_then_renames_directories(tmp_
     append(log, make_batch([b"x"]))
     detached = logs.detach_topic("doomed")
     assert logs.topic("doomed") is None and logs.log("doomed", 0) is None
-    with pytest.raises(LogFileError, match="being deleted"):
+    with pytest.raises(LogFileError, match="is closed"):
         append(log, make_batch([b"y"]))
     renamed = logs.remove_topic_files(detached)
     assert not (data_dir / TOPICS_DIRECTORY_NAME / "doomed.json").exists()
@@ -173,11 +173,20 @@ def test_new_partitions_have_no_files_until_written(tmp_path: Path) -> None:
     append(log, make_batch([b"x"]))
     assert (data_dir / "fresh-0" / "00000000000000000000.log").stat().st_size > 0
     logs.close()
-    assert list((data_dir / "fresh-1").iterdir()) == []  # a clean close writes only what changed
+    # A clean close writes only what a reopen needs: with one segment, its log is all there is.
+    assert list((data_dir / "fresh-1").iterdir()) == []
+    assert [path.name for path in (data_dir / "fresh-0").iterdir()] == ["00000000000000000000.log"]
+    reopened = manager(data_dir)
+    log = reopened.log("fresh", 0)
+    assert log is not None
+    log.roll()
+    append(log, make_batch([b"y"]))
+    reopened.close()
     assert sorted(path.name for path in (data_dir / "fresh-0").iterdir()) == [
         "00000000000000000000.index",
         "00000000000000000000.log",
         "00000000000000000000.timeindex",
+        "00000000000000000001.log",
         "producer_state.json",
     ]
 
