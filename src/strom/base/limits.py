@@ -107,3 +107,36 @@ partitions_per_describe_response_max = 2000
 # see what a broken client does; a fuzzer or a client retrying in a loop cannot fill the disk.
 peer_fault_log_lines_burst = 50
 peer_fault_log_lines_per_s = 5
+
+# ---- file descriptors and partitions (see strom.storage.budget) ----------------------------------
+# The broker raises its soft RLIMIT_NOFILE to the hard limit at start and splits what it gets.
+
+# Descriptors kept aside for the broker itself, whatever else it does: stdin/stdout/stderr, the
+# event loop (epoll, wake-up pipe), the listening and metrics sockets, the data-directory lock, the
+# worker threads' short-lived files (topic, partition, snapshot and index files being written,
+# directories being fsynced) and the few segment files pinned beyond the file cache's capacity
+# while a thread uses them.
+process_reserved_fds = 64
+
+# Share of the remaining descriptors that open segment files may hold at once. The rest is left to
+# client connections (one descriptor each): a broker whose partitions are all busy must still
+# accept clients, and many clients must not leave the logs without descriptors. (Kafka keeps every
+# segment of every partition open and asks operators for a limit of 100,000 or more; strom closes
+# the least recently used segment files instead, so its needs do not grow with the log.)
+segment_files_share_percent = 50
+
+# Segment files that may be open at once whatever the descriptor limit: an append that rolls pins
+# two, and a read, an fsync and a compaction may each pin one meanwhile.
+segment_files_open_min = 16
+
+# Partitions one broker holds at most, whatever its descriptor limit: each costs memory (a log
+# object, its segments' in-memory indexes), a directory, and time at every start (its active
+# segment is validated batch by batch). Kafka's long-standing guidance is a few thousand partitions
+# per broker; strom loads ~0.5 ms a small partition on the 2-core test machine (5,000 in 2.3-3 s),
+# so 20,000 start in about 10 s.
+partitions_per_broker_max = 20_000
+
+# Longest the broker's event loop should be kept from serving others by any one piece of work
+# (admin file work, compaction and fsync run in worker threads so that it is not); a longer stall
+# is logged as a warning (strom.broker.loop_lag). Clients notice stalls of this order as latency.
+loop_stall_warning_ms = 50

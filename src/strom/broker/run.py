@@ -3,15 +3,47 @@
 from __future__ import annotations
 
 import logging
+import resource
+from pathlib import Path
 
 from strom.broker.config import BrokerConfig
 from strom.broker.server import BrokerServer
+from strom.storage.lock import DataDirectoryLockedError
 
 log = logging.getLogger("strom.broker")
+
+# Where Linux keeps the largest RLIMIT_NOFILE a process may have (an unlimited hard limit cannot be
+# the soft one), and what to assume if it cannot be read.
+NR_OPEN_PATH = Path("/proc/sys/fs/nr_open")
+NR_OPEN_DEFAULT = 1_048_576
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (Kafka's start scripts expect operators to
+    do this; strom does it itself) and log both; returns the soft limit now in force. The broker's
+    file budget (``storage.budget``) is derived from it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            target = int(NR_OPEN_PATH.read_text().strip())
+        except (OSError, ValueError):
+            target = NR_OPEN_DEFAULT
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as error:
+            log.warning("could not raise the open files limit from %d to %d: %s", soft, target, error)
+    raised, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard_text = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    log.info("open files limit: soft %d (was %d), hard %s", raised, soft, hard_text)
+    return raised
 
 
 def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
     import uvloop
+
+    raise_open_files_limit()
 
     async def main() -> None:
         server = BrokerServer(config, metrics_port=metrics_port)
@@ -19,6 +51,9 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
 
     try:
         uvloop.run(main())
+    except DataDirectoryLockedError as error:
+        log.error("cannot start the broker: %s", error)
+        return 1
     except OSError as error:
         log.error("cannot start the broker: %s", error)
         return 1

@@ -39,6 +39,7 @@ from strom.broker.connection_budget import (
     OverdueReason,
 )
 from strom.broker.context import RequestContext
+from strom.broker.loop_lag import LoopLagMonitor
 from strom.broker.metrics import BrokerMetrics, MetricsServer
 from strom.broker.registry import HANDLERS
 from strom.broker.state import BrokerState
@@ -133,6 +134,7 @@ class BrokerServer:
         self.metrics.connection_budget = self._budget
         self._open: dict[int, _OpenConnection] = {}
         self._connection_checks: asyncio.Task[None] | None = None
+        self.loop_lag = LoopLagMonitor()
         handlers.register_all()
 
     async def start(self) -> None:
@@ -150,6 +152,7 @@ class BrokerServer:
             await self._metrics_server.start()
         self._background.append(asyncio.create_task(self._housekeeping_loop()))
         self._background.append(asyncio.create_task(self._flush_loop()))
+        self._background.append(asyncio.create_task(self.loop_lag.run()))
 
     @property
     def port(self) -> int:
@@ -168,9 +171,7 @@ class BrokerServer:
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
         await self._server.wait_closed()
         self._server = None
-        for partition_log in self.state.logs.logs():
-            partition_log.flush()
-        self.state.close()
+        self.state.close()  # makes every log durable with one sync of the file system
         log.info("strom broker stopped")
 
     async def serve_until_signalled(self) -> None:
@@ -189,8 +190,7 @@ class BrokerServer:
         while True:
             await asyncio.sleep(interval_s)
             try:
-                for line in self.state.logs.run_housekeeping(self.state.clock.wall_ms()):
-                    log.info("%s", line)
+                await self.state.run_housekeeping()
             except Exception:
                 log.exception("housekeeping failed; will retry at the next interval")
 

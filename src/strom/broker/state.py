@@ -1,24 +1,40 @@
 """The broker's state, owned by its one event loop: logs, topics, producer ids, waiters.
 
-Handlers reach everything through ``BrokerState``. Nothing here blocks the loop: fsync runs in a
-worker thread (``flush``), and fetch long-polls wait on futures that ``notify_append`` completes.
+Handlers reach everything through ``BrokerState``. Nothing here blocks the loop with file-system
+work: fsync runs in the fsync worker thread (``flush``); admin work (creating and deleting topics
+and partitions, rewriting topic files) runs in the admin worker thread, which builds files and log
+objects and hands them back, and only the loop swaps them into the maps (see ``LogManager``'s
+phases); compaction and removing deleted files run in a background thread. Fetch long-polls wait on futures that ``notify_append`` completes.
+
+The data directory is locked (``DataDirectoryLock``) before anything in it is read or written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import gc
 import json
 import logging
 import os
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from strom.base.clock import Clock
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.groups import GroupService
 from strom.coordinator import OFFSETS_TOPIC
-from strom.storage import LogManager, PartitionLog
+from strom.storage import LogFileError, LogManager, PartitionLog, TopicMetadata
+from strom.storage.budget import FileBudget
+from strom.storage.compaction import run_compaction
+from strom.storage.files import empty_trash
+from strom.storage.lock import DataDirectoryLock
+from strom.storage.log_manager import apply_retention, current_open_files_limit
 
 log = logging.getLogger("strom.broker")
 
@@ -26,6 +42,11 @@ TopicPartition = tuple[str, int]
 
 # Producer ids are handed out from blocks reserved on disk first, so a restart never reuses one.
 PRODUCER_ID_BLOCK_SIZE = 1000
+# Housekeeping gives the loop back to everyone else after this many logs (retention is cheap per
+# log, but a broker may hold tens of thousands).
+HOUSEKEEPING_LOGS_PER_STEP = 500
+
+T = TypeVar("T")
 
 
 class ProducerIdAllocator:
@@ -54,18 +75,29 @@ class ProducerIdAllocator:
 
 class BrokerState:
     def __init__(self, config: BrokerConfig, clock: Clock) -> None:
+        # First of all: a second broker on this directory stops here (DataDirectoryLockedError).
+        self._lock = DataDirectoryLock(config.data_dir)
         # What AlterConfigs set on the BROKER resource before a restart applies from the start.
         config, self._config_messages = with_persisted_dynamic_configs(config)
         self.config = config
         self.clock = clock
         self.node_id = config.node_id
-        config.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = config.cluster_id()
-        self.logs = LogManager(config.data_dir, config.log_defaults(), clock)
+        self.budget = FileBudget.from_open_files_limit(current_open_files_limit())
+        self.logs = LogManager(config.data_dir, config.log_defaults(), clock, self.budget)
         self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_ids.json")
         self._append_waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._flush_locks: dict[TopicPartition, asyncio.Lock] = {}
         self._disk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-fsync")
+        # Admin requests' file work, one at a time in arrival order.
+        self._admin_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-admin")
+        # Long background work that must not hold up admin requests: compaction, and removing
+        # what was deleted (removing a directory takes milliseconds on some disks, so a topic of
+        # thousands of partitions takes many seconds).
+        self._background_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-background")
+        self._topic_locks = _KeyedLocks()
+        self._stopping = threading.Event()
+        self._collector_holds = 0
         self.groups = GroupService(
             config.coordinator_config(), self.logs, clock, self.notify_append, self._flush_offsets_partition
         )
@@ -79,13 +111,154 @@ class BrokerState:
     def load(self) -> None:
         for line in self._config_messages:
             log.warning("%s", line)
+        log.info("%s", self.budget.describe())
+        started = time.perf_counter()
         for line in self.logs.load():
             log.info("%s", line)
+        log.info(
+            "loaded %d partitions of %d topics in %.2f s",
+            self.logs.partitions_held,
+            len(self.logs.topic_names()),
+            time.perf_counter() - started,
+        )
+        self._empty_trash_soon()
+        gc.freeze()
 
     def close(self) -> None:
         self.groups.shutdown()
+        self._stopping.set()
+        # Admin work still queued is dropped (what it would remove is removed on the next start);
+        # work under way finishes, so no file is left half-written.
+        self._admin_executor.shutdown(wait=True, cancel_futures=True)
+        self._background_executor.shutdown(wait=True, cancel_futures=True)
         self._disk_executor.shutdown(wait=True)
-        self.logs.close()
+        try:
+            self.logs.close()
+        finally:
+            self._lock.release()
+
+    # -- admin work (file-system work in the admin thread, state swapped in on the loop) ---------
+
+    async def _in_admin_thread(self, work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._admin_executor, work)
+
+    @contextlib.contextmanager
+    def _long_lived_objects_made(self) -> Iterator[None]:
+        """Around the building of many long-lived objects (the logs of thousands of partitions):
+        no cyclic garbage collection meanwhile, then they are frozen out of its reach.
+
+        A full collection visits every object the broker holds, whichever thread triggers it, with
+        the GIL held: with thousands of partitions' logs that is 100 ms and more during which no
+        client is served. Logs and segments live as long as their partition and form no reference
+        cycles (reference counting frees them when a topic is deleted), so the collector has no
+        business visiting them; ``gc.freeze`` moves everything alive into its permanent generation
+        (as after ``load``). Loop thread only."""
+        if self._collector_holds == 0:
+            gc.disable()
+        self._collector_holds += 1
+        try:
+            yield
+        finally:
+            self._collector_holds -= 1
+            if self._collector_holds == 0:
+                # No collection first: the young generation now holds every object made meanwhile,
+                # and collecting it would be the very stall this avoids. The little cyclic garbage
+                # of those seconds is frozen too (a bounded leak per create).
+                gc.freeze()
+                gc.enable()
+
+    def _empty_trash_soon(self) -> None:
+        paths = self.logs.trash.take()
+        if paths:
+            self._background_executor.submit(empty_trash, paths, self._stopping)
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        overrides: Mapping[str, str] | None = None,
+        *,
+        internal: bool = False,
+        validate_only: bool = False,
+    ) -> TopicMetadata:
+        """``LogManager.create_topic`` with its file work in the admin thread; raises the same."""
+        if validate_only:
+            return self.logs.check_create_topic(name, partitions, overrides, internal=internal)
+        async with self._topic_locks.hold(name):
+            pending = self.logs.begin_create_topic(name, partitions, overrides, internal=internal)
+            with self._long_lived_objects_made():
+                try:
+                    built = await self._in_admin_thread(lambda: self.logs.build_create(pending))
+                except BaseException:
+                    self.logs.abandon_create(pending)
+                    raise
+                return self.logs.install_create(built)
+
+    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        async with self._topic_locks.hold(name):
+            pending = self.logs.begin_create_partitions(name, total)
+            if validate_only:
+                self.logs.abandon_create(pending)
+                return
+            with self._long_lived_objects_made():
+                try:
+                    built = await self._in_admin_thread(lambda: self.logs.build_create(pending))
+                except BaseException:
+                    self.logs.abandon_create(pending)
+                    raise
+                self.logs.install_create(built)
+
+    async def delete_topic(self, name: str) -> TopicMetadata:
+        """Forget the topic at once (loop), commit the delete and rename its directories (admin
+        thread, awaited), then remove them in the background, as Kafka does."""
+        async with self._topic_locks.hold(name):
+            detached = self.logs.detach_topic(name)
+            for partition in range(detached.metadata.partitions):
+                self._flush_locks.pop((name, partition), None)
+            renamed = await self._in_admin_thread(lambda: self.logs.remove_topic_files(detached))
+            self._background_executor.submit(empty_trash, renamed, self._stopping)
+            return detached.metadata
+
+    async def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> None:
+        async with self._topic_locks.hold(name):
+            updated = self.logs.prepare_topic_config(name, overrides)
+            await self._in_admin_thread(lambda: self.logs.write_topic_file(updated))
+            self.logs.apply_topic_config(updated)
+
+    async def delete_records(self, partition_log: PartitionLog, offset: int) -> int:
+        """DeleteRecords on one partition: the new log start is durable when this returns; the
+        segments below it are removed in the background."""
+        low_watermark = partition_log.delete_records_before(offset)
+        await self.flush(partition_log)
+        self._empty_trash_soon()
+        return low_watermark
+
+    async def run_housekeeping(self) -> None:
+        """Retention (loop, in steps: it only renames files) and compaction (background thread),
+        then the files they dropped are removed (background thread)."""
+        now_ms = self.clock.wall_ms()
+        partition_logs = list(self.logs.logs())
+        for start in range(0, len(partition_logs), HOUSEKEEPING_LOGS_PER_STEP):
+            for partition_log in partition_logs[start : start + HOUSEKEEPING_LOGS_PER_STEP]:
+                for line in apply_retention(partition_log, now_ms):
+                    log.info("%s", line)
+            await asyncio.sleep(0)
+        for partition_log in partition_logs:
+            job = partition_log.plan_compaction(now_ms)
+            if job is None:
+                continue
+            name = f"{partition_log.topic}-{partition_log.partition}"
+            try:
+                result = await asyncio.get_running_loop().run_in_executor(
+                    self._background_executor, functools.partial(run_compaction, job)
+                )
+            except Exception:
+                log.exception("compaction of %s failed; will retry at the next interval", name)
+                continue
+            freed = partition_log.finish_compaction(result)
+            if freed:
+                log.info("compacted %s: freed %d bytes", name, freed)
+        self._empty_trash_soon()
 
     # -- long polls -------------------------------------------------------------------------------
 
@@ -120,14 +293,46 @@ class BrokerState:
     # -- durability -------------------------------------------------------------------------------
 
     async def flush(self, partition_log: PartitionLog) -> None:
-        """fsync ``partition_log`` in the worker thread; concurrent calls for one log serialize."""
+        """fsync ``partition_log`` (and write its pending files) in the fsync thread; concurrent
+        calls for one log serialize. A failure (out of descriptors, disk full, an I/O error)
+        raises LogFileError: the caller answers KAFKA_STORAGE_ERROR, and the next flush retries."""
         key = (partition_log.topic, partition_log.partition)
         lock = self._flush_locks.setdefault(key, asyncio.Lock())
         async with lock:
-            await asyncio.get_running_loop().run_in_executor(self._disk_executor, partition_log.flush)
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._disk_executor, partition_log.flush)
+            except OSError as error:
+                raise LogFileError(f"cannot flush {key[0]}-{key[1]}: {error}") from error
 
     async def flush_due(self) -> None:
-        """The time-based flush policy: fsync every log whose flush.ms has passed."""
+        """The time-based flush policy: fsync every log whose flush.ms has passed, and write the
+        partition files and producer snapshots waiting to be written."""
         now_ms = self.clock.wall_ms()
+        failures: list[str] = []
         for partition_log in self.logs.logs_needing_flush(now_ms):
-            await self.flush(partition_log)
+            try:
+                await self.flush(partition_log)
+            except LogFileError as error:
+                failures.append(str(error))
+        if failures:
+            log.error("scheduled flush failed for %d partitions, will retry (%s)", len(failures), failures[0])
+
+
+class _KeyedLocks:
+    """One asyncio lock per key, kept only while someone holds or waits for it: admin operations on
+    one topic run one after the other (begin, build, install), different topics in any order."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._locks[key]

@@ -70,7 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     broker = commands.add_parser(
         "broker",
         help="run a broker",
-        description="Run a single strom broker that speaks the Kafka protocol. Stops cleanly on SIGTERM or SIGINT.",
+        description=(
+            "Run a single strom broker that speaks the Kafka protocol. Stops cleanly on SIGTERM or SIGINT. "
+            "It locks its data directory (a second broker on the same directory exits, naming the first "
+            "one's PID) and raises its open-files limit to the hard limit, which sets how many partitions "
+            "it accepts."
+        ),
     )
     broker.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     broker.add_argument(

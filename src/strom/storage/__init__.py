@@ -1,8 +1,10 @@
 """The partition log: segments, indexes, recovery, retention, compaction, flushing, idempotent
 producer state, and the log manager holding every topic under one data directory.
 
-Pure Python with no asyncio and no sockets: the broker calls it from its event loop and runs
-``PartitionLog.flush()`` in a worker thread. See ``log_manager`` for the on-disk layout.
+Pure Python with no asyncio and no sockets: the broker calls it from its event loop, runs
+``PartitionLog.flush()`` in its fsync thread and the file work of admin operations and compaction in
+its admin thread. See ``log_manager`` for the on-disk layout and the phases of admin operations,
+``open_files`` and ``budget`` for file descriptors, ``lock`` for the data directory's lock.
 """
 
 from strom.storage.config import TOPIC_CONFIG_KEYS, ConfigKeyInfo, LogConfig
@@ -12,8 +14,10 @@ from strom.storage.errors import (
     InvalidPartitionsError,
     InvalidProducerEpochError,
     InvalidTopicError,
+    LogFileError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    PartitionBudgetError,
     RecordTooLargeError,
     StorageError,
     TopicExistsError,
@@ -33,9 +37,11 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidTopicError",
     "LogConfig",
+    "LogFileError",
     "LogManager",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
+    "PartitionBudgetError",
     "PartitionLog",
     "ReadResult",
     "RecordTooLargeError",

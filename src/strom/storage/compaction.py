@@ -1,77 +1,113 @@
 """Log compaction: keep the latest record per key in the non-active segments.
 
 One pass over the cleanable segments (the inactive ones, stopping at the first that holds a record
-younger than min.compaction.lag.ms) maps every key to its latest offset; a second pass rewrites each
-segment keeping, per batch, the records that are still the latest for their key. Offsets never
+younger than min.compaction.lag.ms) maps every key to its latest offset; a second pass rewrites the
+segments keeping, per batch, the records that are still the latest for their key. Offsets never
 change: a batch keeps its base offset and its last offset delta, only losing records; a batch that
-loses them all is dropped. Tombstones (null value) stay until they are older than
-delete.retention.ms. Records without a key are kept (Kafka refuses them on compacted topics at
-produce time, see ``LogConfig.requires_keys``). Control and transactional batches are kept whole.
+loses them all is dropped. So offsets become sparse, and the log start offset stays where it was:
+a read at an offset that was compacted away gets the next batch that survived (Kafka's semantics;
+``Segment.find_batch`` finds the first batch whose last offset is at or after the offset).
+Tombstones (null value) stay until they are older than delete.retention.ms. Records without a key
+are kept (Kafka refuses them on compacted topics at produce time, see ``LogConfig.requires_keys``).
+Control and transactional batches, and batches whose records cannot be decoded, are kept whole.
 
-The rewritten segment is written next to the old one as ``<base>.log.cleaned``, fsynced, and renamed
-over it, so a crash leaves either the old or the new segment; leftover ``.cleaned`` files are
-removed on open. The active segment is never touched, so the hot path never waits for compaction.
-Keys of the latest records are not looked at in the active segment: a key overwritten there is
-compacted once the segment rolls (Kafka's rule too).
+Adjacent cleaned segments are merged while the result fits segment.bytes (and its offsets fit a
+segment's 32-bit relative offsets), as Kafka's cleaner groups them, so a log that keeps rolling
+small segments does not keep them all. A merged group takes the base offset of its first segment;
+an emptied segment stays as an empty file when nothing can take it in, so the log's first segment
+(and its base offset) never goes away through compaction.
+
+Threads: ``run_compaction`` reads and writes files only (a worker thread runs it); it writes each
+group next to its first segment as ``<base>.log.cleaned``, fsynced, and builds the new segment's
+in-memory indexes. ``PartitionLog.finish_compaction`` (the loop thread) then renames the cleaned
+file over the first segment's ``.log`` and sends the other segments of the group to the trash, so a
+crash leaves either the old segments or the merged one plus leftovers that ``PartitionLog.open``
+recognises (a segment starting below the previous one's end) and removes. The active segment is
+never touched, so the hot path never waits for compaction. Keys of the latest records are not
+looked at in the active segment: a key overwritten there is compacted once the segment rolls
+(Kafka's rule too).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from strom.protocol.records.batch import AbsoluteRecord, Record, build_batch, decode_batch
+from strom.protocol.records.header import HEADER, BatchHeader, CorruptBatchError
 from strom.storage.files import write_file_synced
+from strom.storage.segment import RELATIVE_OFFSET_MAX, BatchInfo, Segment
 
 if TYPE_CHECKING:
-    from strom.storage.partition_log import PartitionLog
-    from strom.storage.segment import Segment
+    from strom.storage.partition_log import CompactionJob
 
 
-def compact_log(log: PartitionLog, now_ms: int) -> int:
-    """Compact ``log``'s cleanable segments; returns the bytes freed."""
-    config = log.config
+@dataclass(frozen=True)
+class CleanedGroup:
+    """Adjacent segments and the one segment (written at ``cleaned_path``) that replaces them."""
+
+    old_segments: list[Segment]
+    cleaned_path: Path
+    new_segment: Segment
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    groups: list[CleanedGroup]
+
+
+def run_compaction(job: CompactionJob) -> CompactionResult:
+    """Compact the job's cleanable segments into cleaned files (any thread; touches no log state)."""
+    config = job.config
     cleanable: list[Segment] = []
-    for segment in log._inactive_segments():
+    for segment in job.segments:
         if (
             config.min_compaction_lag_ms > 0
-            and segment.max_timestamp_ms > now_ms - config.min_compaction_lag_ms
+            and segment.max_timestamp_ms > job.now_ms - config.min_compaction_lag_ms
         ):
             break
         cleanable.append(segment)
     if not cleanable:
-        return 0
+        return CompactionResult([])
     latest_offsets: dict[bytes, int] = {}
     for segment in cleanable:
-        for records in _record_batches(segment):
-            for record in records[1]:
+        for _raw, records in _record_batches(segment):
+            for record in records or ():
                 if record.key is not None:
                     latest_offsets[record.key] = record.offset
-    freed = 0
+    groups = _GroupWriter(job.log.directory, config.segment_bytes, config.index_interval_bytes)
     for segment in cleanable:
-        freed += _clean_segment(log, segment, latest_offsets, now_ms, config.delete_retention_ms)
-    return freed
+        output, changed = _clean_segment(segment, latest_offsets, job.now_ms, config.delete_retention_ms)
+        groups.add(segment, output, changed)
+    groups.finish()
+    return CompactionResult(groups.groups)
 
 
-def _record_batches(segment: Segment) -> list[tuple[bytes, list[AbsoluteRecord]]]:
-    """(raw batch bytes, its records with absolute offsets) for each data batch of ``segment``;
-    control and transactional batches come with an empty record list (they are kept whole)."""
-    batches: list[tuple[bytes, list[AbsoluteRecord]]] = []
+def _record_batches(segment: Segment) -> Iterator[tuple[bytes, list[AbsoluteRecord] | None]]:
+    """(raw batch bytes, its records with absolute offsets) for each batch of ``segment``; None for
+    the records of a batch kept whole (control, transactional, or not decodable)."""
     for position, header in segment.scan_headers(0):
         raw = segment.read_bytes(position, header.size_bytes)
         if header.is_control or header.is_transactional:
-            batches.append((raw, []))
+            yield raw, None
             continue
-        batches.append((raw, decode_batch(raw).absolute_records()))
-    return batches
+        try:
+            yield raw, decode_batch(raw).absolute_records()
+        except CorruptBatchError:
+            yield raw, None
 
 
 def _clean_segment(
-    log: PartitionLog,
     segment: Segment,
     latest_offsets: dict[bytes, int],
     now_ms: int,
     delete_retention_ms: int,
-) -> int:
+) -> tuple[list[bytes], bool]:
+    """The segment's batches after cleaning, and whether anything changed."""
+
     def keep(record: AbsoluteRecord) -> bool:
         if record.key is None:
             return True
@@ -84,7 +120,7 @@ def _clean_segment(
     output: list[bytes] = []
     changed = False
     for raw, records in _record_batches(segment):
-        if not records:
+        if records is None:
             output.append(raw)
             continue
         kept = [record for record in records if keep(record)]
@@ -94,14 +130,60 @@ def _clean_segment(
         changed = True
         if kept:
             output.append(_rebuild_batch(kept))
-    if not changed:
-        return 0
-    content = b"".join(output)
-    cleaned_path = segment.log_path.with_name(segment.log_path.name + ".cleaned")
-    write_file_synced(cleaned_path, content)
-    freed = segment.size_bytes - len(content)
-    log._replace_segment(segment, cleaned_path)
-    return freed
+    return output, changed
+
+
+@dataclass
+class _Group:
+    segments: list[Segment] = field(default_factory=list)
+    batches: list[bytes] = field(default_factory=list)
+    size_bytes: int = 0
+    changed: bool = False
+
+
+class _GroupWriter:
+    """Groups adjacent cleaned segments into as few segments as segment.bytes allows and writes
+    each group that differs from what is on disk (a group of one unchanged segment is left alone)."""
+
+    def __init__(self, directory: Path, segment_bytes: int, index_interval_bytes: int) -> None:
+        self._directory = directory
+        self._segment_bytes = segment_bytes
+        self._index_interval_bytes = index_interval_bytes
+        self._current = _Group()
+        self.groups: list[CleanedGroup] = []
+
+    def add(self, segment: Segment, batches: list[bytes], changed: bool) -> None:
+        size = sum(map(len, batches))
+        current = self._current
+        if current.segments and (
+            current.size_bytes + size > self._segment_bytes
+            or segment.next_offset - 1 - current.segments[0].base_offset > RELATIVE_OFFSET_MAX
+        ):
+            self.finish()
+            current = self._current
+        current.segments.append(segment)
+        current.batches.extend(batches)
+        current.size_bytes += size
+        current.changed = current.changed or changed or len(current.segments) > 1
+
+    def finish(self) -> None:
+        current, self._current = self._current, _Group()
+        if not current.changed:
+            return
+        first = current.segments[0]
+        cleaned_path = first.log_path.with_name(first.log_path.name + ".cleaned")
+        content = b"".join(current.batches)
+        write_file_synced(cleaned_path, content)
+        new_segment = Segment(self._directory, first.base_offset, self._index_interval_bytes, first.files)
+        infos: list[BatchInfo] = []
+        for raw in current.batches:
+            header = BatchHeader._make(HEADER.unpack_from(raw))
+            infos.append(BatchInfo(header.base_offset, header.last_offset, header.max_timestamp, len(raw)))
+        new_segment.index_batches(0, infos)
+        new_segment.rolling_base_ms = first.rolling_base_ms
+        new_segment.seal()
+        assert new_segment.size_bytes == len(content) == os.path.getsize(cleaned_path)
+        self.groups.append(CleanedGroup(current.segments, cleaned_path, new_segment))
 
 
 def _rebuild_batch(kept: list[AbsoluteRecord]) -> bytes:

@@ -58,3 +58,14 @@ class RecordTooLargeError(StorageError):
 
 class InvalidPartitionsError(StorageError):
     """A partition count that is not positive, too large, or not an increase."""
+
+
+class LogFileError(StorageError):
+    """A log file could not be opened, written or read (out of file descriptors, disk full, an I/O
+    error). The operation that raised it left the log as it was; the broker answers
+    KAFKA_STORAGE_ERROR for that request and keeps serving."""
+
+
+class PartitionBudgetError(StorageError):
+    """A create would take the broker past the partitions it can serve (``budget``); the broker
+    answers POLICY_VIOLATION with this message."""

@@ -5,16 +5,37 @@ Layout of ``<data_dir>``:
 * ``<topic>-<partition>/`` — one directory per partition (see ``partition_log``).
 * ``__topics/<topic>.json`` — each topic's metadata: ``{"name", "topic_id" (UUID), "partitions",
   "overrides" (Kafka config keys -> values), "internal"}``, written atomically (temporary file,
-  fsync, rename) so ids and configs survive restarts. A partition directory without such a file is
-  left alone and reported on load.
+  fsync, rename) so ids and configs survive restarts.
 * ``.strom_clean_shutdown`` — written by ``close()`` and removed by ``load()``. Without it, every
   segment is recovered (validated by CRC) on load, not only the active ones.
+* ``*.deleted`` — partition directories of deleted topics, waiting for a worker to remove them.
+
+**The topic file is the commit point.** Creating a topic (or partitions) makes the partition
+directories first, fsyncs the data directory, then writes the topic file; deleting removes the
+topic file first (fsynced), then renames the directories away. So whatever a crash interrupts, a
+topic file never names a partition directory that is missing, and a partition directory that no
+topic file claims (``<name>-<n>`` with no topic ``<name>``, or ``n`` beyond its partition count) is
+the leftover of an interrupted create or delete: ``load`` sends it to the trash.
+
+**Phases, for the broker's threads.** Admin operations come in three steps so that the event loop
+(the one owner of the maps here) never does file-system work: ``begin_*`` checks and reserves on the
+loop (cheap; a refusal raises and changes nothing), ``build_*``/``remove_*`` does the file work in a
+worker thread and touches no shared state, and ``install_*``/``abandon`` swaps the finished state in
+on the loop. The plain methods (``create_topic``, ``delete_topic``, ...) run the three steps in a row
+for callers without threads (tests, small internal topics).
+
+**File descriptors.** Every segment file of every log is opened through one ``OpenFileCache`` whose
+capacity comes from the ``FileBudget``; the budget also bounds the partitions a create may add.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import re
+import resource
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping
@@ -23,21 +44,27 @@ from pathlib import Path
 
 from strom.base import limits
 from strom.base.clock import Clock
+from strom.storage.budget import FileBudget
 from strom.storage.config import LogConfig
 from strom.storage.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
+    LogFileError,
+    PartitionBudgetError,
     StorageError,
     TopicExistsError,
     UnknownTopicError,
 )
-from strom.storage.files import fsync_directory, write_file_atomically
+from strom.storage.files import DELETED_SUFFIX, Trash, empty_trash, fsync_directory, write_file_atomically
+from strom.storage.open_files import OpenFileCache
 from strom.storage.partition_log import PartitionLog
 
 TOPICS_DIRECTORY_NAME = "__topics"
 CLEAN_SHUTDOWN_FILE_NAME = ".strom_clean_shutdown"
 
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+log = logging.getLogger("strom.storage")
 
 
 def validate_topic_name(name: str) -> str | None:
@@ -63,23 +90,76 @@ class TopicMetadata:
     internal: bool = False
 
 
+@dataclass(frozen=True)
+class PendingCreate:
+    """A create reserved on the loop: the topic as it will be, and the partitions it adds
+    (``first_new`` .. ``metadata.partitions - 1``; 0 for a new topic)."""
+
+    metadata: TopicMetadata
+    first_new: int
+
+
+@dataclass(frozen=True)
+class BuiltCreate:
+    """A create whose files are committed, with the new partitions' logs, ready to install."""
+
+    pending: PendingCreate
+    logs: list[PartitionLog]
+
+
+@dataclass(frozen=True)
+class DetachedTopic:
+    """A topic taken out of the maps, whose files are still to be removed."""
+
+    metadata: TopicMetadata
+    logs: list[PartitionLog]
+
+
+def current_open_files_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 class LogManager:
-    def __init__(self, data_dir: Path, default_config: LogConfig, clock: Clock) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        default_config: LogConfig,
+        clock: Clock,
+        budget: FileBudget | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.default_config = default_config
         self.clock = clock
+        self.budget = budget or FileBudget.from_open_files_limit(current_open_files_limit())
+        self.files = OpenFileCache(self.budget.segment_files_max)
+        self.trash = Trash()
         self._topics: dict[str, TopicMetadata] = {}
         self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        # Names with a create in progress, and the partitions reserved by creates in progress.
+        self._pending_names: set[str] = set()
+        self._partitions_reserved = 0
+        self._partitions_held = 0
 
     @property
     def _topics_directory(self) -> Path:
         return self.data_dir / TOPICS_DIRECTORY_NAME
 
+    @property
+    def partitions_held(self) -> int:
+        """Partitions of every topic, plus those reserved by creates in progress."""
+        return self._partitions_held + self._partitions_reserved
+
     # ---- loading -----------------------------------------------------------------------------
 
     def load(self) -> list[str]:
-        """Open every topic's partitions, recovering them; returns lines saying what recovery did."""
+        """Open every topic's partitions, recovering them; returns lines saying what recovery did.
+
+        Leftovers of deletes (``.deleted``) and partition directories no topic claims go to the
+        trash (``trash.take()`` then ``empty_trash``). Loading never needs more descriptors than the
+        file cache holds, so a broker always starts on its own data, whatever the partition count.
+        """
+        metadata_existed = self._topics_directory.is_dir()
         self._topics_directory.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE_NAME
         clean = marker.exists()
@@ -96,24 +176,62 @@ class LogManager:
                 messages.append(f"skipping unreadable topic file {path}: {error}")
                 continue
             self._remember(metadata)
+            self._partitions_held += metadata.partitions
             for partition in range(metadata.partitions):
-                log = PartitionLog.open(
-                    self._partition_directory(metadata.name, partition),
+                directory = self._partition_directory(metadata.name, partition)
+                if not directory.is_dir():
+                    messages.append(f"{directory} is missing: {metadata.name}-{partition} starts empty")
+                partition_log = PartitionLog.open(
+                    directory,
                     metadata.name,
                     partition,
                     metadata.config,
                     recover_all=not clean,
+                    files=self.files,
+                    trash=self.trash,
                 )
-                self._logs[(metadata.name, partition)] = log
-                messages.extend(log.recovery_messages)
-        for directory in sorted(self.data_dir.iterdir()):
-            if directory.name == TOPICS_DIRECTORY_NAME or not directory.is_dir():
-                continue
-            topic, _, partition_text = directory.name.rpartition("-")
-            if partition_text.isdigit() and (topic, int(partition_text)) in self._logs:
-                continue
-            messages.append(f"ignoring {directory}: no topic metadata for it")
+                self._logs[(metadata.name, partition)] = partition_log
+                messages.extend(partition_log.recovery_messages)
+        messages.extend(self._collect_leftovers(sweep_orphans=metadata_existed))
+        if self._partitions_held > self.budget.partitions_max:
+            messages.append(
+                f"{self._partitions_held} partitions exceed this broker's budget of "
+                f"{self.budget.partitions_max} ({self.budget.describe()}): all are served, "
+                "creating more is refused; raise the open files limit (ulimit -n)"
+            )
         return messages
+
+    def _collect_leftovers(self, *, sweep_orphans: bool) -> list[str]:
+        messages: list[str] = []
+        leftovers: list[Path] = []
+        for entry in sorted(self.data_dir.iterdir()):
+            if entry.name.endswith(DELETED_SUFFIX):
+                leftovers.append(entry)
+                continue
+            if entry.name == TOPICS_DIRECTORY_NAME or not entry.is_dir():
+                continue
+            topic, _, partition_text = entry.name.rpartition("-")
+            if not partition_text.isdigit() or validate_topic_name(topic) is not None:
+                continue
+            if (topic, int(partition_text)) in self._logs:
+                continue
+            if not sweep_orphans:
+                messages.append(
+                    f"ignoring {entry}: no topic metadata for it ({self._topics_directory} was missing)"
+                )
+                continue
+            target = self._trash_name(entry)
+            entry.rename(target)
+            leftovers.append(target)
+            messages.append(f"removing {entry}: no topic claims it (left by an interrupted create or delete)")
+        if leftovers:
+            fsync_directory(self.data_dir)
+            self.trash.add(leftovers)
+        return messages
+
+    @staticmethod
+    def _trash_name(directory: Path) -> Path:
+        return directory.with_name(f"{directory.name}.{uuid.uuid4().hex[:12]}{DELETED_SUFFIX}")
 
     def _read_topic_file(self, path: Path) -> TopicMetadata:
         document = json.loads(path.read_bytes())
@@ -127,7 +245,8 @@ class LogManager:
             internal=bool(document.get("internal", False)),
         )
 
-    def _write_topic_file(self, metadata: TopicMetadata) -> None:
+    def write_topic_file(self, metadata: TopicMetadata) -> None:
+        """Write (atomically, durably) the topic's file: a worker thread's job."""
         document = {
             "name": metadata.name,
             "topic_id": str(metadata.topic_id),
@@ -155,6 +274,108 @@ class LogManager:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
         return self._topics_by_id.get(topic_id)
 
+    def is_being_created(self, name: str) -> bool:
+        return name in self._pending_names
+
+    # ---- creating topics ------------------------------------------------------------------------
+
+    def check_create_topic(
+        self,
+        name: str,
+        partitions: int,
+        overrides: Mapping[str, str] | None = None,
+        *,
+        internal: bool = False,
+    ) -> TopicMetadata:
+        """The topic a create would make, or InvalidTopicError, InvalidPartitionsError,
+        ConfigError, TopicExistsError or PartitionBudgetError (CreateTopics with validate_only)."""
+        problem = validate_topic_name(name)
+        if problem is not None:
+            raise InvalidTopicError(problem)
+        if name in self._topics or name in self._pending_names:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        # '.' and '_' collide in metric names, so Kafka refuses topics differing only by them.
+        collision_key = name.replace(".", "_")
+        for existing in [*self._topics, *self._pending_names]:
+            if existing.replace(".", "_") == collision_key:
+                raise InvalidTopicError(f"topic {name!r} collides with existing topic {existing!r}")
+        self._check_partition_count(partitions)
+        if not internal:
+            self._check_budget(partitions)
+        override_map = dict(overrides or {})
+        config = LogConfig.from_properties(override_map, self.default_config)
+        return TopicMetadata(name, uuid.uuid4(), partitions, override_map, config, internal)
+
+    def begin_create_topic(
+        self,
+        name: str,
+        partitions: int,
+        overrides: Mapping[str, str] | None = None,
+        *,
+        internal: bool = False,
+    ) -> PendingCreate:
+        """Check the create and reserve its name and partitions (loop thread)."""
+        metadata = self.check_create_topic(name, partitions, overrides, internal=internal)
+        self._pending_names.add(name)
+        self._partitions_reserved += partitions
+        return PendingCreate(metadata, 0)
+
+    def build_create(self, pending: PendingCreate) -> BuiltCreate:
+        """Make the new partitions' directories, then commit the topic file (worker thread).
+
+        On failure everything made is removed again and LogFileError raised."""
+        metadata = pending.metadata
+        made: list[Path] = []
+        try:
+            for partition in range(pending.first_new, metadata.partitions):
+                directory = self._partition_directory(metadata.name, partition)
+                if directory.exists():
+                    # Left over from an older topic of that name; it is not part of any topic now.
+                    shutil.rmtree(directory)
+                directory.mkdir()
+                made.append(directory)
+            fsync_directory(self.data_dir)
+            self.write_topic_file(metadata)
+        except OSError as error:
+            # rmdir, not rmtree: the directories are empty, and rmtree needs descriptors, which
+            # may be what ran out. Any left (on a failing disk) no topic claims: load removes them.
+            for directory in made:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            raise LogFileError(f"cannot create the files of topic {metadata.name!r}: {error}") from error
+        logs = [
+            PartitionLog.new(
+                self._partition_directory(metadata.name, partition),
+                metadata.name,
+                partition,
+                metadata.config,
+                files=self.files,
+                trash=self.trash,
+            )
+            for partition in range(pending.first_new, metadata.partitions)
+        ]
+        return BuiltCreate(pending, logs)
+
+    def install_create(self, built: BuiltCreate) -> TopicMetadata:
+        """Make a built create visible (loop thread)."""
+        pending = built.pending
+        metadata = pending.metadata
+        self._release(pending)
+        self._remember(metadata)
+        self._partitions_held += metadata.partitions - pending.first_new
+        for partition_log in built.logs:
+            self._logs[(metadata.name, partition_log.partition)] = partition_log
+        return metadata
+
+    def abandon_create(self, pending: PendingCreate) -> None:
+        """Give back what ``begin_*`` reserved for a create that failed (loop thread)."""
+        self._release(pending)
+
+    def _release(self, pending: PendingCreate) -> None:
+        if pending.first_new == 0:
+            self._pending_names.discard(pending.metadata.name)
+        self._partitions_reserved -= pending.metadata.partitions - pending.first_new
+
     def create_topic(
         self,
         name: str,
@@ -164,29 +385,18 @@ class LogManager:
         internal: bool = False,
         validate_only: bool = False,
     ) -> TopicMetadata:
-        """Create a topic with ``partitions`` empty partitions; raises InvalidTopicError,
-        InvalidPartitionsError, ConfigError or TopicExistsError and then creates nothing."""
-        problem = validate_topic_name(name)
-        if problem is not None:
-            raise InvalidTopicError(problem)
-        if name in self._topics:
-            raise TopicExistsError(f"topic {name!r} already exists")
-        # '.' and '_' collide in metric names, so Kafka refuses topics differing only by them.
-        collision_key = name.replace(".", "_")
-        for existing in self._topics:
-            if existing.replace(".", "_") == collision_key:
-                raise InvalidTopicError(f"topic {name!r} collides with existing topic {existing!r}")
-        self._check_partition_count(partitions)
-        override_map = dict(overrides or {})
-        config = LogConfig.from_properties(override_map, self.default_config)
-        metadata = TopicMetadata(name, uuid.uuid4(), partitions, override_map, config, internal)
+        """Create a topic with ``partitions`` empty partitions in this thread; raises
+        InvalidTopicError, InvalidPartitionsError, ConfigError, TopicExistsError,
+        PartitionBudgetError or LogFileError and then creates nothing."""
         if validate_only:
-            return metadata
-        self._write_topic_file(metadata)
-        self._remember(metadata)
-        for partition in range(partitions):
-            self._open_new_log(metadata, partition)
-        return metadata
+            return self.check_create_topic(name, partitions, overrides, internal=internal)
+        pending = self.begin_create_topic(name, partitions, overrides, internal=internal)
+        try:
+            built = self.build_create(pending)
+        except BaseException:
+            self.abandon_create(pending)
+            raise
+        return self.install_create(built)
 
     @staticmethod
     def _check_partition_count(partitions: int) -> None:
@@ -195,31 +405,19 @@ class LogManager:
                 f"partition count {partitions} is outside 1..{limits.partitions_per_topic_max}"
             )
 
-    def _open_new_log(self, metadata: TopicMetadata, partition: int) -> None:
-        directory = self._partition_directory(metadata.name, partition)
-        if directory.exists():
-            # Left over from a topic of the same name deleted while files were held open.
-            shutil.rmtree(directory)
-        self._logs[(metadata.name, partition)] = PartitionLog.open(
-            directory, metadata.name, partition, metadata.config
-        )
+    def _check_budget(self, added: int) -> None:
+        held = self.partitions_held
+        if held + added > self.budget.partitions_max:
+            raise PartitionBudgetError(
+                f"this broker holds {held} partitions and accepts at most {self.budget.partitions_max} "
+                f"({self.budget.describe()}); {added} more cannot be served. Delete topics or raise "
+                "the broker's open files limit (ulimit -n)"
+            )
 
-    def delete_topic(self, name: str) -> None:
-        """Forget the topic and remove its files (the metadata file first, so a crash half-way
-        leaves only ignorable partition directories)."""
-        metadata = self._topics.pop(name, None)
-        if metadata is None:
-            raise UnknownTopicError(f"topic {name!r} does not exist")
-        del self._topics_by_id[metadata.topic_id]
-        (self._topics_directory / f"{name}.json").unlink()
-        fsync_directory(self._topics_directory)
-        for partition in range(metadata.partitions):
-            log = self._logs.pop((name, partition), None)
-            if log is not None:
-                log.close()
-            shutil.rmtree(self._partition_directory(name, partition), ignore_errors=True)
+    # ---- creating partitions --------------------------------------------------------------------
 
-    def create_partitions(self, name: str, total: int) -> None:
+    def begin_create_partitions(self, name: str, total: int) -> PendingCreate:
+        """Check that ``name`` may grow to ``total`` partitions and reserve them (loop thread)."""
         metadata = self._topics.get(name)
         if metadata is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
@@ -228,26 +426,101 @@ class LogManager:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {metadata.partitions} partitions; the new count must be larger, not {total}"
             )
-        updated = replace(metadata, partitions=total)
-        self._write_topic_file(updated)
-        self._remember(updated)
-        for partition in range(metadata.partitions, total):
-            self._open_new_log(updated, partition)
+        self._check_budget(total - metadata.partitions)
+        self._partitions_reserved += total - metadata.partitions
+        return PendingCreate(replace(metadata, partitions=total), metadata.partitions)
 
-    def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> None:
-        """Replace the topic's overrides (validated first), persist them and apply them."""
+    def create_partitions(self, name: str, total: int) -> None:
+        pending = self.begin_create_partitions(name, total)
+        try:
+            built = self.build_create(pending)
+        except BaseException:
+            self.abandon_create(pending)
+            raise
+        self.install_create(built)
+
+    # ---- deleting topics ------------------------------------------------------------------------
+
+    def detach_topic(self, name: str) -> DetachedTopic:
+        """Forget the topic and stop using its logs (loop thread: only the maps change, a few
+        microseconds a partition); its files stay until ``remove_topic_files``."""
+        metadata = self._topics.pop(name, None)
+        if metadata is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        del self._topics_by_id[metadata.topic_id]
+        self._partitions_held -= metadata.partitions
+        logs: list[PartitionLog] = []
+        for partition in range(metadata.partitions):
+            partition_log = self._logs.pop((name, partition), None)
+            if partition_log is not None:
+                partition_log.stop()
+                logs.append(partition_log)
+        return DetachedTopic(metadata, logs)
+
+    def remove_topic_files(self, detached: DetachedTopic) -> list[Path]:
+        """Close the logs' files, remove the topic file (the commit point of the delete, fsynced),
+        then rename the partition directories to ``.deleted`` names (worker thread). Returns the
+        renamed directories for ``empty_trash``."""
+        for partition_log in detached.logs:
+            partition_log.detach()
+        name = detached.metadata.name
+        path = self._topics_directory / f"{name}.json"
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as error:
+            raise LogFileError(f"cannot delete the topic file of {name!r}: {error}") from error
+        # From here on the delete has happened; what fails now (fsyncs need descriptors, which may
+        # be what ran out) is logged, and the next load finishes the job.
+        _fsync_or_warn(self._topics_directory)
+        renamed: list[Path] = []
+        for partition in range(detached.metadata.partitions):
+            directory = self._partition_directory(name, partition)
+            target = self._trash_name(directory)
+            try:
+                directory.rename(target)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                log.warning("cannot rename %s away (%s); it is removed on the next start", directory, error)
+                continue
+            renamed.append(target)
+        _fsync_or_warn(self.data_dir)
+        return renamed
+
+    def delete_topic(self, name: str) -> None:
+        """Forget the topic and remove its files, all in this thread."""
+        detached = self.detach_topic(name)
+        empty_trash(self.remove_topic_files(detached))
+
+    # ---- configs --------------------------------------------------------------------------------
+
+    def prepare_topic_config(self, name: str, overrides: Mapping[str, str]) -> TopicMetadata:
+        """The topic with ``overrides`` replacing its own (validated; ConfigError, UnknownTopicError)."""
         metadata = self._topics.get(name)
         if metadata is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
         override_map = dict(overrides)
         config = LogConfig.from_properties(override_map, self.default_config)
-        updated = replace(metadata, overrides=override_map, config=config)
-        self._write_topic_file(updated)
+        return replace(metadata, overrides=override_map, config=config)
+
+    def apply_topic_config(self, updated: TopicMetadata) -> None:
+        """Make a config whose topic file is written take effect (loop thread); a topic deleted or
+        recreated meanwhile is left alone."""
+        current = self._topics.get(updated.name)
+        if current is None or current.topic_id != updated.topic_id:
+            return
+        updated = replace(updated, partitions=current.partitions)
         self._remember(updated)
         for partition in range(updated.partitions):
-            log = self._logs.get((name, partition))
-            if log is not None:
-                log.reconfigure(config)
+            partition_log = self._logs.get((updated.name, partition))
+            if partition_log is not None:
+                partition_log.reconfigure(updated.config)
+
+    def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> None:
+        """Replace the topic's overrides (validated first), persist them and apply them."""
+        updated = self.prepare_topic_config(name, overrides)
+        self.write_topic_file(updated)
+        self.apply_topic_config(updated)
 
     def set_default_config(self, default_config: LogConfig) -> list[str]:
         """Make ``default_config`` what every topic starts from (dynamic broker configs): each
@@ -280,27 +553,53 @@ class LogManager:
         return list(self._logs.values())
 
     def run_housekeeping(self, now_ms: int) -> list[str]:
-        """Retention and compaction over every log; returns a line per log that changed."""
+        """Retention and compaction over every log, all in this thread; returns a line per log that
+        changed. (The broker runs the same steps with compaction in a worker thread.)"""
         events: list[str] = []
-        for log in list(self._logs.values()):
-            name = f"{log.topic}-{log.partition}"
-            freed = log.apply_retention(now_ms)
-            if freed:
-                events.append(
-                    f"retention on {name}: deleted {freed} bytes, log start offset now {log.log_start_offset}"
-                )
-            compacted = log.compact(now_ms)
+        for partition_log in list(self._logs.values()):
+            events.extend(apply_retention(partition_log, now_ms))
+            compacted = partition_log.compact(now_ms)
             if compacted:
-                events.append(f"compacted {name}: freed {compacted} bytes")
+                events.append(
+                    f"compacted {partition_log.topic}-{partition_log.partition}: freed {compacted} bytes"
+                )
+        empty_trash(self.trash.take())
         return events
 
     def logs_needing_flush(self, now_ms: int) -> list[PartitionLog]:
-        return [log for log in self._logs.values() if log.needs_flush(now_ms)]
+        return [
+            partition_log
+            for partition_log in self._logs.values()
+            if partition_log.needs_flush(now_ms) or partition_log.has_pending_files
+        ]
 
     def close(self) -> None:
-        """Close every log and leave the clean shutdown marker."""
-        for log in self._logs.values():
-            log.close()
+        """Close every log, make everything durable with one sync of the file system (thousands
+        of partitions would otherwise cost several fsyncs each), and leave the clean shutdown
+        marker."""
+        for partition_log in self._logs.values():
+            partition_log.close(sync=False)
+        os.sync()
         self._logs.clear()
+        self.files.close_all()
+        empty_trash(self.trash.take())
         if self.data_dir.exists():
             write_file_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE_NAME, b"")
+
+
+def _fsync_or_warn(directory: Path) -> None:
+    try:
+        fsync_directory(directory)
+    except OSError as error:
+        log.warning("cannot fsync %s: %s", directory, error)
+
+
+def apply_retention(partition_log: PartitionLog, now_ms: int) -> list[str]:
+    """Retention on one log (loop thread: it only renames files); a line if it changed anything."""
+    freed = partition_log.apply_retention(now_ms)
+    if not freed:
+        return []
+    return [
+        f"retention on {partition_log.topic}-{partition_log.partition}: deleted {freed} bytes, "
+        f"log start offset now {partition_log.log_start_offset}"
+    ]

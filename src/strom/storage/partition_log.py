@@ -2,13 +2,21 @@
 
 Directory ``<data_dir>/<topic>-<partition>/`` holds the segments (see ``segment``), plus:
 
-* ``partition.json`` — ``{"log_start_offset": N}``, written atomically when the log start moves.
-* ``producer_state.json`` — the idempotent-producer snapshot (see ``producer_state``), written at
-  every segment roll and at close, with the offset it covers; batches after it are replayed on open.
+* ``partition.json`` — ``{"log_start_offset": N}``, written atomically when the log start moves
+  (by the next ``flush``: DeleteRecords waits for it, retention lets the flush scheduler do it).
+* ``producer_state.json`` — the idempotent-producer snapshot (see ``producer_state``), taken at
+  every segment roll (written by the next ``flush``) and at close, with the offset it covers;
+  batches after it are replayed on open.
+
+Files of segments that leave the log (retention, DeleteRecords, compaction) are renamed to
+``.deleted`` names and handed to the ``Trash``; a worker thread removes them. A fresh partition has
+no files at all until its first append creates the first segment's ``.log``.
 
 Threading: everything runs on the broker's event loop thread except ``flush()``, which a worker
-thread calls. ``flush`` only fsyncs file descriptors of a snapshot of the segment list, and the loop
-thread replaces that list rather than mutating it, so the two never see a half-changed list.
+thread calls, and compaction's reading and writing (``compaction.run_compaction``), which the admin
+worker does on segments that no longer change. Both work on a snapshot of the segment list, and the
+loop thread replaces that list rather than mutating it, so no thread sees a half-changed list; only
+the loop thread swaps in what compaction built (``finish_compaction``).
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from strom.protocol.records.header import (
     ATTRIBUTES_OFFSET,
@@ -31,12 +41,21 @@ from strom.protocol.records.header import (
     set_base_offset,
 )
 from strom.storage.config import LogConfig
-from strom.storage.errors import OffsetOutOfRangeError, RecordTooLargeError
-from strom.storage.files import fsync_directory, write_file_atomically
+from strom.storage.errors import LogFileError, OffsetOutOfRangeError, RecordTooLargeError
+from strom.storage.files import DELETED_SUFFIX, Trash, fsync_directory, write_file_atomically
+from strom.storage.open_files import OpenFileCache
 from strom.storage.producer_state import SNAPSHOT_FILE_NAME, ProducerStateTable
 from strom.storage.segment import BatchInfo, Segment
 
+if TYPE_CHECKING:
+    from strom.storage.compaction import CompactionResult
+
 PARTITION_FILE_NAME = "partition.json"
+# Leftovers of an interrupted write that opening a log removes.
+LEFTOVER_SUFFIXES = (".cleaned", ".tmp", DELETED_SUFFIX)
+# Capacity of the file cache of a log opened on its own (tests, tools); the broker passes the log
+# manager's shared cache instead.
+STANDALONE_OPEN_FILES = 64
 
 # baseOffset int64 + batchLength int32: enough of a header to step from one batch to the next.
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
@@ -79,6 +98,8 @@ class PartitionLog:
         segments: list[Segment],
         log_start_offset: int,
         producer_states: ProducerStateTable,
+        files: OpenFileCache,
+        trash: Trash,
     ) -> None:
         assert segments, "a log always has an active segment"
         self.directory = directory
@@ -88,7 +109,17 @@ class PartitionLog:
         self._segments = segments
         self._log_start_offset = log_start_offset
         self._producer_states = producer_states
+        self._files = files
+        self._trash = trash
         self.recovery_messages: list[str] = []
+        # Written by the next flush (a worker thread): the partition file, a producer snapshot.
+        self._partition_file_due = False
+        self._pending_snapshot: tuple[bytes, int] | None = None  # (content, offset it covers)
+        # What the files on disk say, so that close writes only what changed: the log start of
+        # partition.json (0 when there is none), the log end a reopen would rebuild producer state
+        # up to from the snapshot and the segments as they are.
+        self._log_start_on_disk = log_start_offset
+        self._producer_state_on_disk = segments[-1].next_offset
         # Flush policy: messages appended in total / made durable in total; the append time of the
         # oldest message not yet fsynced (flush.ms bounds how long one waits).
         self._appended_messages = 0
@@ -108,22 +139,47 @@ class PartitionLog:
         config: LogConfig,
         *,
         recover_all: bool = True,
+        files: OpenFileCache | None = None,
+        trash: Trash | None = None,
     ) -> PartitionLog:
         """Open (or create) the log in ``directory``.
 
         The active segment is always recovered (validated batch by batch, torn tail cut); the
         others too when ``recover_all`` (no clean shutdown marker), else their index files are used.
+        ``files`` is the cache every segment file is opened through (shared by the log manager);
+        ``trash`` collects the files of segments that leave the log. A log opened on its own gets
+        its own small cache and a trash emptied by ``close``.
         """
+        files = files if files is not None else OpenFileCache(STANDALONE_OPEN_FILES)
+        trash = trash if trash is not None else Trash()
         directory.mkdir(parents=True, exist_ok=True)
         name = f"{topic}-{partition}"
         messages: list[str] = []
-        for leftover in [*directory.glob("*.cleaned"), *directory.glob("*.tmp")]:
-            leftover.unlink()
+        log_sizes: dict[int, int] = {}
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(LEFTOVER_SUFFIXES):
+                    os.unlink(entry.path)
+                    continue
+                stem, _, suffix = entry.name.partition(".")
+                if suffix == "log" and stem.isdigit():
+                    log_sizes[int(stem)] = entry.stat().st_size
         stored_log_start = _read_log_start_offset(directory / PARTITION_FILE_NAME)
-        base_offsets = sorted(int(path.stem) for path in directory.glob("*.log") if path.stem.isdigit())
+        base_offsets = sorted(log_sizes)
         segments: list[Segment] = []
         for position, base_offset in enumerate(base_offsets):
-            segment = Segment(directory, base_offset, config.index_interval_bytes)
+            segment = Segment(
+                directory, base_offset, config.index_interval_bytes, files, size_bytes=log_sizes[base_offset]
+            )
+            if segments and base_offset < segments[-1].next_offset:
+                # A merge by compaction that a crash interrupted: the merged segment before this
+                # one holds what survived of it.
+                segment.delete_files()
+                messages.append(
+                    f"recovered {name}: removed segment {base_offset}, already merged into "
+                    f"segment {segments[-1].base_offset}"
+                )
+                continue
             segments.append(segment)
             is_last = position == len(base_offsets) - 1
             if not (recover_all or is_last) and segment.load_indexes():
@@ -137,20 +193,40 @@ class PartitionLog:
                 if not is_last:
                     # Everything after a damaged segment would leave a hole in the offsets.
                     for later in base_offsets[position + 1 :]:
-                        Segment(directory, later, config.index_interval_bytes).delete_files()
+                        Segment(directory, later, config.index_interval_bytes, files).delete_files()
                     messages.append(
                         f"recovered {name}: removed {len(base_offsets) - position - 1} segments after it"
                     )
                     break
         if not segments:
-            segments.append(Segment(directory, stored_log_start, config.index_interval_bytes))
+            segments.append(Segment(directory, stored_log_start, config.index_interval_bytes, files))
         log_end = segments[-1].next_offset
         log_start = min(max(stored_log_start, segments[0].base_offset), log_end)
-        log = cls(directory, topic, partition, config, segments, log_start, ProducerStateTable())
+        log = cls(
+            directory, topic, partition, config, segments, log_start, ProducerStateTable(), files, trash
+        )
         log._load_producer_states()
         log.recovery_messages = messages
-        log._write_partition_file()
+        log._log_start_on_disk = stored_log_start
+        if log_start != stored_log_start:
+            log._write_partition_file()
         return log
+
+    @classmethod
+    def new(
+        cls,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        files: OpenFileCache,
+        trash: Trash,
+    ) -> PartitionLog:
+        """The log of a partition just created: ``directory`` exists and is empty. No file is
+        touched (the first append creates the first segment's file)."""
+        segment = Segment(directory, 0, config.index_interval_bytes, files)
+        return cls(directory, topic, partition, config, [segment], 0, ProducerStateTable(), files, trash)
 
     def _load_producer_states(self) -> None:
         snapshot = ProducerStateTable.read_snapshot(self.directory / SNAPSHOT_FILE_NAME)
@@ -214,6 +290,8 @@ class PartitionLog:
         """Assign offsets to the batches in ``records`` (validated, ``headers`` parsed in order) and
         write them; see the module docs of ``producer_state`` for the idempotence checks."""
         assert headers, "append needs at least one batch"
+        if self._closed:
+            raise LogFileError(f"{self.topic}-{self.partition} is closed (stopping, or its topic deleted)")
         config = self.config
         next_offset = self.log_end_offset
         base_offsets: list[int] = []
@@ -249,8 +327,15 @@ class PartitionLog:
             position += header.size_bytes
         assert position == len(records), "headers must describe all of records"
 
-        self._write_batches(records, batches, now_ms)
+        rolled = self._write_batches(records, batches, now_ms)
         self._producer_states.commit(pending_producers)
+        if rolled:
+            # A snapshot per roll bounds how much of the log recovery must replay for producer
+            # state; it is taken now (it covers everything below the log end) and written by flush.
+            self._pending_snapshot = (
+                self._producer_states.snapshot_bytes(self.log_end_offset),
+                self.log_end_offset,
+            )
         if self._appended_messages == self._flushed_messages:
             self._first_unflushed_ms = now_ms
         self._appended_messages += message_count
@@ -261,31 +346,83 @@ class PartitionLog:
             log_start_offset=self._log_start_offset,
         )
 
-    def _write_batches(self, records: bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> None:
-        """Write the batches to the active segment, rolling where a segment is full or old.
+    def _write_batches(self, records: bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> bool:
+        """Write the batches to the active segment, rolling where a segment is full or old;
+        returns whether it rolled.
 
-        One write for the whole request unless it has to be split across a roll.
+        One write for the whole request unless it has to be split across a roll. All or nothing:
+        the files of every segment written are opened (new ones created) before the first byte is
+        written, so running out of descriptors, or any other failure, leaves the log as it was and
+        raises LogFileError.
         """
-        view = memoryview(records)
-        chunk_start = 0  # byte position in records of the first batch not yet written
-        chunk_first = 0  # index in batches of that batch
-        chunk_bytes = 0
+        active = self._segments[-1]
+        if len(batches) == 1 and not self._must_roll(active, 0, batches[0], now_ms):
+            # The usual case, kept short: one batch into the active segment.
+            try:
+                active.append(records, batches, now_ms)
+            except OSError as error:
+                raise LogFileError(f"cannot append to {self.topic}-{self.partition}: {error}") from error
+            return False
+        # The plan: (segment, first batch, end batch, first byte, bytes) per chunk, new segments too.
+        plan: list[tuple[Segment, int, int, int, int]] = []
+        new_segments: list[Segment] = []
+        target = self._segments[-1]
+        chunk_start = chunk_first = chunk_bytes = 0
         for index, batch in enumerate(batches):
-            active = self._segments[-1]
-            if self._must_roll(active, chunk_bytes, batch, now_ms):
+            if self._must_roll(target, chunk_bytes, batch, now_ms):
                 if chunk_bytes:
-                    active.append(
-                        view[chunk_start : chunk_start + chunk_bytes], batches[chunk_first:index], now_ms
-                    )
+                    plan.append((target, chunk_first, index, chunk_start, chunk_bytes))
                     chunk_start += chunk_bytes
                     chunk_first = index
                     chunk_bytes = 0
-                self._roll()
+                target = Segment(
+                    self.directory, batch.base_offset, self.config.index_interval_bytes, self._files
+                )
+                new_segments.append(target)
             chunk_bytes += batch.size_bytes
-        if chunk_bytes:
-            self._segments[-1].append(
-                view[chunk_start : chunk_start + chunk_bytes], batches[chunk_first:], now_ms
+        plan.append((target, chunk_first, len(batches), chunk_start, chunk_bytes))
+
+        old_log_end = active.next_offset
+        view = memoryview(records)
+        # One chunk (the usual case) cannot fail half-way: its file is opened before it is written.
+        pins: list[tuple[Segment, int]] = []
+        written: list[Segment] = []
+        try:
+            if len(plan) > 1:
+                for segment, *_rest in plan:
+                    pins.append((segment, segment.pin()))
+            for segment, first, end, start, size in plan:
+                segment.append(view[start : start + size], batches[first:end], now_ms)
+                written.append(segment)
+        except OSError as error:
+            self._undo_write(active, old_log_end, written, new_segments)
+            raise LogFileError(f"cannot append to {self.topic}-{self.partition}: {error}") from error
+        finally:
+            for segment, fd in pins:
+                segment.unpin(fd)
+        if not new_segments:
+            return False
+        for segment in [active, *new_segments[:-1]]:
+            segment.seal()
+            log.info(
+                "%s-%d: rolled a new segment at offset %d", self.topic, self.partition, segment.next_offset
             )
+        self._segments = [*self._segments, *new_segments]
+        self._directory_dirty = True
+        return True
+
+    def _undo_write(
+        self, active: Segment, old_log_end: int, written: list[Segment], new_segments: list[Segment]
+    ) -> None:
+        """Take back the part of a failed append that reached the files (best effort: if this fails
+        too, recovery on the next start cuts what is not whole)."""
+        try:
+            for segment in new_segments:
+                segment.delete_files()
+            if active in written:
+                active.truncate_to_offset(old_log_end)
+        except OSError:
+            log.exception("%s-%d: could not take back a failed append", self.topic, self.partition)
 
     def _must_roll(self, active: Segment, pending_bytes: int, batch: BatchInfo, now_ms: int) -> bool:
         size = active.size_bytes + pending_bytes
@@ -299,15 +436,18 @@ class PartitionLog:
         return now_ms - rolling_base >= self.config.segment_ms
 
     def _roll(self) -> None:
-        """Seal the active segment and start a new one at the log end offset."""
+        """Seal the active segment and start a new one at the log end offset (its file is created
+        by its first append)."""
         active = self._segments[-1]
         active.seal()
-        new_segment = Segment(self.directory, active.next_offset, self.config.index_interval_bytes)
+        new_segment = Segment(
+            self.directory, active.next_offset, self.config.index_interval_bytes, self._files
+        )
         log.info("%s-%d: rolled a new segment at offset %d", self.topic, self.partition, active.next_offset)
         self._segments = [*self._segments, new_segment]
         self._directory_dirty = True
-        # A snapshot per roll bounds how much of the log recovery must replay for producer state.
-        self._producer_states.write_snapshot(self.directory / SNAPSHOT_FILE_NAME, new_segment.base_offset)
+        covered = new_segment.base_offset
+        self._pending_snapshot = (self._producer_states.snapshot_bytes(covered), covered)
 
     def roll(self) -> None:
         """Start a new segment now (an empty active segment is kept as it is)."""
@@ -320,14 +460,24 @@ class PartitionLog:
         self, offset: int, max_bytes: int, *, min_one_batch: bool = True, max_offset: int | None = None
     ) -> ReadResult:
         """Whole batches from the one containing ``offset``, at most ``max_bytes`` unless the first
-        batch alone is larger and ``min_one_batch`` (then it comes whole, as in KIP-74)."""
+        batch alone is larger and ``min_one_batch`` (then it comes whole, as in KIP-74).
+
+        OffsetOutOfRangeError outside [log start, log end]; LogFileError if a segment file cannot
+        be opened or read (out of descriptors, an I/O error)."""
         log_end = self.log_end_offset
         if offset < self._log_start_offset or offset > log_end:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {self.topic}-{self.partition} is outside "
                 f"[{self._log_start_offset}, {log_end}]"
             )
-        limit = log_end if max_offset is None else min(max_offset, log_end)
+        try:
+            return self._read(
+                offset, max_bytes, min_one_batch, log_end if max_offset is None else min(max_offset, log_end)
+            )
+        except OSError as error:
+            raise LogFileError(f"cannot read {self.topic}-{self.partition}: {error}") from error
+
+    def _read(self, offset: int, max_bytes: int, min_one_batch: bool, limit: int) -> ReadResult:
         parts: list[bytes] = []
         budget = max_bytes
         segments = self._segments
@@ -387,8 +537,10 @@ class PartitionLog:
     # ---- moving the start or the end ----------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: move the log start to ``offset`` (-1 = high watermark), delete the whole
-        segments below it (never the active one); returns the new log start offset."""
+        """DeleteRecords: move the log start to ``offset`` (-1 = high watermark), drop the whole
+        segments below it (never the active one); returns the new log start offset.
+
+        The new start is durable once the next ``flush`` has run (the caller waits for it)."""
         if offset == -1:
             offset = self.high_watermark
         if offset < 0 or offset > self.high_watermark:
@@ -398,8 +550,8 @@ class PartitionLog:
             )
         if offset > self._log_start_offset:
             self._log_start_offset = offset
-            self._write_partition_file()
-            self._delete_leading_segments(lambda segment: segment.next_offset <= self._log_start_offset)
+            self._partition_file_due = True
+            self._delete_leading_segments(lambda _segment, end: end <= self._log_start_offset)
         return self._log_start_offset
 
     def truncate_to(self, offset: int) -> None:
@@ -415,7 +567,7 @@ class PartitionLog:
         if keep[0].base_offset >= offset:
             for segment in keep:
                 segment.delete_files()
-            keep = [Segment(self.directory, offset, self.config.index_interval_bytes)]
+            keep = [Segment(self.directory, offset, self.config.index_interval_bytes, self._files)]
             self._log_start_offset = offset
             self._write_partition_file()
         else:
@@ -424,25 +576,30 @@ class PartitionLog:
         self._producer_states = ProducerStateTable()
         for header in self._headers_from(keep[0].base_offset):
             self._producer_states.replay(header)
-        self._producer_states.write_snapshot(self.directory / SNAPSHOT_FILE_NAME, self.log_end_offset)
+        # Written now, not by the next flush: a snapshot beyond the new end must never be read.
+        self._pending_snapshot = None
+        self._write_snapshot()
 
     # ---- retention -----------------------------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> int:
-        """Delete leading whole segments past retention.ms or retention.bytes, or wholly below the
-        log start offset; never the active segment. Returns the bytes freed."""
+        """Drop leading whole segments past retention.ms or retention.bytes, or wholly below the
+        log start offset; never the active segment. Returns the bytes freed.
+
+        A segment ends where the next one begins, not at its last record: compaction may have
+        emptied a segment, and offsets it held must stay readable (the next record that survived)."""
         config = self.config
-        freed = self._delete_leading_segments(lambda segment: segment.next_offset <= self._log_start_offset)
+        freed = self._delete_leading_segments(lambda _segment, end: end <= self._log_start_offset)
         if not config.deletes:
             return freed
         if config.retention_ms >= 0:
             freed += self._delete_leading_segments(
-                lambda segment: now_ms - segment.max_timestamp_ms > config.retention_ms
+                lambda segment, _end: now_ms - segment.max_timestamp_ms > config.retention_ms
             )
         if config.retention_bytes >= 0:
             excess = self.size_bytes - config.retention_bytes
 
-            def over_size(segment: Segment) -> bool:
+            def over_size(segment: Segment, _end: int) -> bool:
                 nonlocal excess
                 if excess >= segment.size_bytes:
                     excess -= segment.size_bytes
@@ -452,48 +609,92 @@ class PartitionLog:
             freed += self._delete_leading_segments(over_size)
         return freed
 
-    def _delete_leading_segments(self, expired: Callable[[Segment], bool]) -> int:
+    def _delete_leading_segments(self, expired: Callable[[Segment, int], bool]) -> int:
+        """Drop the leading segments ``expired(segment, next segment's base offset)`` says are
+        gone, stopping at the first that is not (and always before the active one)."""
         segments = self._segments
         count = 0
-        while count < len(segments) - 1 and expired(segments[count]):
+        while count < len(segments) - 1 and expired(segments[count], segments[count + 1].base_offset):
             count += 1
         if count == 0:
             return 0
         self._segments = segments[count:]
-        freed = 0
-        for segment in segments[:count]:
-            freed += segment.size_bytes
-            segment.delete_files()
+        freed = sum(segment.size_bytes for segment in segments[:count])
+        self._discard_segments(segments[:count])
         if self._segments[0].base_offset > self._log_start_offset:
             self._log_start_offset = self._segments[0].base_offset
-            self._write_partition_file()
-        self._directory_dirty = True
+            self._partition_file_due = True
         return freed
+
+    def _discard_segments(self, segments: list[Segment]) -> None:
+        """Rename the files of segments that left the log to ``.deleted`` names and hand them to
+        the trash (a worker removes them)."""
+        deleted: list[Path] = []
+        for segment in segments:
+            segment.close()
+            for path in segment.file_paths():
+                target = path.with_name(path.name + DELETED_SUFFIX)
+                try:
+                    if path == segment.log_path:
+                        self._files.replace(str(path), str(target))
+                    else:
+                        os.rename(path, target)
+                except FileNotFoundError:
+                    continue
+                deleted.append(target)
+        self._trash.add(deleted)
+        self._directory_dirty = True
 
     # ---- compaction ----------------------------------------------------------------------------
 
     def compact(self, now_ms: int) -> int:
-        """Keep the latest record per key in the non-active segments; see ``compaction``."""
-        from strom.storage.compaction import compact_log
+        """Keep the latest record per key in the non-active segments, all in this thread (see
+        ``compaction``; the broker runs the middle step in a worker thread). Returns bytes freed."""
+        from strom.storage.compaction import run_compaction
 
-        if not self.config.compacted:
+        job = self.plan_compaction(now_ms)
+        if job is None:
             return 0
-        return compact_log(self, now_ms)
+        return self.finish_compaction(run_compaction(job))
 
-    def _inactive_segments(self) -> list[Segment]:
-        return self._segments[:-1]
+    def plan_compaction(self, now_ms: int) -> CompactionJob | None:
+        """What a compaction of this log would work on now, or None (not compacted, or nothing
+        inactive). Cheap: the loop thread calls it; ``run_compaction`` does the work elsewhere."""
+        if not self.config.compacted or self._closed:
+            return None
+        inactive = self._segments[:-1]
+        if not inactive:
+            return None
+        return CompactionJob(self, inactive, self.config, now_ms)
 
-    def _replace_segment(self, old: Segment, cleaned_path: Path) -> Segment:
-        """Swap a segment's log file for a cleaned one (same base offset) and reindex it."""
-        old.close()
-        os.replace(cleaned_path, old.log_path)
-        fsync_directory(self.directory)
-        new_segment = Segment(self.directory, old.base_offset, self.config.index_interval_bytes)
-        result = new_segment.recover()
-        assert result.truncated_bytes == 0, f"cleaned segment is damaged: {result.reason}"
-        new_segment.seal()
-        self._segments = [new_segment if segment is old else segment for segment in self._segments]
-        return new_segment
+    def finish_compaction(self, result: CompactionResult) -> int:
+        """Swap in the segments compaction built (loop thread). A group whose segments are no longer
+        all in the log (retention, truncation or deletion got there first) is thrown away."""
+        freed = 0
+        for group in result.groups:
+            segments = self._segments
+            try:
+                start = next(i for i, segment in enumerate(segments) if segment is group.old_segments[0])
+            except StopIteration:
+                start = -1
+            count = len(group.old_segments)
+            if (
+                self._closed
+                or start < 0
+                or start + count >= len(segments)  # the active segment is never replaced
+                or any(segments[start + i] is not old for i, old in enumerate(group.old_segments))
+            ):
+                self._trash.add([group.cleaned_path])
+                continue
+            first = group.old_segments[0]
+            first.close()
+            self._files.replace(str(group.cleaned_path), str(first.log_path))
+            later = group.old_segments[1:]
+            self._segments = [*segments[:start], group.new_segment, *segments[start + count :]]
+            self._discard_segments(later)
+            self._directory_dirty = True
+            freed += sum(segment.size_bytes for segment in group.old_segments) - group.new_segment.size_bytes
+        return freed
 
     # ---- producer state ------------------------------------------------------------------------
 
@@ -507,6 +708,7 @@ class PartitionLog:
     # ---- flushing ------------------------------------------------------------------------------
 
     def needs_flush(self, now_ms: int) -> bool:
+        """The flush policy (flush.messages, flush.ms) asks for an fsync of the appended data."""
         unflushed = self._appended_messages - self._flushed_messages
         if unflushed <= 0:
             return False
@@ -515,9 +717,34 @@ class PartitionLog:
             or now_ms - self._first_unflushed_ms >= self.config.flush_ms
         )
 
+    @property
+    def has_pending_files(self) -> bool:
+        """A partition file or producer snapshot is waiting for the next ``flush`` to write it."""
+        return self._partition_file_due or self._pending_snapshot is not None
+
     def flush(self) -> None:
-        """fsync every segment written since the last flush (called from a worker thread)."""
+        """Write the pending partition file and producer snapshot and fsync every segment written
+        since the last flush (called from a worker thread; a closed log is skipped)."""
+        if self._closed:
+            return
         appended = self._appended_messages
+        if self._partition_file_due:
+            self._partition_file_due = False
+            try:
+                self._write_partition_file()
+            except OSError:
+                self._partition_file_due = True
+                raise
+        snapshot = self._pending_snapshot
+        if snapshot is not None:
+            self._pending_snapshot = None
+            try:
+                write_file_atomically(self.directory / SNAPSHOT_FILE_NAME, snapshot[0])
+            except OSError:
+                if self._pending_snapshot is None:
+                    self._pending_snapshot = snapshot
+                raise
+            self._producer_state_on_disk = snapshot[1]
         if self._directory_dirty:
             self._directory_dirty = False
             fsync_directory(self.directory)
@@ -526,28 +753,72 @@ class PartitionLog:
                 segment.fsync()
         self._flushed_messages = appended
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Make everything durable, write the index files and the producer snapshot, close.
+
+        ``sync=False``: write the index files and the snapshot and leave the fsyncs (of them and
+        of the segments) to the caller, who syncs the file system once for every log (the log
+        manager's clean shutdown; without that sync it writes no clean-shutdown marker). The
+        partition file, rarely written, is always made durable on its own.
+        """
         if self._closed:
             return
+        if sync:
+            self.flush()
+        elif self._partition_file_due:
+            self._partition_file_due = False
+            self._write_partition_file()
         self._closed = True
-        self.flush()
-        self._producer_states.write_snapshot(self.directory / SNAPSHOT_FILE_NAME, self.log_end_offset)
-        self._write_partition_file()
+        # What a reopen reads anyway needs no file: the active segment is always recovered (so
+        # its index files are never read), and with no other segment the producer state is
+        # rebuilt from it for free. A broker of thousands of small partitions then stops quickly.
+        if self._producer_state_on_disk != self.log_end_offset and len(self._segments) > 1:
+            self._write_snapshot(sync=sync)
+        if self._log_start_on_disk != self._log_start_offset:
+            self._write_partition_file()
+        for segment in self._segments[:-1]:
+            segment.write_index_files(sync=sync)
+        for segment in self._segments:
+            segment.close()
+
+    def stop(self) -> None:
+        """No more flushes, compactions or files written by this log (its topic is being deleted;
+        the loop thread calls this, ``detach`` follows in a worker)."""
+        self._closed = True
+
+    def detach(self) -> None:
+        """Stop using the log without writing anything: its descriptors are closed."""
+        self._closed = True
         for segment in self._segments:
             segment.close()
 
     def delete_files(self) -> None:
         """Close and remove the whole partition directory."""
-        self._closed = True
-        for segment in self._segments:
-            segment.delete_files()
-        for path in self.directory.iterdir():
-            path.unlink()
-        self.directory.rmdir()
+        self.detach()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     def _write_partition_file(self) -> None:
-        document = {"log_start_offset": self._log_start_offset}
-        write_file_atomically(self.directory / PARTITION_FILE_NAME, json.dumps(document).encode())
+        log_start = self._log_start_offset
+        write_file_atomically(
+            self.directory / PARTITION_FILE_NAME, json.dumps({"log_start_offset": log_start}).encode()
+        )
+        self._log_start_on_disk = log_start
+
+    def _write_snapshot(self, *, sync: bool = True) -> None:
+        covered = self.log_end_offset
+        self._producer_states.write_snapshot(self.directory / SNAPSHOT_FILE_NAME, covered, sync=sync)
+        self._producer_state_on_disk = covered
+
+
+@dataclass(frozen=True)
+class CompactionJob:
+    """The inactive segments of a log as they were when compaction was planned (they do not change
+    while it runs: only the loop thread replaces segments, and it checks they are still there)."""
+
+    log: PartitionLog
+    segments: list[Segment]
+    config: LogConfig
+    now_ms: int
 
 
 def _read_log_start_offset(path: Path) -> int:

@@ -143,7 +143,11 @@ class ProducerStateTable:
 
     # ---- snapshots ---------------------------------------------------------------------------
 
-    def write_snapshot(self, path: Path, covers_offset: int) -> None:
+    def write_snapshot(self, path: Path, covers_offset: int, *, sync: bool = True) -> None:
+        write_file_atomically(path, self.snapshot_bytes(covers_offset), sync=sync)
+
+    def snapshot_bytes(self, covers_offset: int) -> bytes:
+        """The snapshot as written to disk: the state of every batch below ``covers_offset``."""
         producers: list[dict[str, Any]] = [
             {
                 "producer_id": producer_id,
@@ -154,7 +158,7 @@ class ProducerStateTable:
             for producer_id, entry in self.entries.items()
         ]
         document = {"version": 1, "offset": covers_offset, "producers": producers}
-        write_file_atomically(path, json.dumps(document, separators=(",", ":")).encode())
+        return json.dumps(document, separators=(",", ":")).encode()
 
     @classmethod
     def read_snapshot(cls, path: Path) -> tuple[ProducerStateTable, int] | None:

@@ -9,9 +9,17 @@ Files (Kafka's layout, so operators recognise them), named by the segment's base
   maximum timestamp and the base offset of the batch that reached it, added with the offset index
   entries when the maximum grew, plus a final entry when the segment stops being active.
 
-Both indexes are also held in memory (arrays) for lookups; the files let a cleanly shut down log
-open without reading its segments. All file access is ``os.pread``/``os.write`` on unbuffered file
-descriptors: there is no Python buffer for the flushing thread to race with.
+Both indexes live in memory (arrays) for lookups. The index files are written whole when the log
+is closed cleanly (``write_index_files``) and read back on the next open, so a cleanly shut down log
+opens without reading its segments; after a crash there is no clean-shutdown marker and every
+segment is recovered from its ``.log`` (which rebuilds the indexes), so index files are never
+trusted unless the shutdown that wrote them was clean.
+
+A segment holds no file descriptor of its own: its ``.log`` is reached through the log manager's
+``OpenFileCache`` (opened when used, closed when the cache needs room), so a broker's descriptors do
+not grow with its segments. A new segment's file is created by its first append. All file access is
+``os.pread``/``os.write`` on unbuffered descriptors: there is no Python buffer for the flushing
+thread to race with.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from strom.protocol.records.header import (
     BatchHeader,
     compute_crc,
 )
+from strom.storage.files import write_file_synced
+from strom.storage.open_files import OpenFileCache
 
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")
 TIME_INDEX_ENTRY = struct.Struct(">qi")
@@ -63,24 +73,31 @@ def segment_file_stem(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
-def _open_append(path: Path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-
-
 class Segment:
-    """A segment's files and the facts about it the partition log asks for without reading it."""
+    """A segment's files and the facts about it the partition log asks for without reading it.
 
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    ``size_bytes`` is the size of the ``.log`` file (0 for a new segment whose file does not exist
+    yet); the caller knows it from listing the directory.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        files: OpenFileCache,
+        *,
+        size_bytes: int = 0,
+    ) -> None:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         stem = segment_file_stem(base_offset)
         self.log_path = directory / f"{stem}.log"
         self.index_path = directory / f"{stem}.index"
         self.timeindex_path = directory / f"{stem}.timeindex"
-        self._log_fd = _open_append(self.log_path)
-        self._index_fd = _open_append(self.index_path)
-        self._timeindex_fd = _open_append(self.timeindex_path)
-        self.size_bytes = os.fstat(self._log_fd).st_size
+        self._files = files
+        self._log_key = str(self.log_path)
+        self.size_bytes = size_bytes
         self.next_offset = base_offset
         self.max_timestamp_ms = -1
         self.max_timestamp_base_offset = -1  # base offset of the batch holding the max timestamp
@@ -93,7 +110,13 @@ class Segment:
         self._time_offsets = array("q")  # absolute base offsets
         self._bytes_since_index_entry = 0
         self.dirty = False  # written since the last fsync
+        self.index_files_current = False  # the index files on disk match the arrays in memory
         self.closed = False
+
+    @property
+    def files(self) -> OpenFileCache:
+        """The cache this segment's ``.log`` is opened through."""
+        return self._files
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -102,8 +125,11 @@ class Segment:
 
         Returns False when the index files do not fit the log (the caller then recovers).
         """
-        index_bytes = os.pread(self._index_fd, os.fstat(self._index_fd).st_size, 0)
-        time_bytes = os.pread(self._timeindex_fd, os.fstat(self._timeindex_fd).st_size, 0)
+        try:
+            index_bytes = self.index_path.read_bytes()
+            time_bytes = self.timeindex_path.read_bytes()
+        except FileNotFoundError:
+            return False
         if len(index_bytes) % OFFSET_INDEX_ENTRY.size or len(time_bytes) % TIME_INDEX_ENTRY.size:
             return False
         previous_offset = -1
@@ -133,6 +159,7 @@ class Segment:
         first = self.first_header()
         if first is not None:
             self.rolling_base_ms = first.max_timestamp
+        self.index_files_current = True
         return True
 
     def recover(self) -> RecoveryResult:
@@ -141,7 +168,7 @@ class Segment:
         self._reset_facts()
         position = 0
         reason = ""
-        reader = _WindowReader(self._log_fd, self.size_bytes)
+        reader = _WindowReader(self._files, self._log_key, self.size_bytes)
         while position < self.size_bytes:
             left = self.size_bytes - position
             if left < HEADER_BYTES:
@@ -172,44 +199,61 @@ class Segment:
             position += header.size_bytes
         truncated = self.size_bytes - position
         if truncated:
-            os.ftruncate(self._log_fd, position)
-            self.size_bytes = position
-            self.dirty = True
-        self._rewrite_index_files()
+            self._truncate_file(position)
+        self.index_files_current = False
         return RecoveryResult(truncated, self.next_offset, reason)
 
     # ---- appending -------------------------------------------------------------------------
 
+    def pin(self) -> int:
+        """Open the ``.log`` file (creating it) and keep it open until ``unpin``: an append that
+        pins every file it will write first cannot fail half-way for want of a descriptor."""
+        return self._files.acquire(self._log_key, create=True)
+
+    def unpin(self, fd: int) -> None:
+        self._files.release(self._log_key, fd)
+
     def append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> None:
-        """Write ``data`` (the given batches, back to back) at the end with one write call."""
+        """Write ``data`` (the given batches, back to back) at the end with one write call.
+
+        A failed write is cut off again (best effort) and raises OSError with nothing noted.
+        """
         assert not self.closed
         position = self.size_bytes
-        written = 0
         view = memoryview(data)
-        while written < len(view):  # os.write may write less than asked for (rare, on disk full)
-            written += os.write(self._log_fd, view[written:])
-        index_entries = bytearray()
-        time_entries = bytearray()
-        for batch in batches:
-            relative = batch.base_offset - self.base_offset
-            entry = self._index_batch(batch.base_offset, position, batch.max_timestamp)
-            if entry & 1:
-                index_entries += OFFSET_INDEX_ENTRY.pack(relative, position)
-            if entry & 2:
-                time_entries += TIME_INDEX_ENTRY.pack(
-                    self._time_timestamps[-1], self._time_offsets[-1] - self.base_offset
-                )
+        fd = self._files.acquire(self._log_key, create=True)
+        try:
+            written = 0
+            try:
+                while written < len(view):  # os.write may write less than asked for (disk full)
+                    written += os.write(fd, view[written:])
+            except OSError:
+                if written:
+                    os.ftruncate(fd, position)
+                raise
+        finally:
+            self._files.release(self._log_key, fd)
+        for batch in batches:  # index_batches, inlined: this is the produce path
+            self._index_batch(batch.base_offset, position, batch.max_timestamp)
             self._note_batch_facts(batch.base_offset, batch.last_offset, batch.max_timestamp)
             self._bytes_since_index_entry += batch.size_bytes
             position += batch.size_bytes
-        if index_entries:
-            os.write(self._index_fd, index_entries)
-        if time_entries:
-            os.write(self._timeindex_fd, time_entries)
+        self.size_bytes = position
+        self.index_files_current = False
         if self.rolling_base_ms is None:
             self.rolling_base_ms = now_ms
-        self.size_bytes = position
         self.dirty = True
+
+    def index_batches(self, position: int, batches: list[BatchInfo]) -> None:
+        """Note batches now in the file from ``position`` on (written by ``append`` or by the
+        compaction that built this segment) in the in-memory indexes."""
+        for batch in batches:
+            self._index_batch(batch.base_offset, position, batch.max_timestamp)
+            self._note_batch_facts(batch.base_offset, batch.last_offset, batch.max_timestamp)
+            self._bytes_since_index_entry += batch.size_bytes
+            position += batch.size_bytes
+        self.size_bytes = position
+        self.index_files_current = False
 
     def seal(self) -> None:
         """The segment stops being active: record its exact max timestamp in the time index."""
@@ -218,13 +262,7 @@ class Segment:
         ):
             self._time_timestamps.append(self.max_timestamp_ms)
             self._time_offsets.append(self.max_timestamp_base_offset)
-            os.write(
-                self._timeindex_fd,
-                TIME_INDEX_ENTRY.pack(
-                    self.max_timestamp_ms, self.max_timestamp_base_offset - self.base_offset
-                ),
-            )
-            self.dirty = True
+            self.index_files_current = False
 
     def can_hold(self, last_offset: int) -> bool:
         return last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
@@ -232,7 +270,7 @@ class Segment:
     # ---- reading ---------------------------------------------------------------------------
 
     def read_bytes(self, position: int, size_bytes: int) -> bytes:
-        return os.pread(self._log_fd, size_bytes, position)
+        return self._files.pread(self._log_key, size_bytes, position)
 
     def scan_headers(
         self, position: int, end: int | None = None, *, window_bytes: int = SCAN_WINDOW_BYTES
@@ -242,7 +280,7 @@ class Segment:
         The log was validated when written or recovered, so headers are trusted here.
         """
         stop = self.size_bytes if end is None else end
-        reader = _WindowReader(self._log_fd, stop, window_bytes)
+        reader = _WindowReader(self._files, self._log_key, stop, window_bytes)
         while stop - position >= HEADER_BYTES:
             header = BatchHeader._make(HEADER.unpack_from(reader.read(position, HEADER_BYTES)))
             yield position, header
@@ -251,7 +289,7 @@ class Segment:
     def first_header(self) -> BatchHeader | None:
         if self.size_bytes < HEADER_BYTES:
             return None
-        return BatchHeader._make(HEADER.unpack_from(os.pread(self._log_fd, HEADER_BYTES, 0)))
+        return BatchHeader._make(HEADER.unpack_from(self.read_bytes(0, HEADER_BYTES)))
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch whose last offset is >= ``offset``, if any."""
@@ -291,35 +329,52 @@ class Segment:
         if found is None:
             return
         position, _header = found
-        os.ftruncate(self._log_fd, position)
-        self.size_bytes = position
+        self._truncate_file(position)
         self.recover()
 
     def fsync(self) -> None:
-        """fsync the log and index files (safe from a worker thread; a closed segment is skipped)."""
+        """fsync the log file (safe from a worker thread; a closed segment is skipped)."""
         if self.closed:
             return
         self.dirty = False
         try:
-            os.fsync(self._log_fd)
-            os.fsync(self._index_fd)
-            os.fsync(self._timeindex_fd)
+            self._files.fsync(self._log_key)
         except OSError:
             # The loop thread deleted or replaced the segment meanwhile; nothing left to make durable.
             if not self.closed:
                 self.dirty = True
                 raise
 
+    def write_index_files(self, *, sync: bool = True) -> None:
+        """Write both index files whole from memory and fsync them (clean shutdown; ``sync=False``
+        when the caller syncs the file system afterwards); a segment whose ``.log`` was never
+        created gets none."""
+        if self.index_files_current or not self.log_path.exists():
+            return
+        index = b"".join(
+            OFFSET_INDEX_ENTRY.pack(offset - self.base_offset, position)
+            for offset, position in zip(self._index_offsets, self._index_positions)
+        )
+        times = b"".join(
+            TIME_INDEX_ENTRY.pack(timestamp, offset - self.base_offset)
+            for timestamp, offset in zip(self._time_timestamps, self._time_offsets)
+        )
+        write_file_synced(self.index_path, index, sync=sync)
+        write_file_synced(self.timeindex_path, times, sync=sync)
+        self.index_files_current = True
+
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        for fd in (self._log_fd, self._index_fd, self._timeindex_fd):
-            os.close(fd)
+        self._files.forget(self._log_key)
+
+    def file_paths(self) -> tuple[Path, Path, Path]:
+        return self.log_path, self.index_path, self.timeindex_path
 
     def delete_files(self) -> None:
         self.close()
-        for path in (self.log_path, self.index_path, self.timeindex_path):
+        for path in self.file_paths():
             path.unlink(missing_ok=True)
 
     # ---- internals -------------------------------------------------------------------------
@@ -358,26 +413,24 @@ class Segment:
             self.max_timestamp_ms = max_timestamp
             self.max_timestamp_base_offset = base_offset
 
-    def _rewrite_index_files(self) -> None:
-        index = b"".join(
-            OFFSET_INDEX_ENTRY.pack(offset - self.base_offset, position)
-            for offset, position in zip(self._index_offsets, self._index_positions)
-        )
-        times = b"".join(
-            TIME_INDEX_ENTRY.pack(timestamp, offset - self.base_offset)
-            for timestamp, offset in zip(self._time_timestamps, self._time_offsets)
-        )
-        for fd, content in ((self._index_fd, index), (self._timeindex_fd, times)):
-            os.ftruncate(fd, 0)
-            if content:
-                os.write(fd, content)
+    def _truncate_file(self, size_bytes: int) -> None:
+        fd = self._files.acquire(self._log_key)
+        try:
+            os.ftruncate(fd, size_bytes)
+        finally:
+            self._files.release(self._log_key, fd)
+        self.size_bytes = size_bytes
+        self.dirty = True
 
 
 class _WindowReader:
     """Serves small reads of a file from a window read ahead with one pread."""
 
-    def __init__(self, fd: int, file_end: int, window_bytes: int = SCAN_WINDOW_BYTES) -> None:
-        self._fd = fd
+    def __init__(
+        self, files: OpenFileCache, path: str, file_end: int, window_bytes: int = SCAN_WINDOW_BYTES
+    ) -> None:
+        self._files = files
+        self._path = path
         self._window_bytes = window_bytes
         self._file_end = file_end
         self._window = b""
@@ -387,7 +440,7 @@ class _WindowReader:
         offset = position - self._window_start
         if offset < 0 or offset + size_bytes > len(self._window):
             want = max(size_bytes, min(self._window_bytes, self._file_end - position))
-            self._window = os.pread(self._fd, want, position)
+            self._window = self._files.pread(self._path, want, position)
             self._window_start = position
             offset = 0
         return memoryview(self._window)[offset : offset + size_bytes]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from strom.storage.config import LogConfig
 
 from .conftest import OpenLog
@@ -84,3 +86,65 @@ def test_compacted_log_reopens_with_the_same_contents(open_log: OpenLog) -> None
     log.close()
     assert read_all(open_log(config, recover_all=False)) == expected
     assert expected == [(1, b"b", b"1"), (2, b"a", b"2")]
+
+
+def test_compaction_never_moves_the_log_start_offset(tmp_path: Path, open_log: OpenLog) -> None:
+    # One batch a segment; every key is overwritten later, so the first segments empty out.
+    first = keyed([(b"a", b"1")])
+    config = LogConfig(cleanup_policy="compact", segment_bytes=len(first))
+    log = open_log(config)
+    for value in range(6):
+        append(log, keyed([(b"a" if value < 5 else b"b", str(value).encode())]))
+    append(log, keyed([(b"c", b"6")]))
+    assert log.segment_count == 7
+    assert log.compact(T0_MS) > 0
+    log.apply_retention(T0_MS)  # a segment emptied by compaction is not "below the log start"
+    assert log.log_start_offset == 0
+    assert read_all(log) == [(4, b"a", b"4"), (5, b"b", b"5"), (6, b"c", b"6")]
+    # Offsets compacted away read as the next record that survived, not OFFSET_OUT_OF_RANGE.
+    for offset in range(5):
+        assert read_values(log.read(offset, 1 << 20).records)[0][0] == 4
+    assert log.offset_for_timestamp(0) == (4, T0_MS)
+    log.close()
+    for recover_all in (False, True):
+        reopened = open_log(config, recover_all=recover_all)
+        assert reopened.log_start_offset == 0
+        assert read_values(reopened.read(0, 1 << 20).records)[0][0] == 4
+        reopened.apply_retention(T0_MS)
+        assert reopened.log_start_offset == 0
+        reopened.close()
+
+
+def test_small_cleaned_segments_are_merged_into_one(open_log: OpenLog) -> None:
+    batch = keyed([(b"k0", b"v")])
+    log = open_log(LogConfig(cleanup_policy="compact", segment_bytes=len(batch) * 3))
+    for index in range(9):
+        append(log, keyed([(f"k{index % 3}".encode(), str(index).encode())]))
+    append(log, keyed([(b"z", b"active")]))
+    assert log.segment_base_offsets == [0, 3, 6, 9]
+    log.compact(T0_MS)
+    # Three survivors (6, 7, 8) fit one segment: the cleaned segments became one at base 0.
+    assert log.segment_base_offsets == [0, 9]
+    assert [offset for offset, _, _ in read_all(log)] == [6, 7, 8, 9]
+    assert log.compact(T0_MS) == 0  # nothing left to do until more rolls
+
+
+def test_a_merge_interrupted_by_a_crash_is_finished_on_open(tmp_path: Path, open_log: OpenLog) -> None:
+    batch = keyed([(b"k0", b"v")])
+    config = LogConfig(cleanup_policy="compact", segment_bytes=len(batch) * 2)
+    log = open_log(config)
+    for index in range(4):
+        append(log, keyed([(b"same", str(index).encode())]))
+    append(log, keyed([(b"z", b"active")]))
+    directory = tmp_path / "topic-0"
+    old_second = (directory / f"{2:020d}.log").read_bytes()
+    log.compact(T0_MS)
+    assert log.segment_base_offsets == [0, 4]
+    log.close()
+    # The crash came after the merged file replaced segment 0 and before segment 2 went away.
+    (directory / f"{2:020d}.log").write_bytes(old_second)
+    (directory / ".strom_clean_shutdown").unlink(missing_ok=True)
+    reopened = open_log(config)
+    assert any("already merged" in line for line in reopened.recovery_messages)
+    assert reopened.segment_base_offsets == [0, 4]
+    assert [offset for offset, _, _ in read_all(reopened)] == [3, 4]

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import pytest
 
 from strom.protocol.records.header import compute_crc, iter_batch_headers, parse_batch_header
 from strom.storage.config import LogConfig
-from strom.storage.errors import OffsetOutOfRangeError, RecordTooLargeError
+from strom.storage.errors import LogFileError, OffsetOutOfRangeError, RecordTooLargeError
 
 from .conftest import OpenLog
 from .helpers import T0_MS, append, make_batch, read_all, read_values
@@ -243,3 +247,60 @@ def test_offsets_survive_close_and_reopen(open_log: OpenLog) -> None:
     assert append(reopened, batch).base_offset == 5
     assert [offset for offset, _, _ in read_values(reopened.read(1, 1 << 20).records)] == list(range(1, 6))
     assert reopened.offset_for_timestamp(T0_MS) == (1, T0_MS)
+
+
+def _fail_opening(monkeypatch: pytest.MonkeyPatch, name_suffix: str) -> None:
+    """Opening any file whose name ends with ``name_suffix`` fails as if descriptors ran out."""
+    real_open = os.open
+
+    def exhausted(path: str, flags: int, mode: int = 0o777) -> int:
+        if str(path).endswith(name_suffix):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", exhausted)
+
+
+def test_out_of_descriptors_at_a_roll_refuses_the_append_and_leaves_the_log_as_it_was(
+    tmp_path: Path, open_log: OpenLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = make_batch([b"r" * 60])
+    log = open_log(LogConfig(segment_bytes=len(batch) * 2))
+    append(log, batch, batch)
+    _fail_opening(monkeypatch, f"{2:020d}.log")
+    with pytest.raises(LogFileError, match="Too many open files"):
+        append(log, batch)  # needs a new segment at offset 2
+    assert log.log_end_offset == 2 and log.segment_base_offsets == [0]
+    assert not (tmp_path / "topic-0" / f"{2:020d}.log").exists()
+    # The same request split over a roll: nothing of it is written either.
+    with pytest.raises(LogFileError):
+        append(log, batch, batch, batch)
+    assert log.log_end_offset == 2 and log.size_bytes == 2 * len(batch)
+    monkeypatch.undo()
+    assert append(log, batch).base_offset == 2  # usable again once descriptors are back
+    assert log.segment_base_offsets == [0, 2]
+    log.close()
+    reopened = open_log(LogConfig(segment_bytes=len(batch) * 2))
+    assert [offset for offset, _, _ in read_all(reopened)] == [0, 1, 2]
+
+
+def test_a_write_failing_after_part_of_a_request_was_written_takes_that_part_back(
+    open_log: OpenLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = make_batch([b"w" * 60])
+    log = open_log(LogConfig(segment_bytes=len(batch) * 2))
+    append(log, batch)
+    real_write = os.write
+
+    def disk_full_in_the_new_segment(fd: int, data: bytes) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(f"{2:020d}.log"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", disk_full_in_the_new_segment)
+    with pytest.raises(LogFileError, match="No space left"):
+        append(log, batch, batch, batch)  # offset 1 fits the first segment, 2 and 3 do not
+    monkeypatch.undo()
+    assert log.log_end_offset == 1 and log.segment_base_offsets == [0]
+    assert [offset for offset, _, _ in read_all(log)] == [0]
+    assert append(log, batch).base_offset == 1

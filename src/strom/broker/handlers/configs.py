@@ -38,7 +38,7 @@ from strom.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from strom.storage import TOPIC_CONFIG_KEYS, ConfigError, LogConfig
+from strom.storage import TOPIC_CONFIG_KEYS, ConfigError, LogConfig, StorageError, UnknownTopicError
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -113,7 +113,7 @@ async def handle_describe_configs(
 # -- topics -----------------------------------------------------------------------------------
 
 
-def _apply_topic_overrides(
+async def _apply_topic_overrides(
     state: BrokerState, name: str, overrides: Mapping[str, str], validate_only: bool
 ) -> None:
     topic = state.logs.topic(name)
@@ -125,9 +125,13 @@ def _apply_topic_overrides(
     try:
         LogConfig.from_properties(overrides, base=state.config.log_defaults())
         if not validate_only:
-            state.logs.alter_topic_config(name, overrides)
+            await state.alter_topic_config(name, overrides)
     except ConfigError as error:
         raise Refused(ErrorCode.INVALID_CONFIG, str(error)) from None
+    except UnknownTopicError as error:  # deleted while the change was being written
+        raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(error)) from None
+    except StorageError as error:
+        raise Refused(ErrorCode.KAFKA_STORAGE_ERROR, str(error)) from None
 
 
 def _topic_incremental(
@@ -216,7 +220,7 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
             if resource.resource_type == RESOURCE_BROKER:
                 _apply_broker_layer(state, resource.resource_name, values, request.validate_only)
             else:
-                _apply_topic_overrides(state, resource.resource_name, values, request.validate_only)
+                await _apply_topic_overrides(state, resource.resource_name, values, request.validate_only)
         except Refused as refused:
             response.error_code = refused.error
             response.error_message = refused.message
@@ -277,7 +281,7 @@ async def handle_incremental_alter_configs(
                 _apply_broker_layer(state, name, layer, request.validate_only)
             else:
                 overrides = _topic_incremental(state, name, resource.configs)
-                _apply_topic_overrides(state, name, overrides, request.validate_only)
+                await _apply_topic_overrides(state, name, overrides, request.validate_only)
         except Refused as refused:
             response.error_code = refused.error
             response.error_message = refused.message

@@ -17,7 +17,7 @@ from strom.broker.registry import handles
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
-from strom.storage import OffsetOutOfRangeError, TopicMetadata
+from strom.storage import LogFileError, OffsetOutOfRangeError, TopicMetadata
 
 LEADER_EPOCH = 0
 NO_SESSION_ID = 0
@@ -100,6 +100,10 @@ def _read_all(
                 partition.high_watermark = partition_log.high_watermark
                 partition.last_stable_offset = partition_log.high_watermark
                 partition.log_start_offset = partition_log.log_start_offset
+                errored = True
+                continue
+            except LogFileError:  # e.g. out of file descriptors: this partition, this time
+                partition.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 errored = True
                 continue
             partition.high_watermark = result.high_watermark

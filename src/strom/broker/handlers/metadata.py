@@ -25,7 +25,15 @@ from strom.protocol.messages.describe_topic_partitions import (
     DescribeTopicPartitionsResponse,
 )
 from strom.protocol.messages.metadata import MetadataRequest, MetadataResponse
-from strom.storage import InvalidPartitionsError, InvalidTopicError, TopicMetadata, validate_topic_name
+from strom.storage import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    PartitionBudgetError,
+    StorageError,
+    TopicExistsError,
+    TopicMetadata,
+    validate_topic_name,
+)
 
 ZERO_UUID = uuid.UUID(int=0)
 LEADER_EPOCH = 0
@@ -59,19 +67,25 @@ def describe_topic(
     )
 
 
-def auto_create(state: BrokerState, name: str) -> TopicMetadata | ErrorCode:
+async def auto_create(state: BrokerState, name: str) -> TopicMetadata | ErrorCode:
     """Create ``name`` with the broker's defaults, or say why not."""
     if validate_topic_name(name) is not None:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     if not state.config.get_bool("auto.create.topics.enable"):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     try:
-        return state.logs.create_topic(name, state.config.get_int("num.partitions"))
+        return await state.create_topic(name, state.config.get_int("num.partitions"))
+    except TopicExistsError:  # another request is creating it right now: the client retries
+        return ErrorCode.LEADER_NOT_AVAILABLE
     except InvalidTopicError:
         # A valid name may still collide with an existing topic ('a.b' and 'a_b').
         return ErrorCode.INVALID_TOPIC_EXCEPTION
+    except PartitionBudgetError:
+        return ErrorCode.POLICY_VIOLATION
     except InvalidPartitionsError:
         return ErrorCode.INVALID_PARTITIONS
+    except StorageError:
+        return ErrorCode.KAFKA_STORAGE_ERROR
 
 
 def _missing_topic(
@@ -82,7 +96,7 @@ def _missing_topic(
     )
 
 
-def _requested_topic(
+async def _requested_topic(
     state: BrokerState,
     wanted: MetadataRequest.MetadataRequestTopic,
     version: int,
@@ -99,7 +113,7 @@ def _requested_topic(
         return describe_topic(state, by_id, include_operations)
     existing = state.logs.topic(wanted.name)
     if existing is None and allow_auto_create:
-        created = auto_create(state, wanted.name)
+        created = await auto_create(state, wanted.name)
         if isinstance(created, ErrorCode):
             return _missing_topic(wanted.name, ZERO_UUID, created)
         existing = created
@@ -130,7 +144,7 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
         allow_auto_create = request.allow_auto_topic_creation if version >= 4 else True
         for wanted in request.topics or []:
             topics.append(
-                _requested_topic(state, wanted, version, allow_auto_create, include_topic_operations)
+                await _requested_topic(state, wanted, version, allow_auto_create, include_topic_operations)
             )
     response = MetadataResponse(
         brokers=[

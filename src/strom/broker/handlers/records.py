@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
+from strom.storage import StorageError
 
 HIGH_WATERMARK = -1
+
+log = logging.getLogger("strom.broker")
 
 Partition = DeleteRecordsResponse.DeleteRecordsPartitionResult
 
@@ -32,8 +37,13 @@ async def handle_delete_records(
                 partition.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 partition.low_watermark = partition_log.log_start_offset
                 continue
-            partition.low_watermark = partition_log.delete_records_before(offset)
-            # The new start offset is durable before the client is told, like an append.
-            await state.flush(partition_log)
+            # The new start offset is durable before the client is told, like an append; the files
+            # below it are removed in the background.
+            try:
+                partition.low_watermark = await state.delete_records(partition_log, offset)
+            except StorageError as error:
+                partition.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                partition.low_watermark = partition_log.log_start_offset
+                log.error("DeleteRecords on %s-%d failed: %s", topic.name, wanted.partition_index, error)
         topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=topic.name, partitions=partitions))
     return DeleteRecordsResponse(topics=topics)

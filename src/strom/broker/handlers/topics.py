@@ -3,6 +3,13 @@
 One broker holds one replica of everything: a replication factor above 1 or a replica assignment
 naming another broker is refused with INVALID_REPLICATION_FACTOR / INVALID_REPLICA_ASSIGNMENT
 rather than quietly ignored.
+
+A create that would take the broker past the partitions it can serve (``storage.budget``: derived
+from its open files limit, at most ``limits.partitions_per_broker_max``) is refused with
+POLICY_VIOLATION and a message saying how many it holds and accepts. The file work runs in the
+broker's admin thread (``BrokerState.create_topic`` and friends), so a topic of thousands of
+partitions stalls no other client; a create is all or nothing on disk, and a delete is answered
+once committed, its directories being removed in the background.
 """
 
 from __future__ import annotations
@@ -19,7 +26,17 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from strom.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from strom.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
-from strom.storage import ConfigError, InvalidPartitionsError, InvalidTopicError, validate_topic_name
+from strom.storage import (
+    ConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    LogFileError,
+    PartitionBudgetError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicError,
+    validate_topic_name,
+)
 
 ZERO_UUID = uuid.UUID(int=0)
 DEFAULT_FROM_BROKER = -1
@@ -40,7 +57,26 @@ def _check_replicas(state: BrokerState, replication_factor: int, broker_ids: lis
             )
 
 
-def _create_one(
+def _refusal(error: StorageError) -> Refused:
+    """The Kafka error for a storage refusal of an admin operation."""
+    if isinstance(error, ConfigError):
+        return Refused(ErrorCode.INVALID_CONFIG, str(error))
+    if isinstance(error, InvalidTopicError):
+        return Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, str(error))
+    if isinstance(error, InvalidPartitionsError):
+        return Refused(ErrorCode.INVALID_PARTITIONS, str(error))
+    if isinstance(error, TopicExistsError):
+        return Refused(ErrorCode.TOPIC_ALREADY_EXISTS, str(error))
+    if isinstance(error, UnknownTopicError):
+        return Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(error))
+    if isinstance(error, PartitionBudgetError):
+        return Refused(ErrorCode.POLICY_VIOLATION, str(error))
+    if isinstance(error, LogFileError):
+        return Refused(ErrorCode.KAFKA_STORAGE_ERROR, str(error))
+    raise error
+
+
+async def _create_one(
     state: BrokerState, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool
 ) -> CreateTopicsResponse.CreatableTopicResult:
     problem = validate_topic_name(topic.name)
@@ -74,13 +110,9 @@ def _create_one(
             continue
         overrides[entry.name] = entry.value
     try:
-        created = state.logs.create_topic(topic.name, partitions, overrides, validate_only=validate_only)
-    except ConfigError as error:
-        raise Refused(ErrorCode.INVALID_CONFIG, str(error)) from None
-    except InvalidTopicError as error:
-        raise Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, str(error)) from None
-    except InvalidPartitionsError as error:
-        raise Refused(ErrorCode.INVALID_PARTITIONS, str(error)) from None
+        created = await state.create_topic(topic.name, partitions, overrides, validate_only=validate_only)
+    except StorageError as error:
+        raise _refusal(error) from None
     return CreateTopicsResponse.CreatableTopicResult(
         name=topic.name,
         topic_id=created.topic_id if not validate_only else ZERO_UUID,
@@ -117,7 +149,7 @@ async def handle_create_topics(context: RequestContext, request: CreateTopicsReq
             continue
         seen.add(topic.name)
         try:
-            result = _create_one(state, topic, request.validate_only)
+            result = await _create_one(state, topic, request.validate_only)
         except Refused as refused:
             result = CreateTopicsResponse.CreatableTopicResult(
                 name=topic.name, error_code=refused.error, error_message=refused.message, configs=None
@@ -156,10 +188,16 @@ async def handle_delete_topics(context: RequestContext, request: DeleteTopicsReq
         elif found.internal:
             result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
         else:
-            state.logs.delete_topic(found.name)
             result.name = found.name
             if version >= 6:
                 result.topic_id = found.topic_id
+            try:
+                await state.delete_topic(found.name)
+            except StorageError as error:
+                refused = _refusal(error)
+                result.error_code = refused.error
+                if version >= 5:
+                    result.error_message = refused.message
         results.append(result)
     return DeleteTopicsResponse(responses=results)
 
@@ -184,7 +222,8 @@ async def handle_create_partitions(
                 )
             if topic.count > limits.partitions_per_topic_max:
                 raise Refused(
-                    ErrorCode.INVALID_PARTITIONS, f"at most {limits.partitions_per_topic_max} partitions"
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"at most {limits.partitions_per_topic_max} partitions in a topic, not {topic.count}",
                 )
             if topic.assignments:
                 if len(topic.assignments) != topic.count - existing.partitions:
@@ -193,8 +232,10 @@ async def handle_create_partitions(
                         "one assignment is needed for each new partition",
                     )
                 _check_replicas(state, DEFAULT_FROM_BROKER, [a.broker_ids for a in topic.assignments])
-            if not request.validate_only:
-                state.logs.create_partitions(topic.name, topic.count)
+            try:
+                await state.create_partitions(topic.name, topic.count, validate_only=request.validate_only)
+            except StorageError as error:
+                raise _refusal(error) from None
         except Refused as refused:
             result.error_code = refused.error
             result.error_message = refused.message

@@ -1,0 +1,86 @@
+"""A watchdog for the event loop: how late does it run a timer?
+
+Every client of a broker waits while the loop runs one callback, so a callback (or a blocking call
+inside one) that takes long stalls everyone. The monitor sets a timer ``interval_ms`` ahead, again
+and again, and measures how late it fires; the lateness is the longest any other work kept the
+loop (to within one interval), plus whatever the operating system took (a loaded machine
+descheduling the broker). A stall of ``limits.loop_stall_warning_ms`` or more is logged as a
+warning, at most one line per ``WARNING_INTERVAL_S`` (the line gives the worst stall since the
+previous one and how many there were), so an operator sees when admin work, compaction or a slow
+disk blocks the loop; the worst stall since start is kept in ``max_lag_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from strom.base import limits
+
+log = logging.getLogger("strom.broker")
+
+# One wake-up per interval (a plain timer callback, no task): 40 a second resolve stalls to 25 ms,
+# half the 50 ms worth reporting. Measured cost: ~3 ms of CPU a second on an idle broker (each
+# wake-up is a trip through epoll), nothing extra on a busy one (the loop is awake anyway).
+INTERVAL_MS = 25
+WARNING_INTERVAL_S = 1.0
+
+
+class LoopLagMonitor:
+    def __init__(
+        self,
+        warning_ms: int = limits.loop_stall_warning_ms,
+        interval_ms: int = INTERVAL_MS,
+        monotonic_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.warning_ms = warning_ms
+        self._monotonic_s = monotonic_s
+        self.interval_ms = interval_ms
+        self.max_lag_ms = 0.0
+        self._unreported_count = 0
+        self._unreported_max_ms = 0.0
+        self._last_warning = float("-inf")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._expected = 0.0
+
+    async def run(self) -> None:
+        """Measure until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        self._arm()
+        try:
+            await self._loop.create_future()  # never completes
+        finally:
+            if self._handle is not None:
+                self._handle.cancel()
+
+    def _arm(self) -> None:
+        assert self._loop is not None
+        self._expected = self._loop.time() + self.interval_ms / 1000
+        self._handle = self._loop.call_at(self._expected, self._tick)
+
+    def _tick(self) -> None:
+        assert self._loop is not None
+        self.observe((self._loop.time() - self._expected) * 1000)
+        self._arm()
+
+    def observe(self, lag_ms: float) -> None:
+        self.max_lag_ms = max(self.max_lag_ms, lag_ms)
+        if lag_ms < self.warning_ms:
+            return
+        self._unreported_count += 1
+        self._unreported_max_ms = max(self._unreported_max_ms, lag_ms)
+        now = self._monotonic_s()
+        if now - self._last_warning < WARNING_INTERVAL_S:
+            return
+        log.warning(
+            "event loop stalled for %.0f ms (%d stalls of %d ms or more since the last report)",
+            self._unreported_max_ms,
+            self._unreported_count,
+            self.warning_ms,
+        )
+        self._last_warning = now
+        self._unreported_count = 0
+        self._unreported_max_ms = 0.0

@@ -1,0 +1,48 @@
+"""The event-loop watchdog: stalls worth reporting are logged, at most a line a second."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from strom.broker.loop_lag import LoopLagMonitor
+
+
+def test_stalls_are_reported_at_most_once_a_second_with_the_worst_in_between(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = [100.0]
+    monitor = LoopLagMonitor(warning_ms=50, monotonic_s=lambda: clock[0])
+    with caplog.at_level(logging.WARNING, logger="strom.broker"):
+        monitor.observe(10)  # not a stall worth a line
+        monitor.observe(60)
+        clock[0] += 0.5
+        monitor.observe(120)
+        monitor.observe(70)
+        clock[0] += 0.6
+        monitor.observe(55)
+    assert [record.getMessage() for record in caplog.records] == [
+        "event loop stalled for 60 ms (1 stalls of 50 ms or more since the last report)",
+        "event loop stalled for 120 ms (3 stalls of 50 ms or more since the last report)",
+    ]
+    assert monitor.max_lag_ms == 120
+
+
+def test_a_blocked_loop_is_measured() -> None:
+    monitor = LoopLagMonitor(interval_ms=1)
+
+    async def block_the_loop() -> None:
+        task = asyncio.create_task(monitor.run())
+        await asyncio.sleep(0.01)
+        blocked_until = asyncio.get_running_loop().time() + 0.05
+        while asyncio.get_running_loop().time() < blocked_until:  # a callback that never yields
+            pass
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(block_the_loop())
+    assert monitor.max_lag_ms >= 40
