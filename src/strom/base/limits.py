@@ -140,3 +140,9 @@ partitions_per_broker_max = 20_000
 # (admin file work, compaction and fsync run in worker threads so that it is not); a longer stall
 # is logged as a warning (strom.broker.loop_lag). Clients notice stalls of this order as latency.
 loop_stall_warning_ms = 50
+
+# Creates of at least this many partitions pause the cyclic garbage collector while their logs are
+# built and then freeze every live object out of its reach (a full collection over thousands of new
+# logs stalled all clients for ~150 ms). Freezing also keeps whatever cyclic garbage exists at that
+# moment forever, so small creates, whose collection costs little, do not freeze.
+partitions_frozen_from_collector_min = 256

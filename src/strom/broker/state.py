@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from strom.base import limits
 from strom.base.clock import Clock
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.groups import GroupService
@@ -143,9 +144,11 @@ class BrokerState:
         return await asyncio.get_running_loop().run_in_executor(self._admin_executor, work)
 
     @contextlib.contextmanager
-    def _long_lived_objects_made(self) -> Iterator[None]:
+    def _long_lived_objects_made(self, partitions: int) -> Iterator[None]:
         """Around the building of many long-lived objects (the logs of thousands of partitions):
-        no cyclic garbage collection meanwhile, then they are frozen out of its reach.
+        no cyclic garbage collection meanwhile, then they are frozen out of its reach. Creates of
+        fewer than ``limits.partitions_frozen_from_collector_min`` partitions are left alone: the
+        stall they could cause is short, and freezing is not free (see below).
 
         A full collection visits every object the broker holds, whichever thread triggers it, with
         the GIL held: with thousands of partitions' logs that is 100 ms and more during which no
@@ -153,6 +156,9 @@ class BrokerState:
         cycles (reference counting frees them when a topic is deleted), so the collector has no
         business visiting them; ``gc.freeze`` moves everything alive into its permanent generation
         (as after ``load``). Loop thread only."""
+        if partitions < limits.partitions_frozen_from_collector_min:
+            yield
+            return
         if self._collector_holds == 0:
             gc.disable()
         self._collector_holds += 1
@@ -186,7 +192,7 @@ class BrokerState:
             return self.logs.check_create_topic(name, partitions, overrides, internal=internal)
         async with self._topic_locks.hold(name):
             pending = self.logs.begin_create_topic(name, partitions, overrides, internal=internal)
-            with self._long_lived_objects_made():
+            with self._long_lived_objects_made(partitions):
                 try:
                     built = await self._in_admin_thread(lambda: self.logs.build_create(pending))
                 except BaseException:
@@ -200,7 +206,7 @@ class BrokerState:
             if validate_only:
                 self.logs.abandon_create(pending)
                 return
-            with self._long_lived_objects_made():
+            with self._long_lived_objects_made(total):
                 try:
                     built = await self._in_admin_thread(lambda: self.logs.build_create(pending))
                 except BaseException:
