@@ -63,7 +63,7 @@ def own_zookeeper_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
 class Backend(Protocol):
     name: str
 
-    def connect(self) -> ZkStore: ...
+    def connect(self, session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS) -> ZkStore: ...
 
     def expire(self, store: ZkStore) -> None:
         """End ``store``'s session as a server would; returns once the store has a new session."""
@@ -93,7 +93,7 @@ class MemoryBackend:
         self.server = MemoryZooKeeper()
         self.chroot = chroot
 
-    def connect(self) -> ZkStore:
+    def connect(self, session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS) -> ZkStore:
         return self.server.connect(self.chroot)
 
     def expire(self, store: ZkStore) -> None:
@@ -113,9 +113,9 @@ class RealBackend:
         self._stores: list[KazooStore] = []
         self._recorders: dict[int, SessionRecorder] = {}
 
-    def connect(self) -> ZkStore:
+    def connect(self, session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS) -> ZkStore:
         store = KazooStore.connect(
-            self.connect_string, session_timeout_ms=TEST_SESSION_TIMEOUT_MS, connect_timeout_ms=10_000
+            self.connect_string, session_timeout_ms=session_timeout_ms, connect_timeout_ms=10_000
         )
         recorder = SessionRecorder()
         store.add_listener(recorder)

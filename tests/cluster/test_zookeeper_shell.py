@@ -37,7 +37,7 @@ from strom.cluster.zookeeper import (
     TopicExistsError,
 )
 
-from .conftest import Backend, RealBackend, wait_until
+from .conftest import TEST_SESSION_TIMEOUT_MS, Backend, RealBackend, wait_until
 from .zookeeper_server import ZooKeeperServer, free_port
 
 
@@ -51,8 +51,12 @@ def registration(node_id: int, port: int = 9092) -> BrokerRegistration:
     )
 
 
-def joined(backend: Backend) -> ClusterZooKeeper:
-    zk = ClusterZooKeeper(backend.connect(), SystemClock())
+# The most the test server grants (maxSessionTimeout); a restart of it takes far less.
+RESTART_SESSION_TIMEOUT_MS = 30_000
+
+
+def joined(backend: Backend, session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS) -> ClusterZooKeeper:
+    zk = ClusterZooKeeper(backend.connect(session_timeout_ms), SystemClock())
     zk.ensure_layout()
     return zk
 
@@ -311,7 +315,9 @@ def test_sessions_survive_a_short_zookeeper_pause_and_see_a_restart(
 ) -> None:
     backend = RealBackend(own_zookeeper_server, "/restart")
     try:
-        zk = joined(backend)
+        # The session must outlast a whole server restart (a JVM start, seconds on a loaded machine):
+        # a restart longer than the session timeout rightly expires it, which is not what this tests.
+        zk = joined(backend, session_timeout_ms=RESTART_SESSION_TIMEOUT_MS)
         zk.register_broker(registration(1), stale_wait_ms=0)
         own_zookeeper_server.pause()
         time.sleep(0.5)  # a pause shorter than the session timeout (the fault being injected)
