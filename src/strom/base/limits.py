@@ -32,6 +32,11 @@ record_batch_header_bytes = 61
 # Largest decompressed size accepted for one batch, so a zip bomb cannot exhaust memory.
 decompressed_batch_bytes_max = 256 * 1024 * 1024
 
+# Culprit records a refused produce lists per partition (record_errors, Produce v8+): Kafka lists
+# every one, which for a batch of a million keyless records sent to a compacted topic is a response
+# of tens of megabytes; the first thousand say as much.
+produce_record_errors_max = 1_000
+
 # Partitions in one topic: bounded so a typo in CreateTopics cannot create a million directories.
 partitions_per_topic_max = 10_000
 
