@@ -402,7 +402,7 @@ class _Walker:
         while taken < limit:
             rows_count = min(window, limit - taken)
             bad = plan.bad_rows(self.data, position, rows_count, first)
-            run = int(np.argmax(bad)) if bad.any() else rows_count
+            run = rows_count if bad is None else int(np.argmax(bad))
             if run:
                 deltas = plan.timestamp_deltas(self.array, position, run)
                 lowest = min(lowest, int(deltas.min()))
@@ -457,9 +457,10 @@ class _Shape:
     layout: records with the same shape are laid out alike."""
 
     record_bytes: int
-    layout: tuple[
-        tuple[int, int], ...
-    ]  # (column, byte): length prefix, key/value/header lengths, header keys
+    # The columns that fix the layout (length prefix, key/value/header lengths, header keys) and
+    # the bytes there.
+    layout_columns: tuple[int, ...]
+    layout_bytes: bytes
     timestamp_at: int
     timestamp_bytes: int
     offset_delta_at: int
@@ -484,7 +485,7 @@ class _RunPlan:
         self.word_type = np.uint64 if word_bytes == 8 else np.uint32
         masks: dict[int, int] = {}
         expected: dict[int, int] = {}
-        for column, byte in shape.layout:
+        for column, byte in zip(shape.layout_columns, shape.layout_bytes):
             masks[column] = 0xFF
             expected[column] = byte
         timestamp_end = shape.timestamp_at + shape.timestamp_bytes
@@ -522,9 +523,9 @@ class _RunPlan:
         """The little-endian word of ``word_bytes`` bytes from ``start`` (absent bytes are 0)."""
         return sum(bytes_at.get(start + step, 0) << (8 * step) for step in range(self.word_bytes))
 
-    def bad_rows(self, data: Payload, position: int, rows: int, first_offset_delta: int) -> BoolArray:
+    def bad_rows(self, data: Payload, position: int, rows: int, first_offset_delta: int) -> BoolArray | None:
         """Which of ``rows`` records from ``position`` are not laid out like the template (the
-        first to have offset delta ``first_offset_delta``, each next one more)."""
+        first to have offset delta ``first_offset_delta``, each next one more); None if all are."""
         record_bytes = self.record_bytes
         every_word = np.ndarray(
             (rows, record_bytes - self.word_bytes + 1),
@@ -542,6 +543,8 @@ class _RunPlan:
         if self.offset_shift:
             offsets = offsets << np.uint64(self.offset_shift)
         words[:, 0] -= offsets.astype(self.word_type, copy=False)
+        if not words.any():
+            return None
         bad: BoolArray = np.asarray(words.any(axis=1))
         return bad
 
@@ -903,24 +906,26 @@ def _varint_bytes(data: Payload, at: int) -> int:
 
 def _record_shape(data: Payload, record: int, record_end: int) -> _Shape:
     """The shape of the record at ``record``, which ``_parse_record`` has accepted."""
-    prefix = _varint_bytes(data, record)
-    layout = list(range(record, record + prefix))
+    body = bytes(data[record:record_end])
+    prefix = _varint_bytes(body, 0)
     timestamp_at = prefix + 1  # after the attributes byte
-    timestamp_bytes = _varint_bytes(data, record + timestamp_at)
+    timestamp_bytes = _varint_bytes(body, timestamp_at)
     offset_delta_at = timestamp_at + timestamp_bytes
-    offset_delta_bytes = _varint_bytes(data, record + offset_delta_at)
-    at = record + offset_delta_at + offset_delta_bytes
+    offset_delta_bytes = _varint_bytes(body, offset_delta_at)
+    at = offset_delta_at + offset_delta_bytes
+    layout = list(range(prefix))
     for _field in ("key", "value"):
-        unsigned, after = _read_varint(data, at, 5)
+        unsigned, after = _read_varint(body, at, 5)
         layout.extend(range(at, after))
         at = after if unsigned == 1 else after + (unsigned >> 1)
-    if data[at] == 0:
+    if body[at] == 0:
         layout.append(at)
     else:
-        _skip_headers(data, at, record_end, 0, layout)
+        _skip_headers(body, at, len(body), 0, layout)
     return _Shape(
-        record_end - record,
-        tuple((column - record, data[column]) for column in layout),
+        len(body),
+        tuple(layout),
+        bytes(body[column] for column in layout),
         timestamp_at,
         timestamp_bytes,
         offset_delta_at,
