@@ -34,6 +34,7 @@ EAGER = Tuning(
     run_window_records_max=8,
     run_backoff_records_max=4,
     vector_records_min=1,
+    run_bytes_records_max=2,
 )
 SMALL_WINDOWS = Tuning(
     run_records_min=3,
@@ -42,6 +43,7 @@ SMALL_WINDOWS = Tuning(
     run_window_records_max=50,
     run_backoff_records_max=16,
     vector_records_min=4,
+    run_bytes_records_max=0,
 )
 ONE_BY_ONE = Tuning(run_records_min=1 << 40, vector_records_min=1 << 40)
 TUNINGS = (DEFAULT_TUNING, EAGER, SMALL_WINDOWS)

@@ -113,6 +113,9 @@ class Tuning:
     run_backoff_records_max: int = 4_096
     # Fewer records than this are parsed one by one rather than checked as vectors.
     vector_records_min: int = 32
+    # Runs windows of at most this many rows are checked with bytes operations (a call costs
+    # less than a numpy call; numpy touches less memory per row).
+    run_bytes_records_max: int = 512
 
 
 DEFAULT_TUNING = Tuning()
@@ -385,7 +388,7 @@ class _Walker:
         it, and so are valid too; and the range of their timestamp deltas."""
         tuning = self.tuning
         record_bytes = template_end - template
-        plan = _run_plan(_record_shape(self.data, template, template_end))
+        plan = _plan_for(self.data, template, template_end, template_index)
         position = template_end
         first = template_index + 1
         limit = min(
@@ -401,12 +404,18 @@ class _Walker:
         highest = INT64_MIN
         while taken < limit:
             rows_count = min(window, limit - taken)
-            bad = plan.bad_rows(self.data, position, rows_count, first)
-            run = rows_count if bad is None else int(np.argmax(bad))
-            if run:
-                deltas = plan.timestamp_deltas(self.array, position, run)
-                lowest = min(lowest, int(deltas.min()))
-                highest = max(highest, int(deltas.max()))
+            bounds = None
+            if rows_count <= tuning.run_bytes_records_max and plan.few_rows_checkable:
+                bounds = plan.check_few_rows(self.data, position, rows_count, first)
+            if bounds is not None:
+                run = rows_count
+                lowest = min(lowest, bounds[0])
+                highest = max(highest, bounds[1])
+            else:
+                run, run_lowest, run_highest = plan.check_rows(self.data, position, rows_count, first)
+                if run:
+                    lowest = min(lowest, run_lowest)
+                    highest = max(highest, run_highest)
             taken += run
             position += run * record_bytes
             first += run
@@ -449,6 +458,9 @@ class _Walker:
 # are computed per window).
 _OFFSET_DELTA_TABLE_SIZE_MAX = 1 << 17
 _RUN_PLANS_CACHED_MAX = 256
+# A plan keeps its offset delta table shifted into place when the table is this small (widths 1
+# and 2: 64 KiB at most); larger ones are shifted per window.
+_SHIFTED_OFFSET_TABLE_SIZE_MAX = 1 << 13
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,25 +519,101 @@ class _RunPlan:
             if not any(start <= column < start + word_bytes for start in starts):
                 starts.append(min(column, record_bytes - word_bytes))
         self.starts = np.array(starts, np.intp)
-        self.masks = np.array([self._word(masks, start) for start in starts], self.word_type)
-        self.expected = np.array([self._word(expected, start) for start in starts], self.word_type)
-        # Only the first word tests the offset delta: set its bytes in its mask.
+        # Only the first word tests the offset delta: its bytes are in its mask, not in the others'.
         offset_mask = self._word(dict.fromkeys(range(offset_at, offset_end), 0xFF), first_start)
-        self.masks[0] |= self.word_type(offset_mask)
+        self.word_checks = [
+            (
+                start,
+                self._word(masks, start) | (offset_mask if index == 0 else 0),
+                self._word(expected, start),
+            )
+            for index, start in enumerate(starts)
+        ]
+        self.masks = np.array([mask for _, mask, _ in self.word_checks], self.word_type)
+        self.expected = np.array([value for _, _, value in self.word_checks], self.word_type)
         self.offset_shift = 8 * (offset_at - first_start)
         self.offset_delta_bytes = shape.offset_delta_bytes
         # Offset deltas a varint of this width holds: zigzag (twice the delta) below 2 ** (7 w).
         self.offset_delta_limit = 1 << (7 * shape.offset_delta_bytes - 1)
         self.timestamp_at = shape.timestamp_at
         self.timestamp_bytes = shape.timestamp_bytes
+        # Where each byte of the timestamp delta is in the gathered words: (word, byte in it).
+        self.timestamp_places = [
+            next(
+                (index, column - start)
+                for index, start in enumerate(starts)
+                if start <= column < start + word_bytes
+            )
+            for column in range(shape.timestamp_at, timestamp_end)
+        ]
+        self.offset_delta_at = offset_at
+        self._offset_table: UInt64Array | None = None  # built on first use
+        # For ``check_few_rows``: the layout as (column, byte) and the layouts it takes.
+        self.layout_pairs = tuple(zip(shape.layout_columns, shape.layout_bytes))
+        self.few_rows_checkable = shape.timestamp_bytes == 1 and shape.offset_delta_bytes <= 2
+
+    def _offset_words(self, first: int, count: int) -> UInt64Array:
+        """The offset deltas ``first`` .. ``first + count - 1`` as their bytes in the first word."""
+        table = self._offset_table
+        if table is None:
+            table = _offset_delta_table(self.offset_delta_bytes)
+            if self.offset_shift and len(table) <= _SHIFTED_OFFSET_TABLE_SIZE_MAX:
+                table = table << np.uint64(self.offset_shift)
+            self._offset_table = table
+        if first + count <= len(table) and (
+            self.offset_shift == 0 or len(table) <= _SHIFTED_OFFSET_TABLE_SIZE_MAX
+        ):
+            return table[first : first + count]
+        offsets = _offset_delta_words(self.offset_delta_bytes, first, count)
+        return offsets << np.uint64(self.offset_shift) if self.offset_shift else offsets
+
+    def check_few_rows(
+        self, data: Payload, position: int, rows: int, first_offset_delta: int
+    ) -> tuple[int, int] | None:
+        """``bad_rows`` for a few rows, with bytes operations, all or nothing: the lowest and
+        highest timestamp delta of the rows if every one is laid out like the template, else None
+        (``bad_rows`` then finds which). Only for one-byte timestamp deltas and offset deltas of
+        one or two bytes (``few_rows_checkable``)."""
+        record_bytes = self.record_bytes
+        stop = position + rows * record_bytes
+        for column, byte in self.layout_pairs:
+            if bytes(data[position + column : stop : record_bytes]).count(byte) != rows:
+                return None
+        offset_at = self.offset_delta_at
+        for step, expected in enumerate(_offset_delta_columns(self.offset_delta_bytes)):
+            found = bytes(data[position + offset_at + step : stop : record_bytes])
+            if found != expected[first_offset_delta : first_offset_delta + rows]:
+                return None
+        timestamps = bytes(data[position + self.timestamp_at : stop : record_bytes])
+        if not timestamps.isascii():  # a continuation bit: not a one-byte varint
+            return None
+        order = timestamps.translate(_ONE_BYTE_ZIGZAG_ORDER)
+        return min(order) - _ONE_BYTE_ZIGZAG_BIAS, max(order) - _ONE_BYTE_ZIGZAG_BIAS
+
+    def fits(self, data: Payload, record: int, offset_delta: int) -> bool:
+        """Whether the record at ``record`` (with offset delta ``offset_delta``) is laid out as
+        this plan checks: the same test as ``bad_rows``, for one record, in Python."""
+        if offset_delta >= self.offset_delta_limit:
+            return False
+        word_bytes = self.word_bytes
+        for index, (start, mask, expected) in enumerate(self.word_checks):
+            word = int.from_bytes(data[record + start : record + start + word_bytes], "little") & mask
+            if index == 0:
+                word -= _pack_offset_delta(self.offset_delta_bytes, offset_delta) << self.offset_shift
+            if word != expected:
+                return False
+        return True
 
     def _word(self, bytes_at: dict[int, int], start: int) -> int:
         """The little-endian word of ``word_bytes`` bytes from ``start`` (absent bytes are 0)."""
         return sum(bytes_at.get(start + step, 0) << (8 * step) for step in range(self.word_bytes))
 
-    def bad_rows(self, data: Payload, position: int, rows: int, first_offset_delta: int) -> BoolArray | None:
-        """Which of ``rows`` records from ``position`` are not laid out like the template (the
-        first to have offset delta ``first_offset_delta``, each next one more); None if all are."""
+    def check_rows(
+        self, data: Payload, position: int, rows: int, first_offset_delta: int
+    ) -> tuple[int, int, int]:
+        """How many of ``rows`` records from ``position`` are laid out like the template, counted
+        up to the first that is not (the first to have offset delta ``first_offset_delta``, each
+        next one more); and the lowest and highest timestamp delta among those."""
         record_bytes = self.record_bytes
         every_word = np.ndarray(
             (rows, record_bytes - self.word_bytes + 1),
@@ -534,36 +622,38 @@ class _RunPlan:
             offset=position,
             strides=(record_bytes, 1),
         )
-        words = every_word[:, self.starts]
+        words = every_word[:, self.starts]  # one pass over the rows; the rest works on this copy
+        deltas = self._timestamp_deltas(words)
         words &= self.masks
         # (word & mask) == expected | offset written as a subtraction: the offset's bytes are zero
         # in ``expected``, so the two tests are the same, and this one is done in place.
         words -= self.expected
-        offsets = _offset_delta_words(self.offset_delta_bytes, first_offset_delta, rows)
-        if self.offset_shift:
-            offsets = offsets << np.uint64(self.offset_shift)
+        offsets = self._offset_words(first_offset_delta, rows)
         words[:, 0] -= offsets.astype(self.word_type, copy=False)
-        if not words.any():
-            return None
-        bad: BoolArray = np.asarray(words.any(axis=1))
-        return bad
+        run = int(np.argmax(words.any(axis=1))) if words.any() else rows
+        if not run:
+            return 0, 0, 0
+        if run < rows:
+            deltas = deltas[:run]
+        return run, int(deltas.min()), int(deltas.max())
 
-    def timestamp_deltas(self, array: UInt8Array, position: int, rows: int) -> Int64Array:
-        """The timestamp delta of each of ``rows`` records from ``position`` (all laid out like the
-        template)."""
-        record_bytes = self.record_bytes
-        grid = array[position : position + rows * record_bytes].reshape(rows, record_bytes)
-        at = self.timestamp_at
-        if self.timestamp_bytes == 1:
-            return _ONE_BYTE_ZIGZAG[grid[:, at]]
-        if self.timestamp_bytes == 2:
-            low = grid[:, at] & np.uint8(0x7F)
-            both = low.astype(np.uint16) | (grid[:, at + 1].astype(np.uint16) << np.uint16(7))
+    def _timestamp_deltas(self, words: npt.NDArray[np.unsignedinteger[npt.NBitBase]]) -> Int64Array:
+        """Each row's timestamp delta (meaningful for the rows laid out like the template), read
+        from the gathered words (little-endian: byte ``b`` of a word is byte ``start + b`` of the
+        record)."""
+        columns: list[UInt8Array] = []
+        for word_index, byte_index in self.timestamp_places:
+            whole = np.ascontiguousarray(words[:, word_index])
+            columns.append(whole.view(np.uint8)[byte_index :: self.word_bytes])
+        if len(columns) == 1:
+            return _ONE_BYTE_ZIGZAG[columns[0]]
+        if len(columns) == 2:
+            low = columns[0] & np.uint8(0x7F)
+            both = low.astype(np.uint16) | ((columns[1] & np.uint8(0x7F)).astype(np.uint16) << np.uint16(7))
             return _two_byte_zigzag()[both]
-        unsigned = np.zeros(rows, np.uint64)
-        for step in range(self.timestamp_bytes):
-            group = grid[:, at + step] & np.uint8(0x7F)
-            unsigned |= group.astype(np.uint64) << np.uint64(7 * step)
+        unsigned = np.zeros(len(words), np.uint64)
+        for step, column in enumerate(columns):
+            unsigned |= (column & np.uint8(0x7F)).astype(np.uint64) << np.uint64(7 * step)
         return _zigzag(unsigned)
 
 
@@ -571,6 +661,48 @@ class _RunPlan:
 def _run_plan(shape: _Shape) -> _RunPlan:
     """Plans by shape: a producer's batches come in few shapes, each built once."""
     return _RunPlan(shape)
+
+
+# Plans by the first and last bytes of the template they were made for (and its size): a guess
+# that spares parsing the template's shape, which costs as much as checking a short run. A wrong
+# guess cannot let a bad record through (a plan made from any valid record of a size accepts only
+# records laid out exactly like that one), and is caught before use by ``fits``.
+_PLAN_GUESS_BYTES = 8
+_plans_by_guess: dict[tuple[int, bytes, bytes], _RunPlan] = {}
+
+
+def _plan_for(data: Payload, template: int, template_end: int, template_index: int) -> _RunPlan:
+    """The plan for runs of records laid out like the (valid) template at ``template``."""
+    guess = (
+        template_end - template,
+        bytes(data[template : template + _PLAN_GUESS_BYTES]),
+        bytes(data[template_end - _PLAN_GUESS_BYTES : template_end]),
+    )
+    plan = _plans_by_guess.get(guess)
+    if plan is None or not plan.fits(data, template, template_index):
+        plan = _run_plan(_record_shape(data, template, template_end))
+        if len(_plans_by_guess) >= _RUN_PLANS_CACHED_MAX:
+            _plans_by_guess.clear()
+        _plans_by_guess[guess] = plan
+    return plan
+
+
+# A one-byte zigzag varint (below 0x80) translated to its value + 64, so that bytes compare as the
+# values do (for min and max over a column of them).
+_ONE_BYTE_ZIGZAG_BIAS = 64
+_ONE_BYTE_ZIGZAG_ORDER = bytes(
+    ((unsigned >> 1) ^ -(unsigned & 1)) + _ONE_BYTE_ZIGZAG_BIAS if unsigned < 0x80 else 0
+    for unsigned in range(256)
+)
+
+
+@functools.cache
+def _offset_delta_columns(width: int) -> tuple[bytes, ...]:
+    """Byte ``j`` of the ``width``-byte varint of zigzag(d), for every offset delta d of that width
+    (widths 1 and 2): column ``j`` of a run's rows must read as a slice of it."""
+    count = 1 << (7 * width - 1)
+    packed = [_pack_offset_delta(width, delta) for delta in range(count)]
+    return tuple(bytes((word >> (8 * step)) & 0xFF for word in packed) for step in range(width))
 
 
 _ONE_BYTE_ZIGZAG: Int64Array = np.array(
@@ -596,6 +728,18 @@ def _offset_delta_table(width: int) -> UInt64Array:
     every offset delta d that width holds (at most the first ``_OFFSET_DELTA_TABLE_SIZE_MAX``)."""
     count = min(1 << (7 * width - 1), _OFFSET_DELTA_TABLE_SIZE_MAX)
     return _pack_offset_deltas(width, 0, count)
+
+
+def _pack_offset_delta(width: int, offset_delta: int) -> int:
+    """``_pack_offset_deltas`` for one offset delta, in Python."""
+    unsigned = 2 * offset_delta
+    packed = 0
+    for step in range(width):
+        group = (unsigned >> (7 * step)) & 0x7F
+        if step < width - 1:
+            group |= 0x80
+        packed |= group << (8 * step)
+    return packed
 
 
 def _pack_offset_deltas(width: int, first: int, count: int) -> UInt64Array:

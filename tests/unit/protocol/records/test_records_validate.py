@@ -51,6 +51,7 @@ EAGER = Tuning(
     run_window_records_max=8,
     run_backoff_records_max=4,
     vector_records_min=1,
+    run_bytes_records_max=2,
 )
 # The reference: every record parsed one by one.
 ONE_BY_ONE = Tuning(run_records_min=1 << 40, vector_records_min=1 << 40)
@@ -404,3 +405,26 @@ def test_records_struct_helpers_agree_with_the_codec() -> None:
     )
     assert built[61:] == records(3)
     assert struct.unpack_from(">i", built, 57)[0] == 3
+
+
+def test_a_plan_guessed_for_another_layout_is_not_used() -> None:
+    """Two layouts of one size whose first and last bytes agree: the plan remembered for the first
+    is guessed for the second, found not to fit, and replaced; both kinds of batch are checked
+    exactly."""
+    from strom.protocol.records import validate as validator
+
+    key = b"k" * 10
+    first = [record(index, key=key, value=bytes(20), headers=[(b"h", b"x" * 30)]) for index in range(100)]
+    second = [record(index, key=key, value=bytes(30), headers=[(b"h", b"x" * 20)]) for index in range(100)]
+    assert (
+        len(first[0]) == len(second[0]) and first[0][:8] == second[0][:8] and first[0][-8:] == second[0][-8:]
+    )
+    _validate(assemble(b"".join(first), count=100))
+    template = b"".join(second)
+    plan = validator._plan_for(template, 0, len(second[0]), 0)
+    assert plan.fits(template, 0, 0)
+    assert not validator._plan_for(b"".join(first), 0, len(first[0]), 0).fits(template, 0, 0)
+    _validate(assemble(b"".join(second), count=100))
+    broken = [*second[:50], record(51, key=key, value=bytes(30), headers=[(b"h", b"x" * 20)]), *second[51:]]
+    with pytest.raises(InvalidRecordError, match="record 50 has offset delta 51"):
+        _validate(assemble(b"".join(broken), count=100))
