@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import threading
 import zlib
 from enum import IntEnum
 
@@ -224,6 +225,18 @@ def _decompress_lz4(data: bytes | bytearray | memoryview, max_bytes: int) -> byt
     return _joined(parts)
 
 
+_zstd_per_thread = threading.local()
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """One decompression context per thread, reused: a new one allocates its window again per
+    batch. (Contexts are not thread-safe; each use resets it.)"""
+    decompressor: zstandard.ZstdDecompressor | None = getattr(_zstd_per_thread, "decompressor", None)
+    if decompressor is None:
+        decompressor = _zstd_per_thread.decompressor = zstandard.ZstdDecompressor()
+    return decompressor
+
+
 def _decompress_zstd(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
     remaining = bytes(data)
     if not remaining:
@@ -240,11 +253,11 @@ def _decompress_zstd(data: bytes | bytearray | memoryview, max_bytes: int) -> by
                 # in one call into exactly that many bytes, which also bounds what it may produce.
                 # Several frames, or a corrupt one, go the streaming way below.
                 with contextlib.suppress(zstandard.ZstdError):
-                    return bytes(zstandard.ZstdDecompressor().decompress(remaining, allow_extra_data=False))
+                    return bytes(_zstd_decompressor().decompress(remaining, allow_extra_data=False))
         # The streaming object takes no output bound, so feed it the input in pieces small enough
         # that one piece cannot expand past the bytes still allowed by much (zstd expands at most
         # about 2**15 times: a 3-byte block header and one byte repeated over a 128 KiB block).
-        decompressor = zstandard.ZstdDecompressor().decompressobj()
+        decompressor = _zstd_decompressor().decompressobj()
         pos = 0
         while not decompressor.eof:
             if pos >= len(remaining):

@@ -329,9 +329,9 @@ class _Walker:
                     and record_end < size
                     and data[record_end] == data[position]
                 ):
-                    taken, lowest, highest = self._extend_run(position, record_end, index)
+                    taken, lowest, highest, run_keyless = self._extend_run(position, record_end, index)
                     if taken:
-                        self._note(index + 1, taken, lowest, highest, key_is_null)
+                        self._note(index + 1, taken, lowest, highest, run_keyless)
                 index += 1 + taken
                 position = record_end + taken * (record_end - position)
                 if taken < tuning.run_records_min:
@@ -383,18 +383,35 @@ class _Walker:
 
     # -- runs --------------------------------------------------------------------------------
 
-    def _extend_run(self, template: int, template_end: int, template_index: int) -> tuple[int, int, int]:
+    def _extend_run(
+        self, template: int, template_end: int, template_index: int
+    ) -> tuple[int, int, int, bool]:
         """How many records after the (valid) template at ``template`` are laid out exactly like
-        it, and so are valid too; and the range of their timestamp deltas."""
+        it, and so are valid too; the range of their timestamp deltas; whether their keys are null.
+
+        The plan is first guessed from the template's first and last bytes (the plan of an earlier
+        batch); if the guess takes no record, the template's own plan decides."""
+        guess = _plan_guess(self.data, template, template_end)
+        plan = _plans_by_guess.get(guess)
+        if plan is not None:
+            taken, lowest, highest = self._run(plan, template_end, template_index)
+            if taken:
+                return taken, lowest, highest, plan.key_is_null
+        plan = _run_plan(_record_shape(self.data, template, template_end))
+        if len(_plans_by_guess) >= _RUN_PLANS_CACHED_MAX:
+            _plans_by_guess.clear()
+        _plans_by_guess[guess] = plan
+        taken, lowest, highest = self._run(plan, template_end, template_index)
+        return taken, lowest, highest, plan.key_is_null
+
+    def _run(self, plan: _RunPlan, position: int, template_index: int) -> tuple[int, int, int]:
+        """The records from ``position`` (after the template, record ``template_index``) that
+        ``plan`` accepts, window by window: how many, and the range of their timestamp deltas."""
         tuning = self.tuning
-        record_bytes = template_end - template
-        plan = _plan_for(self.data, template, template_end, template_index)
-        position = template_end
+        record_bytes = plan.record_bytes
         first = template_index + 1
         limit = min(
-            self.count - first,
-            (self.size - position) // record_bytes,
-            plan.offset_delta_limit - first,
+            self.count - first, (self.size - position) // record_bytes, plan.offset_delta_limit - first
         )
         # After a run that went as far as its offset delta width allows, the batch is most likely
         # one layout throughout: the next run starts with the largest window.
@@ -409,13 +426,12 @@ class _Walker:
                 bounds = plan.check_few_rows(self.data, position, rows_count, first)
             if bounds is not None:
                 run = rows_count
-                lowest = min(lowest, bounds[0])
-                highest = max(highest, bounds[1])
+                run_lowest, run_highest = bounds
             else:
                 run, run_lowest, run_highest = plan.check_rows(self.data, position, rows_count, first)
-                if run:
-                    lowest = min(lowest, run_lowest)
-                    highest = max(highest, run_highest)
+            if run:
+                lowest = min(lowest, run_lowest)
+                highest = max(highest, run_highest)
             taken += run
             position += run * record_bytes
             first += run
@@ -477,6 +493,7 @@ class _Shape:
     timestamp_bytes: int
     offset_delta_at: int
     offset_delta_bytes: int
+    key_is_null: bool
 
 
 class _RunPlan:
@@ -547,6 +564,7 @@ class _RunPlan:
             for column in range(shape.timestamp_at, timestamp_end)
         ]
         self.offset_delta_at = offset_at
+        self.key_is_null = shape.key_is_null
         self._offset_table: UInt64Array | None = None  # built on first use
         # For ``check_few_rows``: the layout as (column, byte) and the layouts it takes.
         self.layout_pairs = tuple(zip(shape.layout_columns, shape.layout_bytes))
@@ -589,20 +607,6 @@ class _RunPlan:
             return None
         order = timestamps.translate(_ONE_BYTE_ZIGZAG_ORDER)
         return min(order) - _ONE_BYTE_ZIGZAG_BIAS, max(order) - _ONE_BYTE_ZIGZAG_BIAS
-
-    def fits(self, data: Payload, record: int, offset_delta: int) -> bool:
-        """Whether the record at ``record`` (with offset delta ``offset_delta``) is laid out as
-        this plan checks: the same test as ``bad_rows``, for one record, in Python."""
-        if offset_delta >= self.offset_delta_limit:
-            return False
-        word_bytes = self.word_bytes
-        for index, (start, mask, expected) in enumerate(self.word_checks):
-            word = int.from_bytes(data[record + start : record + start + word_bytes], "little") & mask
-            if index == 0:
-                word -= _pack_offset_delta(self.offset_delta_bytes, offset_delta) << self.offset_shift
-            if word != expected:
-                return False
-        return True
 
     def _word(self, bytes_at: dict[int, int], start: int) -> int:
         """The little-endian word of ``word_bytes`` bytes from ``start`` (absent bytes are 0)."""
@@ -665,26 +669,19 @@ def _run_plan(shape: _Shape) -> _RunPlan:
 
 # Plans by the first and last bytes of the template they were made for (and its size): a guess
 # that spares parsing the template's shape, which costs as much as checking a short run. A wrong
-# guess cannot let a bad record through (a plan made from any valid record of a size accepts only
-# records laid out exactly like that one), and is caught before use by ``fits``.
+# guess cannot let a bad record through: a plan made from any valid record of a size accepts only
+# records laid out exactly like that one (so what it says of them, keyless or not, holds), and a
+# guess that takes no record is replaced by the template's own plan.
 _PLAN_GUESS_BYTES = 8
 _plans_by_guess: dict[tuple[int, bytes, bytes], _RunPlan] = {}
 
 
-def _plan_for(data: Payload, template: int, template_end: int, template_index: int) -> _RunPlan:
-    """The plan for runs of records laid out like the (valid) template at ``template``."""
-    guess = (
+def _plan_guess(data: Payload, template: int, template_end: int) -> tuple[int, bytes, bytes]:
+    return (
         template_end - template,
         bytes(data[template : template + _PLAN_GUESS_BYTES]),
         bytes(data[template_end - _PLAN_GUESS_BYTES : template_end]),
     )
-    plan = _plans_by_guess.get(guess)
-    if plan is None or not plan.fits(data, template, template_index):
-        plan = _run_plan(_record_shape(data, template, template_end))
-        if len(_plans_by_guess) >= _RUN_PLANS_CACHED_MAX:
-            _plans_by_guess.clear()
-        _plans_by_guess[guess] = plan
-    return plan
 
 
 # A one-byte zigzag varint (below 0x80) translated to its value + 64, so that bytes compare as the
@@ -1058,10 +1055,13 @@ def _record_shape(data: Payload, record: int, record_end: int) -> _Shape:
     offset_delta_bytes = _varint_bytes(body, offset_delta_at)
     at = offset_delta_at + offset_delta_bytes
     layout = list(range(prefix))
+    nulls = []
     for _field in ("key", "value"):
         unsigned, after = _read_varint(body, at, 5)
         layout.extend(range(at, after))
+        nulls.append(unsigned == 1)
         at = after if unsigned == 1 else after + (unsigned >> 1)
+    key_is_null = nulls[0]
     if body[at] == 0:
         layout.append(at)
     else:
@@ -1074,4 +1074,5 @@ def _record_shape(data: Payload, record: int, record_end: int) -> _Shape:
         timestamp_bytes,
         offset_delta_at,
         offset_delta_bytes,
+        key_is_null,
     )

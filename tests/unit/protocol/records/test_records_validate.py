@@ -409,8 +409,8 @@ def test_records_struct_helpers_agree_with_the_codec() -> None:
 
 def test_a_plan_guessed_for_another_layout_is_not_used() -> None:
     """Two layouts of one size whose first and last bytes agree: the plan remembered for the first
-    is guessed for the second, found not to fit, and replaced; both kinds of batch are checked
-    exactly."""
+    is guessed for the second, takes none of its records, and is replaced by the second's own;
+    both kinds of batch are checked exactly."""
     from strom.protocol.records import validate as validator
 
     key = b"k" * 10
@@ -419,12 +419,28 @@ def test_a_plan_guessed_for_another_layout_is_not_used() -> None:
     assert (
         len(first[0]) == len(second[0]) and first[0][:8] == second[0][:8] and first[0][-8:] == second[0][-8:]
     )
+    guess = validator._plan_guess(b"".join(second), 0, len(second[0]))
+    assert guess == validator._plan_guess(b"".join(first), 0, len(first[0]))
     _validate(assemble(b"".join(first), count=100))
-    template = b"".join(second)
-    plan = validator._plan_for(template, 0, len(second[0]), 0)
-    assert plan.fits(template, 0, 0)
-    assert not validator._plan_for(b"".join(first), 0, len(first[0]), 0).fits(template, 0, 0)
-    _validate(assemble(b"".join(second), count=100))
+    first_plan = validator._plans_by_guess[guess]
+    summary = validate_records(b"".join(second), 100)
+    assert validator._plans_by_guess[guess] is not first_plan
+    assert summary.keyless_count == 0
     broken = [*second[:50], record(51, key=key, value=bytes(30), headers=[(b"h", b"x" * 20)]), *second[51:]]
     with pytest.raises(InvalidRecordError, match="record 50 has offset delta 51"):
         _validate(assemble(b"".join(broken), count=100))
+    # And back: the first layout's batches still pass, whatever plan is remembered.
+    assert validate_records(b"".join(first), 100).keyless_count == 0
+
+
+def test_a_guessed_plan_reports_the_keys_of_the_records_it_takes() -> None:
+    """Keyless records and keyed ones of one size with equal first and last bytes are impossible
+    (the key length is among the first bytes); what a run reports about keys comes from the plan
+    that took its records."""
+    from strom.protocol.records import validate as validator
+
+    keyless = b"".join(record(index, key=None, value=bytes(40)) for index in range(100))
+    keyed = b"".join(record(index, key=b"", value=bytes(39)) for index in range(100))
+    assert validate_records(keyless, 100, keyless_listed_max=200).keyless_count == 100
+    assert validate_records(keyed, 100, keyless_listed_max=200).keyless_count == 0
+    assert validator._plans_by_guess
