@@ -473,7 +473,7 @@ class _Walker:
 # Offset deltas whose expected encodings are tabulated per varint width (those of larger batches
 # are computed per window).
 _OFFSET_DELTA_TABLE_SIZE_MAX = 1 << 17
-_RUN_PLANS_CACHED_MAX = 256
+_RUN_PLANS_CACHED_MAX = limits.record_layouts_cached_max
 # A plan keeps its offset delta table shifted into place when the table is this small (widths 1
 # and 2: 64 KiB at most); larger ones are shifted per window.
 _SHIFTED_OFFSET_TABLE_SIZE_MAX = 1 << 13
