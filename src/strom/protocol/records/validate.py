@@ -33,6 +33,9 @@ How it stays fast (the broker is a per-batch machine; see DESIGN.md):
   time: the bytes that fix the layout equal the template's, the offset delta bytes encode
   ``i, i+1, ...``, the timestamp delta has the template's varint width. A row that passes is laid
   out exactly like the template and so parses as it does; the run ends at the first that does not.
+  Short windows of rows are checked the same way with bytes operations (strided slices counted
+  and compared), which cost less per call than numpy. The plan for a layout is remembered, and
+  found again for the next batch by the template's first and last bytes.
 - Varied records. Where runs keep failing (after each failure the next attempt waits twice as
   long), the record boundaries are found by one Python hop per record along the length prefixes,
   and every field of the records found is then checked for all of them at once with numpy.
