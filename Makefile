@@ -74,6 +74,7 @@ test: install-test lint typecheck contracts codegen-check
 # Every benchmark writes its own section of BENCHMARKS.md (ratios measured side by side in one run).
 bench: install-test
 	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks.validation
 	$(PY) -m benchmarks.rebalance
 	$(PY) -m benchmarks.clients
 	$(PY) -m benchmarks.spark_read

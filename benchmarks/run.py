@@ -101,9 +101,16 @@ PRODUCER_CONFIG = {
 
 
 def _produce_worker(
-    bootstrap: str, topic: str, partitions: int, count: int, record_bytes: int, start: object, out: object
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    count: int,
+    record_bytes: int,
+    start: object,
+    out: object,
+    config: dict[str, object],
 ) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **config})
     producer.list_topics(topic, timeout=30)  # metadata in hand before the clock starts
     value = os.urandom(record_bytes)
     produce = producer.produce
@@ -124,8 +131,15 @@ def _produce_worker(
 
 
 def measure_produce(
-    broker: Broker, topic: str, partitions: int, count: int, record_bytes: int, producers: int
+    broker: Broker,
+    topic: str,
+    partitions: int,
+    count: int,
+    record_bytes: int,
+    producers: int,
+    config: dict[str, object] | None = None,
 ) -> Result:
+    """``config``: producer settings over ``PRODUCER_CONFIG`` (``compression.type``, say)."""
     bootstrap = broker.bootstrap
     context = multiprocessing.get_context("fork")
     start = context.Event()
@@ -133,7 +147,8 @@ def measure_produce(
     share = count // producers
     workers = [
         context.Process(
-            target=_produce_worker, args=(bootstrap, topic, partitions, share, record_bytes, start, out)
+            target=_produce_worker,
+            args=(bootstrap, topic, partitions, share, record_bytes, start, out, config or {}),
         )
         for _ in range(producers)
     ]

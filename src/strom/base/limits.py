@@ -64,6 +64,16 @@ record_batch_header_bytes = 61
 # Largest decompressed size accepted for one batch, so a zip bomb cannot exhaust memory.
 decompressed_batch_bytes_max = 256 * 1024 * 1024
 
+# Culprit records a refused produce lists per partition (record_errors, Produce v8+): Kafka lists
+# every one, which for a batch of a million keyless records sent to a compacted topic is a response
+# of tens of megabytes; the first thousand say as much.
+produce_record_errors_max = 1_000
+
+# Record layouts whose check plans the produce validator keeps (twice: by layout and by a guess
+# from a record's first and last bytes). A plan holds up to ~70 KiB (its offset delta table); a
+# producer's batches come in a handful of layouts, and a forgotten one is rebuilt in microseconds.
+record_layouts_cached_max = 64
+
 # Partitions in one topic: bounded so a typo in CreateTopics cannot create a million directories.
 partitions_per_topic_max = 10_000
 

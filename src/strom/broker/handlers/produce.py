@@ -1,21 +1,29 @@
 """Produce 3-11 (record batch format v2; acks 0, 1 and -1).
 
-The hot path does per-batch work only: the batch headers and CRC-32C are validated, the log
-assigns offsets by rewriting each batch's base offset, and the bytes are appended as they came.
-Records are decoded only where the semantics demand it (null keys on a compacted topic). With a
-single replica, acks=-1 is satisfied by the leader's append, exactly like acks=1.
+The hot path does per-batch work: the batch headers and CRC-32C are validated, then every batch
+is checked completely once, as Kafka's log validator does (``strom.protocol.records.validate``:
+records parse to the end of the batch, counts and offset deltas agree, the codec is known,
+compressed batches decompress within their bound, keys are present on a compacted topic), a run of
+alike records at a time with numpy rather than a record at a time. Then the log assigns offsets
+by rewriting each batch's base offset, and the bytes are appended as they came. A partition whose
+records fail any check gets CORRUPT_MESSAGE (bad CRC, unknown codec, undecompressable data) or
+INVALID_RECORD (the rest, with the culprit records listed where Kafka lists them) and none of its
+records are appended. With a single replica, acks=-1 is satisfied by the leader's append, exactly
+like acks=1.
 """
 
 from __future__ import annotations
 
 import logging
 
+from strom.base import limits
 from strom.broker.context import RequestContext
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 from strom.protocol.records.header import MAGIC_OFFSET, CorruptBatchError, validate_batches
+from strom.protocol.records.validate import InvalidRecordError, validate_produced_batches
 from strom.storage import (
     DuplicateSequenceError,
     InvalidProducerEpochError,
@@ -33,12 +41,15 @@ ZSTD_MIN_PRODUCE_VERSION = 7
 VALID_ACKS = (-1, 0, 1)
 
 Partition = ProduceResponse.PartitionProduceResponse
+RecordError = ProduceResponse.BatchIndexAndErrorMessage
 
 
-def _null_key_present(records: bytearray | memoryview) -> bool:
-    from strom.protocol.records import iter_records
+class _RefusedRecords(Refused):
+    """INVALID_RECORD with the culprit records (record_errors, Produce v8+)."""
 
-    return any(record.key is None for record in iter_records(bytes(records)))
+    def __init__(self, message: str, record_errors: tuple[tuple[int, str], ...]) -> None:
+        super().__init__(ErrorCode.INVALID_RECORD, message)
+        self.record_errors = record_errors
 
 
 async def _append(
@@ -73,8 +84,17 @@ async def _append(
             ErrorCode.RECORD_LIST_TOO_LARGE,
             f"{len(records)} bytes of records exceed segment.bytes {config.segment_bytes}",
         )
-    if "compact" in config.cleanup_policy and _null_key_present(records):
-        raise Refused(ErrorCode.INVALID_RECORD, "compacted topics refuse records without a key")
+    try:
+        headers = validate_produced_batches(
+            records,
+            headers,
+            keys_required=config.requires_keys,
+            decompressed_bytes_max=limits.decompressed_batch_bytes_max,
+        )
+    except InvalidRecordError as error:
+        raise _RefusedRecords(str(error), error.record_errors) from None
+    except CorruptBatchError as error:
+        raise Refused(ErrorCode.CORRUPT_MESSAGE, str(error)) from None
     now_ms = state.clock.wall_ms()
     try:
         result = partition_log.append(records, headers, now_ms)
@@ -130,6 +150,11 @@ async def handle_produce(context: RequestContext, request: ProduceRequest) -> Pr
                 partition = Partition(error_code=refused.error, base_offset=-1, log_start_offset=-1)
                 if context.api_version >= 8:
                     partition.error_message = refused.message
+                    if isinstance(refused, _RefusedRecords):
+                        partition.record_errors = [
+                            RecordError(batch_index=index, batch_index_error_message=reason)
+                            for index, reason in refused.record_errors
+                        ]
             except StorageError as error:
                 log.error("append to %s-%d failed: %s", topic_data.name, index, error)
                 partition = Partition(error_code=ErrorCode.KAFKA_STORAGE_ERROR, base_offset=-1)

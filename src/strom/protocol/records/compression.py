@@ -16,7 +16,9 @@ Every decompression is capped: output beyond ``max_bytes`` is refused before it 
 
 from __future__ import annotations
 
+import contextlib
 import struct
+import threading
 import zlib
 from enum import IntEnum
 
@@ -49,6 +51,9 @@ _BLOCK_LENGTH = struct.Struct(">i")
 
 # LZ4 block size for the frames we write: 64 KiB, Kafka's choice (the frame descriptor's BD byte).
 _LZ4_BLOCK_SIZE = lz4.frame.BLOCKSIZE_MAX64KB
+
+# Output asked of the LZ4 decompressor per call (it allocates that much up front).
+_LZ4_STEP_BYTES = 4 * 1024 * 1024
 
 # gzip header + deflate stream, as zlib's wbits convention spells it (16 + window bits).
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
@@ -122,14 +127,20 @@ def _too_big(max_bytes: int) -> CorruptBatchError:
     return CorruptBatchError(f"decompressed batch exceeds {max_bytes} bytes")
 
 
+def _joined(parts: list[bytes]) -> bytes:
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def _decompress_gzip(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
-    out = bytearray()
+    parts: list[bytes] = []
+    total_bytes = 0
     remaining: bytes | bytearray | memoryview = data
     while True:
         decompressor = zlib.decompressobj(_GZIP_WBITS)
-        chunk = decompressor.decompress(remaining, max_bytes + 1 - len(out))
-        out += chunk
-        if len(out) > max_bytes:
+        chunk = decompressor.decompress(remaining, max_bytes + 1 - total_bytes)
+        parts.append(chunk)
+        total_bytes += len(chunk)
+        if total_bytes > max_bytes:
             raise _too_big(max_bytes)
         if decompressor.unconsumed_tail:
             # The cap stopped it with input left: there is more output than max_bytes allows,
@@ -141,7 +152,7 @@ def _decompress_gzip(data: bytes | bytearray | memoryview, max_bytes: int) -> by
             raise CorruptBatchError("gzip stream is truncated")
         remaining = decompressor.unused_data
         if not remaining:
-            return bytes(out)
+            return _joined(parts)
 
 
 def _compress_xerial(data: bytes | bytearray | memoryview) -> bytes:
@@ -190,43 +201,73 @@ def _decompress_raw_snappy_block(block: bytes, max_bytes: int) -> bytes:
 
 
 def _decompress_lz4(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
-    out = bytearray()
+    parts: list[bytes] = []
+    total_bytes = 0
     remaining = bytes(data)
     while remaining:
         decompressor = lz4.frame.LZ4FrameDecompressor()
-        chunk = decompressor.decompress(remaining, max_length=max_bytes + 1 - len(out))
-        out += chunk
-        if len(out) > max_bytes:
-            raise _too_big(max_bytes)
-        if not decompressor.eof:
-            if not decompressor.needs_input:
+        # Output is asked for a bounded step at a time: the library allocates what it is allowed to
+        # return up front, so asking for all of max_bytes at once would cost that much per batch.
+        chunk = decompressor.decompress(
+            remaining, max_length=min(_LZ4_STEP_BYTES, max_bytes + 1 - total_bytes)
+        )
+        while True:
+            parts.append(chunk)
+            total_bytes += len(chunk)
+            if total_bytes > max_bytes:
                 raise _too_big(max_bytes)
-            raise CorruptBatchError("lz4 frame is truncated")
+            if decompressor.eof:
+                break
+            if decompressor.needs_input:
+                raise CorruptBatchError("lz4 frame is truncated")
+            chunk = decompressor.decompress(b"", max_length=min(_LZ4_STEP_BYTES, max_bytes + 1 - total_bytes))
         remaining = decompressor.unused_data or b""
-    return bytes(out)
+    return _joined(parts)
+
+
+_zstd_per_thread = threading.local()
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """One decompression context per thread, reused: a new one allocates its window again per
+    batch. (Contexts are not thread-safe; each use resets it.)"""
+    decompressor: zstandard.ZstdDecompressor | None = getattr(_zstd_per_thread, "decompressor", None)
+    if decompressor is None:
+        decompressor = _zstd_per_thread.decompressor = zstandard.ZstdDecompressor()
+    return decompressor
 
 
 def _decompress_zstd(data: bytes | bytearray | memoryview, max_bytes: int) -> bytes:
     remaining = bytes(data)
     if not remaining:
         raise CorruptBatchError("zstd data is empty")
-    out = bytearray()
+    parts: list[bytes] = []
+    total_bytes = 0
     while remaining:
         declared_bytes = zstandard.get_frame_parameters(remaining).content_size
-        if declared_bytes != zstandard.CONTENTSIZE_UNKNOWN and declared_bytes > max_bytes - len(out):
-            raise _too_big(max_bytes)
+        if declared_bytes != zstandard.CONTENTSIZE_UNKNOWN:
+            if declared_bytes > max_bytes - total_bytes:
+                raise _too_big(max_bytes)
+            if not parts:
+                # One frame that declares its size (Java clients, kafka-python, strom): decompressed
+                # in one call into exactly that many bytes, which also bounds what it may produce.
+                # Several frames, or a corrupt one, go the streaming way below.
+                with contextlib.suppress(zstandard.ZstdError):
+                    return bytes(_zstd_decompressor().decompress(remaining, allow_extra_data=False))
         # The streaming object takes no output bound, so feed it the input in pieces small enough
         # that one piece cannot expand past the bytes still allowed by much (zstd expands at most
         # about 2**15 times: a 3-byte block header and one byte repeated over a 128 KiB block).
-        decompressor = zstandard.ZstdDecompressor().decompressobj()
+        decompressor = _zstd_decompressor().decompressobj()
         pos = 0
         while not decompressor.eof:
             if pos >= len(remaining):
                 raise CorruptBatchError("zstd frame is truncated")
-            piece_bytes = max(_ZSTD_PIECE_BYTES_MIN, (max_bytes - len(out)) >> _ZSTD_EXPANSION_SHIFT)
-            out += decompressor.decompress(remaining[pos : pos + piece_bytes])
+            piece_bytes = max(_ZSTD_PIECE_BYTES_MIN, (max_bytes - total_bytes) >> _ZSTD_EXPANSION_SHIFT)
+            chunk = decompressor.decompress(remaining[pos : pos + piece_bytes])
+            parts.append(chunk)
+            total_bytes += len(chunk)
             pos += piece_bytes
-            if len(out) > max_bytes:
+            if total_bytes > max_bytes:
                 raise _too_big(max_bytes)
         remaining = decompressor.unused_data + remaining[pos:]
-    return bytes(out)
+    return _joined(parts)
