@@ -132,8 +132,8 @@ def test_extras_that_are_missing_are_named_in_one_line(fresh_venv: Path, tmp_pat
     assert pipeline.returncode == 1
     assert pipeline.stdout == ""
     assert pipeline.stderr.splitlines() == [
-        "strom: error: strom pipeline runs on Spark, and pyspark, pyarrow, numpy are not installed: "
-        "pip install pyspark pyarrow numpy (in a clone of strom: pip install -e '.[spark]'; from a wheel: "
+        "strom: error: strom pipeline runs on Spark, and pyspark, pyarrow are not installed: "
+        "pip install pyspark pyarrow (in a clone of strom: pip install -e '.[spark]'; from a wheel: "
         "pip install 'strom-VERSION-py3-none-any.whl[spark]'); Spark needs Java 17 or newer"
     ]
     plot = run([strom, "bench", "produce", "--plot", str(tmp_path / "p.png")])

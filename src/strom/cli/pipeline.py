@@ -92,7 +92,7 @@ def add_pipeline_parser(subparsers: Any) -> None:
 
 
 # What format("strom") and the pipelines import beyond strom's own dependencies (the spark extra).
-SPARK_MODULES = ("pyspark", "pyarrow", "numpy")
+SPARK_MODULES = ("pyspark", "pyarrow")
 
 
 def require_spark() -> None:
@@ -101,7 +101,7 @@ def require_spark() -> None:
     if missing:
         raise CliError(
             f"strom pipeline runs on Spark, and {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
-            "not installed: pip install pyspark pyarrow numpy (in a clone of strom: pip install -e '.[spark]'; "
+            "not installed: pip install pyspark pyarrow (in a clone of strom: pip install -e '.[spark]'; "
             "from a wheel: pip install 'strom-VERSION-py3-none-any.whl[spark]'); Spark needs Java 17 or newer"
         )
 
