@@ -67,7 +67,9 @@ def test_a_silent_listener_is_given_up_on_after_the_request_timeout(name: str) -
     # The stated time is the time really waited: the timeout (plus the moments before the first
     # request), not more than the process lived.
     assert SHORT_TIMEOUT_MS / 1000 <= float(stated.group(1)) <= finished.elapsed_s + 0.1, line
-    assert float(stated.group(1)) < SHORT_TIMEOUT_MS / 1000 * 1.5 + 1, line
+    # Honoured, not overrun by another wait behind it (it took 61 s before): the slack covers a
+    # loaded machine's scheduling, not a second timeout.
+    assert float(stated.group(1)) < SHORT_TIMEOUT_MS / 1000 + STARTUP_ALLOWANCE_S / 2, line
     assert finished.elapsed_s < SHORT_TIMEOUT_MS / 1000 + STARTUP_ALLOWANCE_S, (
         f"{name} took {finished.elapsed_s:.1f} s"
     )
