@@ -158,14 +158,21 @@ class KafkaPythonMember(PythonClientMember):
     def _run(self) -> None:
         consumer = KafkaConsumer(**self.settings)
         try:
-            # kafka-python, as group leader without the topic's metadata yet, assigns nothing and
-            # then rejoins once its metadata arrives; in that path its heartbeat thread can stay
-            # disabled (seen with kafka-python 3.0: the member then expires after its session
-            # timeout). Loading the metadata first keeps the test on the ordinary path.
+            consumer.subscribe([self.topic])
+            # Subscribe first, then load the topic's metadata, before the first poll joins the group.
+            # kafka-python's leader remembers the metadata it assigned with and rejoins when a later
+            # metadata response differs; it only looks at responses that arrive while subscribed.
+            # Metadata loaded before subscribing leaves it remembering nothing for the topic, so the
+            # leader rejoins right after its first rebalances. kafka-python 3.0.12 cannot always
+            # finish a rejoin started that way: its join loop runs while need_rejoin(), and the
+            # assignment done inside the rejoin makes need_rejoin() false, so when poll(100 ms)
+            # gives up before the SyncGroup answer, the next poll never collects the finished join:
+            # the member stays "rebalancing", its heartbeats stay off, its commits fail locally and
+            # its session expires 6 s later. Any broker answers the same (the late metadata answer
+            # is queued behind a long-polling Fetch on the same connection, as Kafka queues it).
             deadline = time.monotonic() + 30
             while not consumer.partitions_for_topic(self.topic) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            consumer.subscribe([self.topic])
             while not self._stop.is_set():
                 batches = consumer.poll(timeout_ms=100)
                 for topic_partition, messages in batches.items():
@@ -179,8 +186,9 @@ class KafkaPythonMember(PythonClientMember):
                     try:
                         consumer.commit()  # the positions of everything consumed, synchronously
                     except (CommitFailedError, RebalanceInProgressError):
-                        # The group rebalanced under the commit (kafka-python's leader sometimes rejoins
-                        # right after a rebalance): as the error says, poll to rejoin, then commit again.
+                        # The group rebalanced under the commit (kafka-python sends a fresh JoinGroup
+                        # when a join finished between two polls, and a leader's rejoin rebalances
+                        # the group): as the error says, poll to rejoin, then commit again.
                         continue
                     self._commit_requested.clear()
                     self.commit_done.set()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from strom.base.clock import Clock
 from strom.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
@@ -27,6 +27,21 @@ OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 
 LOAD_CHUNK_BYTES = 1024 * 1024
 
 
+class TimerHandle(Protocol):
+    def when(self) -> float: ...
+
+    def cancel(self) -> None: ...
+
+
+class TimerLoop(Protocol):
+    """What ``AsyncioTimer`` uses of an event loop: its clock and ``call_at`` (asyncio's loop in
+    the broker; a manual loop in unit tests, which move its clock instead of sleeping)."""
+
+    def time(self) -> float: ...
+
+    def call_at(self, when: float, callback: Callable[[str], None], key: str, /) -> TimerHandle: ...
+
+
 class AsyncioTimer:
     """The coordinator's keyed timers on the event loop: scheduling a key replaces its timer.
 
@@ -38,12 +53,12 @@ class AsyncioTimer:
     """
 
     def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: TimerLoop | None = None
         # key -> [deadline in loop time, operation, the loop handle that will look at it]
         self._entries: dict[str, list[Any]] = {}
         self._unbound: dict[str, tuple[int, Callable[[], None]]] = {}
 
-    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+    def bind(self, loop: TimerLoop) -> None:
         self._loop = loop
         unbound, self._unbound = self._unbound, {}
         for key, (delay_ms, operation) in unbound.items():
