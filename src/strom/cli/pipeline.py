@@ -13,12 +13,14 @@ one line saying why, not Spark's trace (``-v`` shows Spark's log).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import re
+import signal
 import sys
-import time
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from strom.cli.common import client_settings, parse_key_value
@@ -278,15 +280,30 @@ class _ProgressPrinter:
 
         for progress in query.recentProgress:
             batch_id = int(progress["batchId"])
-            if batch_id <= self.last_batch_id:
-                continue
-            self.last_batch_id = batch_id
             rows = int(progress["numInputRows"] or 0)
-            if rows == 0:
-                continue  # an idle trigger: nothing to say
+            if batch_id <= self.last_batch_id or rows == 0:
+                continue  # printed already, or an idle trigger: nothing to say
+            self.last_batch_id = batch_id
             self.total_rows += rows
             self.batches += 1
             print(f"{self.name}: {describe_progress(progress, self.total_rows)}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM set the event instead of raising: raised inside a call to Spark (py4j), the
+    exception would break that call's connection and py4j would print a traceback."""
+    stop = threading.Event()
+
+    def request_stop(signal_number: int, frame: object) -> None:
+        stop.set()
+
+    previous = {number: signal.signal(number, request_stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _pageviews(arguments: argparse.Namespace) -> int:
@@ -313,13 +330,10 @@ def _pageviews(arguments: argparse.Namespace) -> int:
                 group_id=group,
             ),
         )
-        try:
-            # Waiting here rather than inside a call to Spark, so Ctrl-C or SIGTERM lands between
-            # calls, not in the middle of one.
-            while query.isActive:
-                time.sleep(PROGRESS_POLL_S)
+        with _stop_requests() as stop:
+            while query.isActive and not stop.wait(PROGRESS_POLL_S):
                 printer(query)
-        except KeyboardInterrupt:
+        if stop.is_set():
             # Ctrl-C or SIGTERM: the normal way to stop a running pipeline. The batch in flight is
             # abandoned; its offsets are in the checkpoint, so the next run redoes it.
             stopped = True
