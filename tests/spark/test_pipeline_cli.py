@@ -92,3 +92,24 @@ def test_topics_that_do_not_exist_are_refused_before_spark_starts(
         "--bootstrap-server", shared_broker.bootstrap,
     )  # fmt: skip
     assert empty.returncode == 2 and "--topics names no topic" in empty.stderr
+
+
+def test_a_query_that_fails_ends_with_one_line_not_sparks_trace(
+    shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    create_topic(shared_broker.bootstrap, "failing-archive", 1)
+    finished = run_strom(
+        "pipeline", "archive", "--topics", "failing-archive", "--output", str(tmp_path / "archive"),
+        "--bootstrap-server", shared_broker.bootstrap, "--master", "local[1]",
+        "--option", "kafkaConsumer.pollTimeoutMs=soon",
+    )  # fmt: skip
+    assert finished.returncode == 1, finished
+    assert finished.stdout == ""
+    # Spark's log says nothing by default; the JVM itself announces an incubator module it loads.
+    lines = [
+        line for line in finished.stderr_lines if not line.startswith("WARNING: Using incubator modules")
+    ]
+    assert lines == [
+        "strom: error: the archive query failed: SourceOptionsError: option kafkaConsumer.pollTimeoutMs "
+        "must be an integer, not 'soon' (-v shows Spark's log)"
+    ], finished.stderr

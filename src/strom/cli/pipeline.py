@@ -19,8 +19,10 @@ import json
 import re
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from strom.cli.common import client_settings, parse_key_value
@@ -32,8 +34,24 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 # How often a running pageviews query is looked at for new progress to print.
 PROGRESS_POLL_S = 1.0
-# Spark's own log at each -v count: errors only by default (the command prints what happened).
-SPARK_LOG_LEVELS = {0: "ERROR", 1: "WARN"}
+# Spark's own log at each -v count: nothing but fatal errors by default (the command says what
+# happened, and a failed query's error in one line), its errors and warnings with -v, info with -vv.
+SPARK_LOG_LEVELS = {0: "FATAL", 1: "WARN"}
+# The driver JVM's log configuration (Log4j 2), from its start: Spark's default one announces
+# itself, its level and a missing native library on every run before setLogLevel can be called.
+# (Driven from Python, Spark sets the root level to its Python gateway's logger's level, WARN
+# unless configured, and says so when they differ.)
+LOG4J2_PROPERTIES = """\
+rootLogger.level = {level}
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = {level}
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
 
 
 def _common(parser: argparse.ArgumentParser, *, spark: bool) -> None:
@@ -183,17 +201,31 @@ def _source_options(arguments: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def _session(arguments: argparse.Namespace, app_name: str) -> Any:
+@contextlib.contextmanager
+def _session(arguments: argparse.Namespace, app_name: str) -> Iterator[Any]:
+    """A SparkSession for the command, stopped at the end."""
     from strom.spark.pipelines import spark_session
 
-    conf = {"spark.ui.showConsoleProgress": "false"}
-    conf.update(dict(arguments.spark_conf))
-    try:
-        spark = spark_session(arguments.master, app_name, conf)
-    except Exception as error:
-        raise CliError(f"cannot start Spark (--master {arguments.master}): {spark_failure(error)}") from None
-    spark.sparkContext.setLogLevel(SPARK_LOG_LEVELS.get(arguments.verbose, "INFO"))
-    return spark
+    level = SPARK_LOG_LEVELS.get(arguments.verbose, "INFO")
+    with tempfile.TemporaryDirectory(prefix="strom-pipeline-") as directory:
+        log_config = Path(directory) / "log4j2.properties"
+        log_config.write_text(LOG4J2_PROPERTIES.format(level=level.lower()))
+        conf = {
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log_config}",
+        }
+        conf.update(dict(arguments.spark_conf))
+        try:
+            spark = spark_session(arguments.master, app_name, conf)
+        except Exception as error:
+            raise CliError(
+                f"cannot start Spark (--master {arguments.master}): {spark_failure(error)}"
+            ) from None
+        try:
+            spark.sparkContext.setLogLevel(level)
+            yield spark
+        finally:
+            spark.stop()
 
 
 # The last line of a Python traceback Spark carries in its message: "package.module.SomeError: text".
@@ -205,8 +237,12 @@ def spark_failure(error: BaseException) -> str:
     worker) when Spark's message carries one, else the first line of Spark's own message."""
     text = str(error)
     found = [match for line in text.splitlines() if (match := _PYTHON_ERROR_LINE.match(line.strip()))]
+    # strom's own error if there is one (a chained traceback may end in an error of PySpark's
+    # handling it), else the first: the cause comes first in a chained traceback.
+    ours = [match for match in found if match.group(0).startswith("strom.")]
     if found:
-        name, message = found[-1].group(1), found[-1].group(2)
+        chosen = (ours or found)[0]
+        name, message = chosen.group(1), chosen.group(2)
         return f"{name}: {message}"
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
     return first
@@ -233,23 +269,21 @@ def _archive(arguments: argparse.Namespace) -> int:
     from strom.spark.pipelines import archive, default_archive_group
 
     group = arguments.group or default_archive_group(arguments.output)
-    spark = _session(arguments, "strom-archive")
-    try:
-        archived = _run_query(
-            "archive",
-            lambda: archive(
-                spark,
-                arguments.bootstrap_server,
-                topics,
-                arguments.output,
-                _source_options(arguments),
-                group_id=group,
-            ),
-        )
-    except ArchiveStateError as error:
-        raise CliError(str(error)) from None
-    finally:
-        spark.stop()
+    with _session(arguments, "strom-archive") as spark:
+        try:
+            archived = _run_query(
+                "archive",
+                lambda: archive(
+                    spark,
+                    arguments.bootstrap_server,
+                    topics,
+                    arguments.output,
+                    _source_options(arguments),
+                    group_id=group,
+                ),
+            )
+        except ArchiveStateError as error:
+            raise CliError(str(error)) from None
     print(json.dumps({"output": arguments.output, "records_archived": archived, "group": group}))
     return 0
 
@@ -312,10 +346,9 @@ def _pageviews(arguments: argparse.Namespace) -> int:
     from strom.spark.pipelines import default_pageviews_group, pageviews
 
     group = arguments.group or default_pageviews_group(arguments.target_topic)
-    spark = _session(arguments, "strom-pageviews")
     printer = _ProgressPrinter("pageviews")
     stopped = False
-    try:
+    with _session(arguments, "strom-pageviews") as spark:
         query = _run_query(
             "pageviews",
             lambda: pageviews(
@@ -341,8 +374,6 @@ def _pageviews(arguments: argparse.Namespace) -> int:
         printer(query)
         if not stopped:
             _run_query("pageviews", query.awaitTermination)  # raises what the query failed with
-    finally:
-        spark.stop()
     summary: Mapping[str, Any] = {
         "from": arguments.source_topic,
         "to": arguments.target_topic,
