@@ -1,5 +1,6 @@
 """Spark tests: a real SparkSession (``local[2]``, one per module) against a real strom broker
-started by the compat harness on a free loopback port."""
+started by the compat harness on a free loopback port; test_standalone runs its own on a real
+Spark standalone cluster (tests/spark/standalone.py)."""
 
 from __future__ import annotations
 

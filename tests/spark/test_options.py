@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strom.spark.options import (
+    READ_OPTION_NAMES,
     OffsetRange,
     OffsetSpec,
     SourceOptionsError,
@@ -17,6 +18,7 @@ from strom.spark.options import (
     offsets_from_checkpoint,
     offsets_from_json,
     offsets_to_json,
+    option_warnings,
     parse_read_options,
     parse_write_options,
     split_ranges,
@@ -148,3 +150,37 @@ def test_split_ranges_covers_each_range_exactly() -> None:
         assert all(piece.size > 0 for piece in mine)
     large = [piece for piece in pieces if piece.partition == 0]
     assert len(large) > len(pieces) - len(large)
+
+
+def test_misspelt_option_names_are_warned_about_with_the_name_meant() -> None:
+    # Spark hands the names lower-cased.
+    given = {
+        "bootstrap.servers": "h:1",
+        "subscribe": "t",
+        "startingoffset": "earliest",
+        "maxoffsetpertrigger": "10",
+        "includeheaders": "true",
+        "kafka.request.timeout.ms": "5000",
+        "kafka.fetch.max.byte": "1",
+        "maxtriggerdelay": "5m",
+        "path": "somewhere",
+    }
+    warnings = option_warnings(given, side="read", client_keys=["request.timeout.ms", "fetch.max.bytes"])
+    assert warnings == [
+        "format('strom'): option 'kafka.fetch.max.byte' is not a setting of strom's client "
+        "(did you mean kafka.fetch.max.bytes?); ignored",
+        "format('strom'): unknown read option 'maxoffsetpertrigger' (did you mean maxOffsetsPerTrigger?); ignored",
+        "format('strom'): option 'maxTriggerDelay' of Spark's Kafka source is not supported here; ignored",
+        "format('strom'): unknown read option 'path'; ignored",
+        "format('strom'): unknown read option 'startingoffset' (did you mean startingOffsets?); ignored",
+    ]
+    # Every documented option, in any case, passes without a word.
+    assert option_warnings({name.lower(): "x" for name in READ_OPTION_NAMES}, side="read") == []
+    assert option_warnings({name: "x" for name in READ_OPTION_NAMES}, side="read") == []
+    assert (
+        option_warnings({"checkpointlocation": "/c", "topic": "t", "bootstrap.servers": "h"}, side="write")
+        == []
+    )
+    assert option_warnings({"topics": "t"}, side="write") == [
+        "format('strom'): unknown write option 'topics' (did you mean topic?); ignored"
+    ]

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from strom.cli.pipeline import add_pipeline_parser
+from strom.client.admin import Admin
 from strom.client.producer import Producer
+from strom.spark.archive_state import ArchiveStateError
 from strom.spark.demo_events import page_views
 from strom.spark.pipelines import archive, pageviews
 from tests.compat.conftest import BrokerProcess
-from tests.spark.support import create_topic, produce
+from tests.spark.support import Produced, create_topic, produce
 
 pytestmark = pytest.mark.spark
 
@@ -131,3 +135,86 @@ def test_pipeline_commands_parse() -> None:
     assert (views.source_topic, views.target_topic, views.master) == ("pv", "counts", "spark://h:7077")
     demo = parser.parse_args(["pipeline", "demo-events", "--topic", "pv", "--rate", "50", "--count", "10"])
     assert (demo.rate, demo.count) == (50.0, 10)
+
+
+def _archived(spark: Any, output: Path) -> list[tuple[str, int, int, bytes]]:
+    rows = spark.read.parquet(str(output)).select("topic", "partition", "offset", "value").collect()
+    return sorted((row.topic, row.partition, row.offset, bytes(row.value)) for row in rows)
+
+
+def _expected(records: list[Produced]) -> list[tuple[str, int, int, bytes]]:
+    return sorted((record.topic, record.partition, record.offset, record.value or b"") for record in records)
+
+
+def test_archive_with_its_checkpoint_deleted_or_restored_from_an_old_copy_archives_what_is_missing_once(
+    spark: Any, shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic = "archived-twice"
+    group = "archive-rebuild-group"
+    create_topic(shared_broker.bootstrap, topic, 2)
+    output = tmp_path / "archive"
+    checkpoint = output / "_checkpoint"
+
+    def run() -> int:
+        return archive(spark, shared_broker.bootstrap, [topic], output, group_id=group)
+
+    def produce_both(prefix: bytes, count: int) -> list[Produced]:
+        values = [prefix + b"%d" % index for index in range(count)]
+        return produce(shared_broker.bootstrap, topic, values[::2], partition=0) + produce(
+            shared_broker.bootstrap, topic, values[1::2], partition=1
+        )
+
+    produced = produce_both(b"a", 30)
+    assert run() == 30
+    old_checkpoint = tmp_path / "old-checkpoint"
+    shutil.copytree(checkpoint, old_checkpoint)
+
+    # Deleted: without a rebuild, Spark's file sink skips the new query's batch 0 (it has
+    # committed a batch 0) and the run "succeeds" with the new records missing for good.
+    produced += produce_both(b"b", 20)
+    shutil.rmtree(checkpoint)
+    assert run() == 20
+    assert _archived(spark, output) == _expected(produced)
+
+    # The rebuilt checkpoint carries on as any other.
+    produced += produce_both(b"c", 15)
+    assert run() == 15
+
+    # Restored from an old copy (behind the sink's log): kept aside, rebuilt the same way.
+    shutil.rmtree(checkpoint)
+    shutil.copytree(old_checkpoint, checkpoint)
+    produced += produce_both(b"d", 10)
+    assert run() == 10
+    assert _archived(spark, output) == _expected(produced)
+    kept_aside = [path.name for path in output.iterdir() if path.name.startswith("_checkpoint.")]
+    assert len(kept_aside) == 1 and kept_aside[0].startswith("_checkpoint.behind-"), kept_aside
+
+    # Its progress is the group's: committed up to the end of each partition.
+    with Admin({"bootstrap.servers": shared_broker.bootstrap}) as admin:
+        committed = admin.list_group_offsets(group)
+    ends = Counter(record.partition for record in produced)
+    assert {tp.partition: committed[tp].offset for tp in committed} == dict(ends)
+
+    # Timestamps are Parquet INT64 (microseconds, UTC), not the legacy INT96.
+    for parquet_file in output.glob("topic=*/date=*/*.parquet"):
+        schema = pq.ParquetFile(parquet_file).schema
+        column = schema.column(schema.names.index("timestamp"))
+        assert column.physical_type == "INT64", parquet_file
+        logical = json.loads(column.logical_type.to_json())
+        assert (logical["Type"], logical["isAdjustedToUTC"], logical["timeUnit"]) == (
+            "Timestamp",
+            True,
+            "microseconds",
+        )
+
+
+def test_archive_refuses_a_directory_whose_files_it_did_not_log(
+    spark: Any, shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    create_topic(shared_broker.bootstrap, "not-logged", 1)
+    output = tmp_path / "somebody-elses"
+    (output / "topic=x").mkdir(parents=True)
+    (output / "topic=x" / "part-0.parquet").write_bytes(b"PAR1")
+    with pytest.raises(ArchiveStateError, match=r"holds files \(topic=x\) but no _spark_metadata"):
+        archive(spark, shared_broker.bootstrap, ["not-logged"], output)
+    assert sorted(path.name for path in output.iterdir()) == ["topic=x"]

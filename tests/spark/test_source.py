@@ -358,3 +358,55 @@ def test_stream_to_stream_write(spark: Any, shared_broker: BrokerProcess, tmp_pa
     assert all(
         [(h.key, bytes(h.value)) for h in row.headers] == [("from", source.encode())] for row in copied
     )
+
+
+def _batch(spark: Any, broker: BrokerProcess, **options: str) -> Any:
+    reader = spark.read.format("strom").option("bootstrap.servers", broker.bootstrap)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_a_topic_or_partition_that_does_not_exist_is_an_error_not_an_empty_result(
+    spark: Any, shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    create_topic(shared_broker.bootstrap, "exists-two", 2)
+    with pytest.raises(Exception, match=r"topic no-such-topic named by option subscribe does not exist"):
+        _batch(spark, shared_broker, subscribe="exists-two,no-such-topic").collect()
+    with pytest.raises(Exception, match=r"assign names partitions that do not exist: exists-two-5"):
+        _batch(spark, shared_broker, assign=json.dumps({"exists-two": [0, 5]})).collect()
+    with pytest.raises(Exception, match=r"topic no-such-stream named by option subscribe does not exist"):
+        _run_to_parquet(spark, _stream(spark, shared_broker, "no-such-stream"), tmp_path / "out")
+    # A pattern may match nothing: topics come and go.
+    assert _batch(spark, shared_broker, subscribePattern="no-such-.*").count() == 0
+
+
+def test_offsets_past_the_end_are_an_error_not_an_empty_result(
+    spark: Any, shared_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic = "short"
+    create_topic(shared_broker.bootstrap, topic, 1)
+    produce(shared_broker.bootstrap, topic, [b"s%d" % index for index in range(10)])
+    past = json.dumps({topic: {"0": 500}})
+    with pytest.raises(Exception, match=r"short-0 starts at 500 but its latest offset is 10"):
+        _batch(spark, shared_broker, subscribe=topic, startingOffsets=past).collect()
+    with pytest.raises(Exception, match=r"short-0 ends at 600 but its latest offset is 10"):
+        _batch(
+            spark,
+            shared_broker,
+            subscribe=topic,
+            endingOffsets=json.dumps({topic: {"0": 600}}),
+        ).collect()
+    with pytest.raises(Exception, match=r"short-0 starts at 7 and ends at 3"):
+        _batch(
+            spark,
+            shared_broker,
+            subscribe=topic,
+            startingOffsets=json.dumps({topic: {"0": 7}}),
+            endingOffsets=json.dumps({topic: {"0": 3}}),
+        ).collect()
+    with pytest.raises(Exception, match=r"short-0 starts at 500 but its latest offset is 10"):
+        _run_to_parquet(spark, _stream(spark, shared_broker, topic, startingOffsets=past), tmp_path / "out")
+    # Up to the end is fine: nothing to read, no error.
+    at_end = json.dumps({topic: {"0": 10}})
+    assert _batch(spark, shared_broker, subscribe=topic, startingOffsets=at_end).count() == 0

@@ -8,6 +8,8 @@ changing ``format("kafka")`` to ``format("strom")``.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -26,6 +28,7 @@ __all__ = [
     "limit_offsets",
     "offsets_from_json",
     "offsets_to_json",
+    "option_warnings",
     "parse_read_options",
     "parse_write_options",
     "split_ranges",
@@ -36,6 +39,38 @@ EARLIEST = -2
 LATEST = -1
 
 TopicPartitionKey = tuple[str, int]
+
+# The options each side takes (Spark hands their names lower-cased; these are the spellings shown).
+READ_OPTION_NAMES = (
+    "bootstrap.servers",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "maxOffsetsPerTrigger",
+    "minPartitions",
+    "failOnDataLoss",
+    "includeHeaders",
+    "groupId",
+    "kafkaConsumer.pollTimeoutMs",
+)
+# ``checkpointLocation`` is Spark's own; Spark passes it to a streaming sink with the others.
+WRITE_OPTION_NAMES = ("bootstrap.servers", "topic", "checkpointLocation")
+# Options of Spark's Kafka source that format("strom") does not implement: named, so a job moved
+# over from format("kafka") is told what it loses rather than that the name is unknown.
+KAFKA_SOURCE_OPTIONS_NOT_SUPPORTED = (
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "maxRecordsPerPartition",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "startingOffsetsByTimestampStrategy",
+)
 
 
 class SourceOptionsError(ValueError):
@@ -243,6 +278,54 @@ def _offsets_spec(name: str, text: str) -> OffsetSpec:
         if offset < EARLIEST:
             raise SourceOptionsError(f"option {name}: offset {offset} for {topic}-{partition} is invalid")
     return OffsetSpec("offsets", offsets)
+
+
+def option_warnings(options: Mapping[str, str], *, side: str, client_keys: Iterable[str] = ()) -> list[str]:
+    """One warning per option name ``format("strom")`` does not know on ``side`` (``"read"`` or
+    ``"write"``), with the names meant when they are close; ``kafka.*`` names are checked against
+    ``client_keys`` (the settings of the clients that side uses). Unknown names are ignored, as
+    Spark's Kafka source ignores them, but a misspelt ``startingOffsets`` silently reads from the
+    default, so it is worth a line."""
+    known = READ_OPTION_NAMES if side == "read" else WRITE_OPTION_NAMES
+    by_lower = {name.lower(): name for name in known}
+    client_by_lower = {key.lower(): key for key in client_keys}
+    not_supported = {name.lower(): name for name in KAFKA_SOURCE_OPTIONS_NOT_SUPPORTED}
+    warnings: list[str] = []
+    for given in sorted(options):
+        lowered = given.lower()
+        if lowered in by_lower:
+            continue
+        if lowered.startswith("kafka."):
+            setting = lowered[len("kafka.") :]
+            if setting in client_by_lower:
+                continue
+            close = difflib.get_close_matches(setting, list(client_by_lower), n=3, cutoff=0.75)
+            hint = (
+                f" (did you mean {', '.join('kafka.' + client_by_lower[c] for c in close)}?)" if close else ""
+            )
+            warnings.append(
+                f"format('strom'): option {given!r} is not a setting of strom's client{hint}; ignored"
+            )
+            continue
+        if side == "read" and lowered in not_supported:
+            warnings.append(
+                f"format('strom'): option {not_supported[lowered]!r} of Spark's Kafka source is not "
+                "supported here; ignored"
+            )
+            continue
+        close = difflib.get_close_matches(lowered, list(by_lower), n=3, cutoff=0.75)
+        hint = f" (did you mean {', '.join(by_lower[c] for c in close)}?)" if close else ""
+        warnings.append(f"format('strom'): unknown {side} option {given!r}{hint}; ignored")
+    return warnings
+
+
+def client_setting_names(*config_classes: type) -> set[str]:
+    """The Kafka names of the settings the given client configuration classes take."""
+    return {
+        config_field.name.replace("_", ".")
+        for config_class in config_classes
+        for config_field in dataclasses.fields(config_class)
+    }
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:

@@ -4,7 +4,9 @@
   by topic and date. It is a streaming query run with ``Trigger.AvailableNow`` and a checkpoint
   under ``PATH/_checkpoint`` into Spark's file sink, which is exactly-once: a run that crashed is
   redone from the checkpoint's last committed batch, and readers of PATH see only files the sink's
-  log (``PATH/_spark_metadata``) committed, so nothing is duplicated and nothing skipped.
+  log (``PATH/_spark_metadata``) committed, so nothing is duplicated and nothing skipped. A lost
+  checkpoint is rebuilt from what the archive holds (see ``archive_state``). Timestamps are written
+  as Parquet INT64 (microseconds, UTC), not Spark's legacy INT96.
 - ``pageviews``: page-view JSON parsed, counted per page in 1-minute tumbling event-time windows
   with a watermark, the counts written back to a topic (update mode: each micro-batch writes the
   windows whose counts changed, so the latest record per key is the current count). Spark's Python
@@ -13,35 +15,68 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
-from pathlib import Path
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from strom.spark import register
+from strom.spark.archive_state import prepare_archive
 
-__all__ = ["archive", "local_session", "pageviews"]
+__all__ = [
+    "archive",
+    "default_archive_group",
+    "default_pageviews_group",
+    "describe_progress",
+    "pageviews",
+    "spark_session",
+]
+
+# Parquet's INT64 timestamps (microseconds, adjusted to UTC) instead of Spark's default, the
+# legacy INT96 that other Parquet readers deprecate.
+PARQUET_TIMESTAMP_TYPE = "TIMESTAMP_MICROS"
 
 
-def local_session(master: str = "local[*]", app_name: str = "strom-pipeline") -> Any:
-    """A SparkSession whose Python workers run this interpreter, listening on loopback only."""
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = "strom-pipeline",
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """A SparkSession for the pipelines: its Python workers run this interpreter (on a cluster the
+    workers need the same path, see docs/spark.md), on loopback unless ``SPARK_LOCAL_IP`` says
+    otherwise, with ``format("strom")`` registered. ``conf`` wins over the defaults here."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     register(spark)
     return spark
 
 
-def _reader(spark: Any, bootstrap_servers: str, extra_options: dict[str, str] | None) -> Any:
+def default_archive_group(output: str | Path) -> str:
+    """The consumer group an archive commits its progress to unless told otherwise."""
+    name = PurePosixPath(str(output).rstrip("/")).name or "archive"
+    return f"strom-archive-{name}"
+
+
+def default_pageviews_group(target_topic: str) -> str:
+    return f"strom-pageviews-{target_topic}"
+
+
+def _reader(spark: Any, bootstrap_servers: str, extra_options: Mapping[str, str] | None) -> Any:
     register(spark)
     reader = spark.readStream.format("strom").option("bootstrap.servers", bootstrap_servers)
     for key, value in (extra_options or {}).items():
@@ -54,28 +89,45 @@ def archive(
     bootstrap_servers: str,
     topics: list[str],
     output: str | Path,
-    extra_options: dict[str, str] | None = None,
+    extra_options: Mapping[str, str] | None = None,
+    *,
+    group_id: str | None = None,
 ) -> int:
-    """Load every record not yet archived into ``output``; returns how many this run archived."""
+    """Load every record not yet archived into ``output``; returns how many this run archived.
+    ``group_id``: commit the archive's progress to this consumer group (its lag is what is left
+    to archive). Raises ``ArchiveStateError`` for a directory it cannot continue safely."""
     from pyspark.sql import functions
 
-    output_path = Path(output)
+    output_text = str(output).rstrip("/")
+    prepare_archive(spark, output_text, topics)
+    reader = _reader(spark, bootstrap_servers, extra_options)
+    if group_id:
+        reader = reader.option("groupId", group_id)
     records = (
-        _reader(spark, bootstrap_servers, extra_options)
-        .option("subscribe", ",".join(topics))
+        reader.option("subscribe", ",".join(topics))
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")
         .load()
         .withColumn("date", functions.to_date("timestamp"))
     )
-    query = (
+    writer = (
         records.writeStream.format("parquet")
-        .option("path", str(output_path))
-        .option("checkpointLocation", str(output_path / "_checkpoint"))
+        .option("path", output_text)
+        .option("checkpointLocation", f"{output_text}/_checkpoint")
         .partitionBy("topic", "date")
         .trigger(availableNow=True)
-        .start()
     )
+    # The query takes a copy of the session's settings when it starts; the caller's stay as they were.
+    timestamp_key = "spark.sql.parquet.outputTimestampType"
+    previous = spark.conf.get(timestamp_key, None)
+    spark.conf.set(timestamp_key, PARQUET_TIMESTAMP_TYPE)
+    try:
+        query = writer.start()
+    finally:
+        if previous is None:
+            spark.conf.unset(timestamp_key)
+        else:
+            spark.conf.set(timestamp_key, previous)
     query.awaitTermination()
     return sum(int(progress["numInputRows"]) for progress in query.recentProgress)
 
@@ -89,14 +141,18 @@ def pageviews(
     *,
     watermark: str = "1 minute",
     available_now: bool = False,
-    extra_options: dict[str, str] | None = None,
+    extra_options: Mapping[str, str] | None = None,
+    group_id: str | None = None,
 ) -> Any:
-    """Start the page-view count query and return it (``available_now``: stop when caught up)."""
+    """Start the page-view count query and return it (``available_now``: stop when caught up).
+    ``group_id``: commit its progress to this consumer group."""
     from pyspark.sql import functions
 
+    reader = _reader(spark, bootstrap_servers, extra_options)
+    if group_id:
+        reader = reader.option("groupId", group_id)
     events = (
-        _reader(spark, bootstrap_servers, extra_options)
-        .option("subscribe", source_topic)
+        reader.option("subscribe", source_topic)
         .option("startingOffsets", "earliest")
         .load()
         .select(
@@ -148,3 +204,26 @@ def pageviews(
     if available_now:
         writer = writer.trigger(availableNow=True)
     return writer.start()
+
+
+def describe_progress(progress: Mapping[str, Any], total_rows: int) -> str:
+    """One line for one micro-batch of a query's progress (``total_rows``: read so far in all)."""
+    rows = int(progress.get("numInputRows") or 0)
+    parts = [f"batch {progress.get('batchId')}: {rows} records read ({total_rows} in all)"]
+    for source in progress.get("sources") or []:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            with contextlib.suppress(ValueError):
+                end = json.loads(end)
+        if isinstance(end, Mapping):
+            positions = ", ".join(
+                f"{topic}-{partition}: {offset}"
+                for topic, partitions in sorted(end.items())
+                if isinstance(partitions, Mapping)
+                for partition, offset in sorted(partitions.items(), key=lambda item: int(item[0]))
+            )
+            parts.append(f"next offsets {positions}")
+    watermark = (progress.get("eventTime") or {}).get("watermark")
+    if watermark:
+        parts.append(f"watermark {watermark}")
+    return "; ".join(parts)

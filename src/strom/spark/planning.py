@@ -10,9 +10,16 @@ from collections.abc import Iterable, Mapping
 from strom.client.admin import Admin
 from strom.client.config import AdminConfig, ConsumerConfig
 from strom.client.consumer import Consumer
-from strom.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, TopicPartitionKey
+from strom.spark.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    ReadOptions,
+    SourceOptionsError,
+    TopicPartitionKey,
+)
 
-__all__ = ["OffsetPlanner", "admin_config", "consumer_config"]
+__all__ = ["OffsetPlanner", "OffsetsOutOfRangeError", "UnknownTopicError", "admin_config", "consumer_config"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +41,18 @@ def consumer_config(client_config: Mapping[str, str], **defaults: str) -> dict[s
     config = dict(defaults)
     config.update({key: value for key, value in client_config.items() if key in known and key != "group.id"})
     return config
+
+
+class UnknownTopicError(SourceOptionsError):
+    """``subscribe`` or ``assign`` names a topic or partition the cluster does not have."""
+
+
+class OffsetsOutOfRangeError(SourceOptionsError):
+    """Offsets given to a query lie past the end of a partition, or a start lies after its end."""
+
+
+def _names(partitions: Iterable[TopicPartitionKey]) -> str:
+    return ", ".join(f"{topic}-{partition}" for topic, partition in partitions)
 
 
 class OffsetPlanner:
@@ -83,6 +102,75 @@ class OffsetPlanner:
             for partition in description.partitions
         )
 
+    def check_exists(self) -> None:
+        """Refuse topics named by ``subscribe`` and partitions named by ``assign`` that do not exist:
+        they would read nothing, silently (a pattern may match nothing: topics come and go)."""
+        options = self.options
+        named = list(options.subscribe) or sorted({topic for topic, _ in options.assign})
+        if not named:
+            return
+        where = self.options.client_config.get("bootstrap.servers", "the cluster")
+        existing = set(self.admin.list_topics())
+        missing = [topic for topic in named if topic not in existing]
+        if missing:
+            option = "subscribe" if options.subscribe else "assign"
+            raise UnknownTopicError(
+                f"format('strom'): {'topic' if len(missing) == 1 else 'topics'} {', '.join(missing)} "
+                f"named by option {option} {'does' if len(missing) == 1 else 'do'} not exist at {where}"
+                " (create it first, or check the name: `strom topics list` shows the topics there are)"
+            )
+        if options.assign:
+            described = self.admin.describe_topics(named)
+            counts = {name: len(description.partitions) for name, description in described.items()}
+            absent = sorted(tp for tp in set(options.assign) if not 0 <= tp[1] < counts.get(tp[0], 0))
+            if absent:
+                sizes = ", ".join(
+                    f"{topic} has {counts.get(topic, 0)}" for topic in sorted({t for t, _ in absent})
+                )
+                raise UnknownTopicError(
+                    f"format('strom'): option assign names partitions that do not exist: {_names(absent)} ({sizes})"
+                )
+
+    def check_range(
+        self,
+        start: Mapping[TopicPartitionKey, int],
+        end: Mapping[TopicPartitionKey, int] | None,
+    ) -> None:
+        """Refuse start offsets past a partition's latest offset (or after the batch's end) and
+        ending offsets past the latest: a range that can never be read, which would give no rows
+        (or wait for records that do not exist). As Spark's Kafka source does."""
+        latest = self.latest(list(start))
+        past_end = sorted(tp for tp, offset in start.items() if offset > latest[tp])
+        if past_end:
+            raise OffsetsOutOfRangeError(
+                "format('strom'): starting offsets past the end of their partitions: "
+                + ", ".join(
+                    f"{t}-{p} starts at {start[(t, p)]} but its latest offset is {latest[(t, p)]}"
+                    for t, p in past_end
+                )
+                + " (use startingOffsets latest, or offsets up to the latest; `strom topics describe` shows them)"
+            )
+        if end is None:
+            return
+        end_past = sorted(tp for tp, offset in end.items() if offset > latest.get(tp, offset))
+        if end_past:
+            raise OffsetsOutOfRangeError(
+                "format('strom'): ending offsets past the end of their partitions: "
+                + ", ".join(
+                    f"{t}-{p} ends at {end[(t, p)]} but its latest offset is {latest[(t, p)]}"
+                    for t, p in end_past
+                )
+                + " (use endingOffsets latest, or -1 for a partition)"
+            )
+        reversed_ranges = sorted(tp for tp, offset in start.items() if tp in end and offset > end[tp])
+        if reversed_ranges:
+            raise OffsetsOutOfRangeError(
+                "format('strom'): starting offsets after the ending offsets: "
+                + ", ".join(
+                    f"{t}-{p} starts at {start[(t, p)]} and ends at {end[(t, p)]}" for t, p in reversed_ranges
+                )
+            )
+
     def earliest(self, partitions: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         wanted = list(partitions)
         if not wanted:
@@ -110,7 +198,7 @@ class OffsetPlanner:
                 # A batch end given for some partitions only: the rest read to their latest.
                 log.info("no ending offset given for %s; reading to latest", missing)
             elif missing:
-                raise ValueError(
+                raise SourceOptionsError(
                     f"startingOffsets names no offset for {', '.join(f'{t}-{p}' for t, p in missing)}"
                 )
             earliest = self.earliest([tp for tp in partitions if spec.offsets.get(tp) == EARLIEST])
@@ -128,7 +216,9 @@ class OffsetPlanner:
             else:
                 missing = [tp for tp in partitions if tp not in spec.offsets]
                 if missing:
-                    raise ValueError(f"no timestamp given for {', '.join(f'{t}-{p}' for t, p in missing)}")
+                    raise SourceOptionsError(
+                        f"no timestamp given for {', '.join(f'{t}-{p}' for t, p in missing)}"
+                    )
                 timestamps = {tp: spec.offsets[tp] for tp in partitions}
             found = self.consumer.offsets_for_times(timestamps)
             latest = self.latest(partitions)

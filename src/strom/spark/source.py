@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from strom.client.config import AdminConfig, ConsumerConfig, ProducerConfig
 from strom.spark.group_offsets import commit_group_offsets
 from strom.spark.options import (
     OffsetRange,
@@ -45,16 +46,18 @@ from strom.spark.options import (
     SourceOptionsError,
     TopicPartitionKey,
     WriteOptions,
+    client_setting_names,
     limit_offsets,
     offsets_from_checkpoint,
     offsets_to_json,
+    option_warnings,
     parse_read_options,
     parse_write_options,
     split_ranges,
 )
 from strom.spark.planning import OffsetPlanner
 from strom.spark.reading import SPARK_HEADERS_DDL, SPARK_SCHEMA_DDL, read_range
-from strom.spark.writing import check_write_schema, write_batches
+from strom.spark.writing import check_producer_config, check_write_schema, write_batches
 
 __all__ = ["StromDataSource"]
 
@@ -120,8 +123,10 @@ class StromBatchReader(_Planned, DataSourceReader):
                 raise SourceOptionsError(
                     "startingOffsets latest (-1) is for streams; a batch query would read nothing"
                 )
+            self.planner.check_exists()
             start = self.planner.resolve(starting, partitions, ending=False)
             end = self.planner.resolve(options.ending, partitions, ending=True)
+            self.planner.check_range(start, end)
         finally:
             self.planner.close()
         ranges = [
@@ -142,9 +147,13 @@ class StromStreamReader(_Planned, DataSourceStreamReader, SupportsTriggerAvailab
         self._last_group_commit: dict[TopicPartitionKey, int] | None = None
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
+        # Asked only when the query starts without a checkpoint: where the options are checked.
+        self.planner.check_exists()
         partitions = self.planner.topic_partitions()
         starting = self.options.starting or OffsetSpec("latest")
-        return offsets_to_json(self.planner.resolve(starting, partitions, ending=False))
+        start = self.planner.resolve(starting, partitions, ending=False)
+        self.planner.check_range(start, None)
+        return offsets_to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
@@ -266,24 +275,41 @@ class StromDataSource(DataSource):
     def _options(self) -> Mapping[str, str]:
         return dict(self.options)
 
+    def _warn_about_options(self, side: str) -> None:
+        # Planning runs in a Python worker on the driver: an unconfigured logger there writes
+        # warnings to stderr, which Spark passes on to the driver's console.
+        client_keys = (
+            client_setting_names(AdminConfig, ConsumerConfig)
+            if side == "read"
+            else client_setting_names(ProducerConfig)
+        )
+        for warning in option_warnings(self._options(), side=side, client_keys=client_keys):
+            log.warning("%s", warning)
+
     def schema(self) -> str:
         include_headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
         return SPARK_SCHEMA_DDL + (SPARK_HEADERS_DDL if include_headers else "")
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        self._warn_about_options("read")
         return StromBatchReader(parse_read_options(self._options(), streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        self._warn_about_options("read")
         return StromStreamReader(parse_read_options(self._options(), streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> StromBatchWriter:
+        self._warn_about_options("write")
         options = parse_write_options(self._options())
         check_write_schema(_column_types(schema), options)
+        check_producer_config(options)
         return StromBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StromStreamWriter:
+        self._warn_about_options("write")
         options = parse_write_options(self._options())
         check_write_schema(_column_types(schema), options)
+        check_producer_config(options)
         return StromStreamWriter(options)
 
 

@@ -14,10 +14,18 @@ from typing import Any
 
 import pyarrow as pa
 
+from strom.client.config import ProducerConfig
+from strom.client.errors import ConfigError
 from strom.client.producer import Producer
-from strom.spark.options import SourceOptionsError, WriteOptions
+from strom.spark.options import SourceOptionsError, WriteOptions, client_setting_names
 
-__all__ = ["WRITABLE_COLUMNS", "check_write_schema", "write_batches"]
+__all__ = [
+    "WRITABLE_COLUMNS",
+    "check_producer_config",
+    "check_write_schema",
+    "producer_config",
+    "write_batches",
+]
 
 WRITABLE_COLUMNS = ("value", "key", "topic", "partition", "headers")
 
@@ -47,6 +55,20 @@ def check_write_schema(column_types: Mapping[str, str], options: WriteOptions) -
         raise SourceOptionsError(f"column 'partition' must be an integer, not {column_types['partition']}")
 
 
+def producer_config(client_config: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options the producer takes (others were warned about on the driver)."""
+    known = client_setting_names(ProducerConfig)
+    return {key: value for key, value in client_config.items() if key in known}
+
+
+def check_producer_config(options: WriteOptions) -> None:
+    """Refuse a bad ``kafka.*`` value on the driver, before any task starts."""
+    try:
+        ProducerConfig.from_settings(producer_config(options.client_config))
+    except ConfigError as error:
+        raise SourceOptionsError(f"format('strom'): {error}") from None
+
+
 def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     index = batch.schema.get_field_index(name)
     if index < 0:
@@ -62,7 +84,7 @@ def _headers(value: Any) -> list[tuple[str, bytes | None]] | None:
 
 def write_batches(batches: Iterable[pa.RecordBatch], options: WriteOptions) -> int:
     """Produce every row; returns how many were written (all acknowledged)."""
-    producer = Producer(dict(options.client_config))
+    producer = Producer(producer_config(options.client_config))
     written = 0
     pending: list[Future[Any]] = []
     try:
