@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import signal
@@ -39,6 +40,7 @@ from strom.broker.connection_budget import (
     OverdueReason,
 )
 from strom.broker.context import RequestContext
+from strom.broker.listeners import format_listener
 from strom.broker.metrics import BrokerMetrics, MetricsServer
 from strom.broker.registry import HANDLERS
 from strom.broker.state import BrokerState
@@ -120,12 +122,13 @@ class BrokerServer:
         self.config = config
         self.state = BrokerState(config, clock or SystemClock())
         self.metrics = BrokerMetrics()
+        # The metrics page listens on the host of the first listener (every interface if it has none).
         self._metrics_server = (
-            MetricsServer(self.metrics, self.state, config.host, metrics_port)
+            MetricsServer(self.metrics, self.state, config.listeners()[0].host, metrics_port)
             if metrics_port is not None
             else None
         )
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connection_ids = itertools.count(1)
         self._connections: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -137,14 +140,34 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.state.load()
-        self._server = await asyncio.start_server(
-            self._serve_connection, self.config.host, self.config.port, reuse_address=True
-        )
-        sockets: list[Any] = list(self._server.sockets or [])
-        bound = ", ".join(str(sock.getsockname()[:2]) for sock in sockets)
-        log.info(
-            "strom broker %d listening on %s, data in %s", self.state.node_id, bound, self.config.data_dir
-        )
+        bound_ports: dict[str, int] = {}
+        try:
+            for listener in self.config.listeners():
+                server = await asyncio.start_server(
+                    functools.partial(self._serve_connection, listener=listener.listener),
+                    listener.host or None,  # an empty host: every interface
+                    listener.port,
+                    reuse_address=True,
+                )
+                self._servers.append(server)
+                sockets: list[Any] = list(server.sockets or [])
+                bound_ports[listener.listener] = int(sockets[0].getsockname()[1])
+        except OSError:
+            for server in self._servers:
+                server.close()
+            self._servers.clear()
+            raise
+        advertised = self.config.advertised_listeners(bound_ports)
+        self.state.advertised = {endpoint.listener: endpoint for endpoint in advertised}
+        for server, endpoint in zip(self._servers, advertised, strict=True):
+            bound = ", ".join(str(sock.getsockname()[:2]) for sock in server.sockets or [])
+            log.info(
+                "strom broker %d listening on %s, advertised as %s, data in %s",
+                self.state.node_id,
+                bound,
+                format_listener(endpoint),
+                self.config.data_dir,
+            )
         self.state.groups.start()
         if self._metrics_server is not None:
             await self._metrics_server.start()
@@ -153,21 +176,24 @@ class BrokerServer:
 
     @property
     def port(self) -> int:
-        assert self._server is not None and self._server.sockets
-        return int(self._server.sockets[0].getsockname()[1])
+        """The port of the first listener."""
+        assert self._servers and self._servers[0].sockets
+        return int(self._servers[0].sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
-        if self._server is None:
+        if not self._servers:
             return
         log.info("strom broker shutting down")
-        self._server.close()
+        for server in self._servers:
+            server.close()
         if self._metrics_server is not None:
             await self._metrics_server.stop()
         for task in [*self._background, *self._connections]:
             task.cancel()
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
-        await self._server.wait_closed()
-        self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
         for partition_log in self.state.logs.logs():
             partition_log.flush()
         self.state.close()
@@ -205,10 +231,12 @@ class BrokerServer:
 
     # -- connections ------------------------------------------------------------------------------
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str = "PLAINTEXT"
+    ) -> None:
         # The connection runs in a task of our own so that stop() can cancel it without the
         # streams machinery logging the cancellation of its callback task as an error.
-        task = asyncio.create_task(self._connection_loop(reader, writer))
+        task = asyncio.create_task(self._connection_loop(reader, writer, listener))
         self._connections.add(task)
         try:
             await task
@@ -217,7 +245,9 @@ class BrokerServer:
         finally:
             self._connections.discard(task)
 
-    async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection_loop(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str = "PLAINTEXT"
+    ) -> None:
         connection_id = next(self._connection_ids)
         peer = writer.get_extra_info("peername")
         client_host = str(peer[0]) if peer else "?"
@@ -275,7 +305,9 @@ class BrokerServer:
                                 if budget.must_drain(account, unsent_bytes()):
                                     await self._drain(writer, account)
                                 allowance = budget.response_allowance(account)
-                            response = await self._dispatch(frame, client_host, connection_id, allowance)
+                            response = await self._dispatch(
+                                frame, client_host, connection_id, allowance, listener
+                            )
                             if response is not None:
                                 outgoing.extend(response)
                                 outgoing_bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE_BYTES
@@ -420,6 +452,7 @@ class BrokerServer:
         client_host: str,
         connection_id: int,
         response_bytes_max: int = limits.connection_unsent_bytes_max,
+        listener: str = "PLAINTEXT",
     ) -> list[Blob] | None:
         """Handle one request frame; the response frame as buffers, or None when there is none."""
         try:
@@ -456,6 +489,7 @@ class BrokerServer:
             client_host=client_host,
             connection_id=connection_id,
             response_bytes_max=response_bytes_max,
+            listener=listener,
         )
         started = time.perf_counter()
         response = await handler.handle(context, request)

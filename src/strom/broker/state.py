@@ -17,6 +17,7 @@ from pathlib import Path
 from strom.base.clock import Clock
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.groups import GroupService
+from strom.cluster.model import Endpoint
 from strom.coordinator import OFFSETS_TOPIC
 from strom.storage import LogManager, PartitionLog
 
@@ -59,6 +60,11 @@ class BrokerState:
         self.config = config
         self.clock = clock
         self.node_id = config.node_id
+        # What clients are told to connect to, by listener name: the server sets it once its
+        # listeners are bound (a listener on port 0 advertises the port it got).
+        self.advertised: dict[str, Endpoint] = {
+            endpoint.listener: endpoint for endpoint in config.advertised_listeners()
+        }
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = config.cluster_id()
         self.logs = LogManager(config.data_dir, config.log_defaults(), clock)
@@ -81,6 +87,11 @@ class BrokerState:
             log.warning("%s", line)
         for line in self.logs.load():
             log.info("%s", line)
+
+    def advertised_endpoint(self, listener: str) -> Endpoint:
+        """The host and port clients reaching this broker through ``listener`` are told to use."""
+        found = self.advertised.get(listener)
+        return found if found is not None else next(iter(self.advertised.values()))
 
     def close(self) -> None:
         self.groups.shutdown()

@@ -80,10 +80,12 @@ class LogManager:
 
     def load(self) -> list[str]:
         """Open every topic's partitions, recovering them; returns lines saying what recovery did."""
+        # A data directory without the topics directory is new: nothing to recover, nothing crashed.
+        fresh = not self._topics_directory.exists()
         self._topics_directory.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE_NAME
-        clean = marker.exists()
-        if clean:
+        clean = marker.exists() or fresh
+        if marker.exists():
             marker.unlink()
             fsync_directory(self.data_dir)
         messages: list[str] = []

@@ -66,7 +66,8 @@ async def handle_find_coordinator(
     context: RequestContext, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
     state = context.broker
-    host, port, node = state.config.advertised_host, state.config.advertised_port, state.node_id
+    endpoint = state.advertised_endpoint(context.listener)
+    host, port, node = endpoint.host, endpoint.port, state.node_id
     if context.api_version >= BATCHED_KEYS_MIN_VERSION:
         coordinators = []
         for key in request.coordinator_keys:
