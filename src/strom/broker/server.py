@@ -41,7 +41,15 @@ from strom.broker.connection_budget import (
 )
 from strom.broker.context import RequestContext
 from strom.broker.listeners import format_listener
-from strom.broker.metrics import BrokerMetrics, MetricsServer
+from strom.broker.metrics import (
+    FETCH_API_KEY,
+    FETCH_CONSUMER,
+    FETCH_FOLLOWER,
+    FETCH_REPLICA_STATE_MIN_VERSION,
+    ConnectionTimes,
+    MetricsServer,
+    bind_connection_times,
+)
 from strom.broker.registry import HANDLERS
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
@@ -121,7 +129,7 @@ class BrokerServer:
     ) -> None:
         self.config = config
         self.state = BrokerState(config, clock or SystemClock())
-        self.metrics = BrokerMetrics()
+        self.metrics = self.state.metrics
         # The metrics page listens on the host of the first listener (every interface if it has none).
         self._metrics_server = (
             MetricsServer(self.metrics, self.state, config.listeners()[0].host, metrics_port)
@@ -268,6 +276,11 @@ class BrokerServer:
         reserved_bytes = bounds.connection_held_bytes_reserved
         metrics.connections_open += 1
         metrics.connections_total += 1
+        # Where each request's time goes (queue / local / remote / response queue / send): the
+        # clock is read once per read, around each request, and once per write of answers.
+        times = ConnectionTimes()
+        bind_connection_times(times)
+        clock = time.perf_counter
         try:
             while True:
                 # Within the reserve a connection is never muted; the budget is asked only above it
@@ -280,6 +293,7 @@ class BrokerServer:
                 data = await reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
+                received = clock()
                 metrics.bytes_in_total += len(data)
                 frames = self._cut(decoder, data, frames_max)
                 while frames:
@@ -300,13 +314,13 @@ class BrokerServer:
                                 frame[0] << 8 | frame[1]
                             ) in MAY_WAIT_API_KEYS or outgoing_bytes > reserved_bytes:
                                 if outgoing:
-                                    self._send_answers(writer, outgoing, outgoing_bytes)
+                                    self._send_answers(writer, outgoing, outgoing_bytes, times)
                                 outgoing_bytes = 0
                                 if budget.must_drain(account, unsent_bytes()):
                                     await self._drain(writer, account)
                                 allowance = budget.response_allowance(account)
                             response = await self._dispatch(
-                                frame, client_host, connection_id, allowance, listener
+                                frame, client_host, connection_id, allowance, listener, received, times
                             )
                             if response is not None:
                                 outgoing.extend(response)
@@ -314,7 +328,7 @@ class BrokerServer:
                     finally:
                         # Requests answered before one that closes the connection still get their answers.
                         if outgoing:
-                            self._send_answers(writer, outgoing, outgoing_bytes)
+                            self._send_answers(writer, outgoing, outgoing_bytes, times)
                     account.handling = False
                     if len(frames) < frames_max:
                         break
@@ -373,16 +387,24 @@ class BrokerServer:
                 raise ConnectionResetError("connection closed while its answers were draining")
             budget.must_drain(account, transport.get_write_buffer_size())  # records what is left
 
-    def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob], outgoing_bytes: int) -> None:
+    def _send_answers(
+        self, writer: asyncio.StreamWriter, outgoing: list[Blob], outgoing_bytes: int, times: ConnectionTimes
+    ) -> None:
         """Write the answers collected so far (``outgoing_bytes`` in all) in one call and empty the list."""
         if writer.is_closing():
             # The peer reset the connection while its request was handled (a parked join, a long
             # poll): nobody is left to answer, and writing would raise.
             outgoing.clear()
+            times.unsent.clear()
             raise ConnectionResetError("the peer closed the connection")
+        sending = time.perf_counter()
         writer.writelines(outgoing)
+        sent = time.perf_counter()
         self.metrics.bytes_out_total += outgoing_bytes
         outgoing.clear()
+        for request_metrics, received, started, ended, remote in times.unsent:
+            request_metrics.observe(received, started, ended, remote, sending, sent)
+        times.unsent.clear()
 
     # -- idle and slow connections ------------------------------------------------------------------
 
@@ -453,8 +475,12 @@ class BrokerServer:
         connection_id: int,
         response_bytes_max: int = limits.connection_unsent_bytes_max,
         listener: str = "PLAINTEXT",
+        received: float | None = None,
+        times: ConnectionTimes | None = None,
     ) -> list[Blob] | None:
-        """Handle one request frame; the response frame as buffers, or None when there is none."""
+        """Handle one request frame; the response frame as buffers, or None when there is none.
+        ``received`` is when the read that completed the frame returned; the request's times are
+        kept in ``times`` until its answer is written (``_send_answers``)."""
         try:
             header, body_offset = decode_request_header(frame)
         except DecodeError as error:
@@ -491,15 +517,35 @@ class BrokerServer:
             response_bytes_max=response_bytes_max,
             listener=listener,
         )
+        state = self.state
+        name = handler.name
+        if api_key == FETCH_API_KEY:
+            replica_id = (
+                request.replica_state.replica_id
+                if version >= FETCH_REPLICA_STATE_MIN_VERSION
+                else request.replica_id
+            )
+            name = FETCH_FOLLOWER if replica_id >= 0 else FETCH_CONSUMER
+        metrics = self.metrics
+        request_metrics = metrics.requests.get(name) or metrics.request_metrics(name, handler.max_version)
+        request_metrics.requests_by_version[version] += 1
+        if times is None:
+            times = ConnectionTimes()
+        times.remote_s = 0.0
         started = time.perf_counter()
+        if received is None:
+            received = started
         response = await handler.handle(context, request)
-        self.metrics.observe_request(handler.name, version, time.perf_counter() - started)
+        ended = time.perf_counter()
+        metrics.count_response(state, request_metrics, api_key, version, request, response)
         if log.isEnabledFor(logging.DEBUG) and handler.api_key not in QUIET_API_KEYS:
             log.debug(
                 "connection %d %s v%d: %r -> %r", connection_id, handler.name, version, request, response
             )
         if response is None:
+            request_metrics.observe(received, started, ended, times.remote_s, ended, ended)
             return None
+        times.unsent.append((request_metrics, received, started, ended, times.remote_s))
         return encode_response_buffers(correlation_id, api_key, version, response)
 
     def _unsupported(self, api_key: int, version: int, correlation_id: int) -> list[Blob]:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from strom.base.clock import Clock
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.groups import GroupService
+from strom.broker.metrics import BrokerMetrics, add_remote_wait
 from strom.cluster.model import Endpoint
 from strom.coordinator import OFFSETS_TOPIC
 from strom.storage import LogManager, PartitionLog
@@ -60,6 +62,7 @@ class BrokerState:
         self.config = config
         self.clock = clock
         self.node_id = config.node_id
+        self.metrics = BrokerMetrics()
         # What clients are told to connect to, by listener name: the server sets it once its
         # listeners are bound (a listener on port 0 advertises the port it got).
         self.advertised: dict[str, Endpoint] = {
@@ -116,11 +119,13 @@ class BrokerState:
         keys = list(partitions)
         for key in keys:
             self._append_waiters.setdefault(key, set()).add(waiter)
+        started = time.perf_counter()
         try:
             await asyncio.wait_for(waiter, timeout_ms / 1000)
         except TimeoutError:
             pass
         finally:
+            add_remote_wait(time.perf_counter() - started)
             for key in keys:
                 waiters = self._append_waiters.get(key)
                 if waiters is not None:
@@ -135,7 +140,9 @@ class BrokerState:
         key = (partition_log.topic, partition_log.partition)
         lock = self._flush_locks.setdefault(key, asyncio.Lock())
         async with lock:
+            started = time.perf_counter()
             await asyncio.get_running_loop().run_in_executor(self._disk_executor, partition_log.flush)
+            self.metrics.observe_flush(time.perf_counter() - started)
 
     async def flush_due(self) -> None:
         """The time-based flush policy: fsync every log whose flush.ms has passed."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from strom.broker.context import RequestContext
+from strom.broker.metrics import add_remote_wait
 from strom.broker.registry import handles
 from strom.protocol.acl import GROUP_OPERATIONS
 from strom.protocol.errors import ErrorCode
@@ -47,7 +49,13 @@ async def _parked(start: Callable[[Callable[[Response], None]], None]) -> Respon
             future.set_result(response)
 
     start(respond)
-    return await future
+    if future.done():
+        return future.result()
+    parked = time.perf_counter()
+    try:
+        return await future
+    finally:
+        add_remote_wait(time.perf_counter() - parked)  # the request's RemoteTimeMs
 
 
 def _find_one(context: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
