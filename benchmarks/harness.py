@@ -30,15 +30,26 @@ def cpu_seconds(pid: int) -> float:
 class Broker:
     """A ``strom broker`` on 127.0.0.1 with its data under ``work_dir``; ``stop()`` by its PID."""
 
-    def __init__(self, work_dir: Path, settings: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, work_dir: Path, settings: Mapping[str, str] | None = None, source_dir: Path | None = None
+    ) -> None:
+        """``source_dir``: run the strom package found there (another version's ``src``) instead of this one."""
         self.port = free_port()
         self.log_path = work_dir / "broker.log"
         command = [sys.executable, "-m", "strom.cli.main", "broker", "--host", "127.0.0.1"]
         command += ["--port", str(self.port), "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
         for key, value in (settings or {}).items():
             command += ["--set", f"{key}={value}"]
+        environment = dict(os.environ)
+        if source_dir is not None:
+            # PYTHONPATH comes before the editable install's path entry, so that copy is imported.
+            environment["PYTHONPATH"] = os.pathsep.join(
+                [str(source_dir), *filter(None, [environment.get("PYTHONPATH")])]
+            )
         with self.log_path.open("wb") as log_file:
-            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                command, stdout=log_file, stderr=subprocess.STDOUT, env=environment
+            )
         deadline = time.monotonic() + BROKER_START_TIMEOUT_S
         while True:
             if self.process.poll() is not None or time.monotonic() > deadline:
