@@ -304,12 +304,14 @@ def test_port_zero_advertises_the_port_the_listener_got(tmp_path: Path) -> None:
             "unknown configuration key(s): num.partition (did you mean num.partitions?)",
         ),
         (["--set", "zookeeper.conect=localhost:2181"], "did you mean zookeeper.connect?"),
+        (["--set", "log.dirs=/tmp/a,/tmp/b"], "names several directories; a strom broker keeps its data in one"),
     ],
 )
 def test_bad_settings_stop_the_broker_before_it_listens(
     arguments: list[str], message: str, tmp_path: Path
 ) -> None:
-    finished = run_strom("broker", "--data-dir", str(tmp_path / "data"), *arguments, timeout_s=60)
+    data_dir = [] if "log.dirs" in " ".join(arguments) else ["--data-dir", str(tmp_path / "data")]
+    finished = run_strom("broker", *data_dir, *arguments, timeout_s=60)
     assert finished.returncode == 2, finished
     assert message in finished.stderr, finished.stderr
     assert not (tmp_path / "data").exists()

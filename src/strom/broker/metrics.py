@@ -574,6 +574,8 @@ class BrokerMetrics:
                 individual.extend(partitions)
                 budget -= len(partitions)
             else:
+                if not internal:
+                    budget = 0  # once a topic does not fit, no later one does
                 summarised.append((topic_name, sum(item.size_bytes for item in partitions)))
         labels = [f'topic="{_escape(item.topic)}",partition="{item.partition}"' for item in individual]
         family(
@@ -683,9 +685,8 @@ class BrokerMetrics:
             members_total += len(group.members)
             members.append((group_id, len(group.members)))
             committed = sorted(group.offsets.items())
-            fits = len(committed) <= budget
-            if fits:
-                budget -= len(committed)
+            fits = len(committed) <= budget  # once a group does not fit, no later one does
+            budget = budget - len(committed) if fits else 0
             for (topic, partition), offset in committed:
                 partition_log = state.logs.log(topic, partition)
                 if partition_log is None:

@@ -37,6 +37,10 @@ def _broker(arguments: argparse.Namespace) -> int:
                 raise BrokerConfigError(f"--set takes key=value, got {assignment!r}")
             values[key.strip()] = value.strip()
         data_dir = arguments.data_dir or values.get("log.dirs") or values.get("log.dir") or "./data"
+        if "," in data_dir:
+            raise BrokerConfigError(
+                f"log.dirs: {data_dir!r} names several directories; a strom broker keeps its data in one"
+            )
         config = BrokerConfig(
             host=arguments.host, port=arguments.port, data_dir=Path(data_dir), values=values
         )
