@@ -33,8 +33,7 @@ class Broker:
     def __init__(
         self, work_dir: Path, settings: Mapping[str, str] | None = None, source_dir: Path | None = None
     ) -> None:
-        """``source_dir``: run the strom found there (a ``src`` directory, e.g. another revision's)
-        instead of the installed one."""
+        """``source_dir``: run the strom package found there (another version's ``src``) instead of this one."""
         self.port = free_port()
         self.log_path = work_dir / "broker.log"
         command = [sys.executable, "-m", "strom.cli.main", "broker", "--host", "127.0.0.1"]
@@ -43,6 +42,7 @@ class Broker:
             command += ["--set", f"{key}={value}"]
         environment = dict(os.environ)
         if source_dir is not None:
+            # PYTHONPATH comes before the editable install's path entry, so that copy is imported.
             environment["PYTHONPATH"] = os.pathsep.join(
                 [str(source_dir), *filter(None, [environment.get("PYTHONPATH")])]
             )

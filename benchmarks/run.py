@@ -20,6 +20,12 @@ What is measured, in one run, on 127.0.0.1 only:
   (its queue only fills), per process: what the load generator itself can offer.
 
 Each case runs once after a warm-up (first touch of memory, page cache, JIT-free Python paths).
+
+``--baseline REV`` measures the brokers of two versions side by side in one run instead: the
+package of git revision REV (exported with ``git archive`` into a temporary directory) and this
+working tree, each on its own port and data directory, every case run on both in alternating order
+(``--rounds`` times; the median of each is shown). It writes the "broker-baseline" section: what a
+change to the hot path costs, in throughput and in broker CPU per record.
 """
 
 from __future__ import annotations
@@ -28,10 +34,14 @@ import argparse
 import asyncio
 import datetime
 import gc
+import io
 import multiprocessing
 import os
 import platform
+import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -417,6 +427,142 @@ def render(
     return "\n".join(lines) + "\n"
 
 
+# -- before / after ---------------------------------------------------------------------------------
+
+
+def export_source(revision: str, destination: Path) -> Path:
+    """The ``src`` directory of git ``revision``, written under ``destination``; returns its path."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", revision, "src"],
+        check=True,
+        capture_output=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(destination, filter="data")
+    return destination / "src"
+
+
+# The baseline commit's subject is shown up to this long.
+DESCRIPTION_CHARS_MAX = 80
+
+
+@dataclass
+class Comparison:
+    label: str
+    produced: dict[str, list[Result]]  # by broker: "before", "after"
+    consumed: dict[str, list[Result]]
+
+
+def _median_rate(results: list[Result]) -> float:
+    return statistics.median(result.records_per_s for result in results)
+
+
+def _median_cpu_us(results: list[Result]) -> float:
+    return statistics.median(result.broker_cpu_us_per_record for result in results)
+
+
+def run_comparison(
+    quick: bool, producers: int, baseline: str, rounds: int
+) -> tuple[list[Comparison], str, str]:
+    import confluent_kafka
+
+    counts = {100: 400_000 if quick else 2_000_000, 1024: 100_000 if quick else 500_000}
+    comparisons: list[Comparison] = []
+    with tempfile.TemporaryDirectory(prefix="strom-bench-") as temp:
+        work_dir = Path(temp)
+        source = export_source(baseline, work_dir / "baseline")
+        (work_dir / "before").mkdir()
+        (work_dir / "after").mkdir()
+        brokers = {
+            "before": Broker(work_dir / "before", source_dir=source),
+            "after": Broker(work_dir / "after"),
+        }
+        try:
+            for broker in brokers.values():
+                create_topic(broker.bootstrap, "warmup", 1)
+                measure_produce(broker, "warmup", 1, 200_000, 100, producers)
+                measure_consume(broker, "warmup", 1, 200_000, 100, producers)
+            for record_bytes in RECORD_SIZES_BYTES:
+                count = counts[record_bytes]
+                for partitions in PARTITION_COUNTS:
+                    label = f"{record_bytes} B, {partitions} partition(s)"
+                    comparison = Comparison(label, {"before": [], "after": []}, {"before": [], "after": []})
+                    for round_index in range(rounds):
+                        # Alternate which broker goes first, so neither always gets the warmer machine.
+                        order = ["before", "after"] if round_index % 2 == 0 else ["after", "before"]
+                        for name in order:
+                            broker = brokers[name]
+                            topic = f"bench-{record_bytes}b-{partitions}p-{round_index}"
+                            create_topic(broker.bootstrap, topic, partitions)
+                            produced = measure_produce(
+                                broker, topic, partitions, count, record_bytes, producers
+                            )
+                            consumed = measure_consume(
+                                broker, topic, partitions, produced.records, record_bytes, producers
+                            )
+                            comparison.produced[name].append(produced)
+                            comparison.consumed[name].append(consumed)
+                            print(
+                                f"{label} round {round_index + 1} {name:>6}: produce"
+                                f" {produced.records_per_s:>10,.0f} rec/s"
+                                f" ({produced.broker_cpu_us_per_record:.2f} µs CPU/rec) | consume"
+                                f" {consumed.records_per_s:>10,.0f} rec/s"
+                                f" ({consumed.broker_cpu_us_per_record:.2f} µs CPU/rec)",
+                                flush=True,
+                            )
+                    comparisons.append(comparison)
+        finally:
+            for broker in brokers.values():
+                broker.stop()
+    versions = f"confluent-kafka {confluent_kafka.version()}, librdkafka {confluent_kafka.libversion()[0]}"
+    return comparisons, versions, baseline
+
+
+def render_comparison(
+    comparisons: list[Comparison], versions: str, baseline: str, producers: int, rounds: int, quick: bool
+) -> str:
+    described = subprocess.run(
+        ["git", "log", "-1", "--format=%h %s", baseline], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if len(described) > DESCRIPTION_CHARS_MAX:
+        described = described[: DESCRIPTION_CHARS_MAX - 3] + "..."
+    command = f"python -m benchmarks.run --baseline {baseline} --rounds {rounds}" + (
+        " --quick" if quick else ""
+    )
+    lines = [
+        "## Before / after on the hot path (`python -m benchmarks.run --baseline REV`)",
+        "",
+        f"Run: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} with `{command}`.",
+        f"Before: `{described or baseline}`; after: this tree. Machine: {machine_description()}.",
+        f"Clients: {versions}; {producers} producer process(es); both brokers, clients and the rest of the"
+        " machine's load share it. Medians of the rounds; each round runs both brokers in alternating order.",
+        "",
+        "| case | produce rec/s before | after | after / before | consume rec/s before | after "
+        "| after / before | broker CPU µs/record produce before | after | consume before | after |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for comparison in comparisons:
+        produce_before = _median_rate(comparison.produced["before"])
+        produce_after = _median_rate(comparison.produced["after"])
+        consume_before = _median_rate(comparison.consumed["before"])
+        consume_after = _median_rate(comparison.consumed["after"])
+        lines.append(
+            f"| {comparison.label} | {produce_before:,.0f} | {produce_after:,.0f} "
+            f"| {produce_after / produce_before:.3f} | {consume_before:,.0f} | {consume_after:,.0f} "
+            f"| {consume_after / consume_before:.3f} "
+            f"| {_median_cpu_us(comparison.produced['before']):.2f} | {_median_cpu_us(comparison.produced['after']):.2f} "
+            f"| {_median_cpu_us(comparison.consumed['before']):.2f} | {_median_cpu_us(comparison.consumed['after']):.2f} |"
+        )
+    lines += [
+        "",
+        "How measured: the cases of the table above (see the docstring of `benchmarks/run.py`), each run",
+        "on both brokers in one process tree; broker CPU is user + system time of the broker process",
+        "during the case, per record.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -427,7 +573,24 @@ def main() -> int:
         "--output", default="BENCHMARKS.md", help="where to write the table (default BENCHMARKS.md)"
     )
     parser.add_argument("--no-write", action="store_true", help="print only, do not write the output file")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="compare this tree's broker with the one of git revision REV, side by side in one run",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per case with --baseline (default 3)")
     arguments = parser.parse_args()
+    if arguments.baseline:
+        comparisons, versions, baseline = run_comparison(
+            arguments.quick, arguments.producers, arguments.baseline, arguments.rounds
+        )
+        text = render_comparison(
+            comparisons, versions, baseline, arguments.producers, arguments.rounds, arguments.quick
+        )
+        print(text)
+        if not arguments.no_write:
+            replace_section(Path(arguments.output), "broker-baseline", text)
+        return 0
     rows, ceilings, versions = run(arguments.quick, arguments.producers)
     text = render(rows, ceilings, versions, arguments.producers)
     print(text)

@@ -89,6 +89,22 @@ zookeeper_requests_in_flight_max = 1_000
 # Long-poll fetches wait at most this long regardless of what the client asks for.
 fetch_max_wait_ms_max = 60_000
 
+# /metrics: the families that grow with the data are bounded, because the page is built at every
+# scrape and every series costs the scraper and its storage too. Past a bound the rest is
+# summarised under a label that is no topic name, so sums stay exact:
+# - topics with their own traffic counters (bytes and messages in/out, produce and fetch requests,
+#   failed ones; 8 series each); later topics are counted together as topic="(other)";
+metrics_topics_max = 1_000
+# - partitions with their own log size and offset series (3 each), whole topics in name order;
+#   later topics, and internal topics always, get one log size series as partition="(all)";
+metrics_partitions_max = 2_000
+# - (group, partition) committed offset and lag series (2 each), whole groups in name order;
+#   later groups get one lag series per topic as partition="(all)".
+metrics_group_partitions_max = 5_000
+# With these the page holds at most about 8 x 1,001 + 3 x 2,000 + 2 x 5,000 = 24,000 series that
+# follow the data, plus one per summarised topic and (group, topic), one member gauge per group,
+# and about 30 per request name and 60 fixed ones.
+
 # Members (joined plus pending) one consumer group may hold whatever group.max.size says: every member
 # keeps its subscription and assignment in memory and in the group's __consumer_offsets record.
 group_members_max = 100_000

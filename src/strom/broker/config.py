@@ -1,21 +1,41 @@
 """Broker configuration: Kafka's key names, from a properties file plus ``--set key=value``.
 
-Every supported key is declared once in ``BROKER_CONFIG_KEYS`` with its type, default and meaning;
-``strom broker --help-config`` prints that table, and an unknown key is an error, never silently
-ignored. Log defaults (``log.*``) become the default ``LogConfig`` for every topic.
+Every key strom honours is declared once in ``BROKER_CONFIG_KEYS`` with its type, default and
+meaning; ``strom broker --help-config`` prints that table. A key Kafka documents that strom does not
+use (``num.io.threads``, ``zookeeper.connect``, ... from a stock ``server.properties``) is accepted
+and named in one warning at start (``unused_kafka_keys``); the list of Kafka's keys is
+``strom.broker.kafka_broker_keys``, so "known but not used" is simply every Kafka key not declared
+here (declaring one gives it meaning). Any other key is refused with the names it is close to.
+Log defaults (``log.*``) become the default ``LogConfig`` for every topic.
+
+Where the broker listens and what it tells clients (``listeners``, ``advertised.listeners``,
+``--host``/``--port``) is worked out by ``listeners()`` and ``advertised_listeners()``; the
+precedence is in ``listeners()``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import json
+import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from strom.base import limits
+from strom.broker.kafka_broker_keys import KAFKA_BROKER_CONFIG_KEYS, is_kafka_broker_key
+from strom.broker.listeners import (
+    ListenerError,
+    format_listener,
+    parse_listeners,
+    parse_port,
+    parse_protocol_map,
+    unserved_protocols,
+)
+from strom.cluster.model import Endpoint
 from strom.coordinator import CoordinatorConfig
 from strom.storage import ConfigError, LogConfig
 from strom.storage.files import write_file_atomically
@@ -42,11 +62,51 @@ _KEYS = [
         "",
         "The cluster id reported to clients; generated and kept in the data directory when empty.",
     ),
-    ConfigKey("listeners", "string", "", "Accepted for compatibility; use --host and --port."),
     ConfigKey(
-        "advertised.host.name", "string", "", "Host clients are told to connect to (default: the bind host)."
+        "listeners",
+        "string",
+        "",
+        "Where to listen: NAME://HOST:PORT[,...] (PLAINTEXT://127.0.0.1:9092; an empty host is every"
+        " interface, port 0 any free port). Only PLAINTEXT listeners can be served. --host/--port"
+        " replace the first listener's host/port. Unset: 127.0.0.1:9092 (or host.name/port).",
     ),
-    ConfigKey("advertised.port", "int", "0", "Port clients are told to connect to (default: the bind port)."),
+    ConfigKey(
+        "advertised.listeners",
+        "string",
+        "",
+        "What Metadata and FindCoordinator tell clients to connect to, per listener name"
+        " (NAME://HOST:PORT[,...], names among listeners'). A listener not named here advertises its"
+        " own host and port (the port it got, for port 0).",
+    ),
+    ConfigKey(
+        "listener.security.protocol.map",
+        "string",
+        "",
+        "Security protocol of each listener name (INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT); unset, a"
+        " listener must be named after its protocol.",
+    ),
+    ConfigKey(
+        "controller.listener.names",
+        "string",
+        "",
+        "Listeners of a KRaft controller: strom has none, so listeners named here are not opened.",
+    ),
+    ConfigKey(
+        "host.name", "string", "", "Deprecated by Kafka: the host to listen on when listeners is unset."
+    ),
+    ConfigKey("port", "int", "", "Deprecated by Kafka: the port to listen on when listeners is unset."),
+    ConfigKey(
+        "advertised.host.name",
+        "string",
+        "",
+        "Deprecated by Kafka: the host advertised for the first listener when advertised.listeners is unset.",
+    ),
+    ConfigKey(
+        "advertised.port",
+        "int",
+        "0",
+        "Deprecated by Kafka: the port advertised for the first listener when advertised.listeners is unset.",
+    ),
     ConfigKey("log.dirs", "string", "", "Data directory (same as --data-dir)."),
     ConfigKey("log.dir", "string", "", "Synonym of log.dirs."),
     ConfigKey(
@@ -223,6 +283,35 @@ class ConfigLayer(enum.IntEnum):
     DEFAULT = 5  # the built-in default
 
 
+# Where the broker listens when neither listeners, host.name/port nor --host/--port say.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9092
+# The security protocols strom serves (TLS and SASL are not implemented yet).
+SERVED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
+# Up to this many names are suggested for a key that is not known.
+SUGGESTIONS_MAX = 3
+
+
+def _suggestions(name: str) -> list[str]:
+    """Known keys close to ``name``: the ones strom uses first."""
+    own = difflib.get_close_matches(name, list(BROKER_CONFIG_KEYS), n=SUGGESTIONS_MAX, cutoff=0.75)
+    kafka = difflib.get_close_matches(name, sorted(KAFKA_BROKER_CONFIG_KEYS), n=SUGGESTIONS_MAX, cutoff=0.75)
+    return list(dict.fromkeys([*own, *kafka]))[:SUGGESTIONS_MAX]
+
+
+def _unknown_keys_error(unknown: list[str]) -> BrokerConfigError:
+    described = []
+    for name in unknown:
+        close = _suggestions(name)
+        described.append(f"{name} (did you mean {' or '.join(close)}?)" if close else name)
+    return BrokerConfigError(
+        "unknown configuration key(s): "
+        + ", ".join(described)
+        + ". strom broker --help-config lists the keys strom uses; Kafka's other broker keys are"
+        " accepted and ignored"
+    )
+
+
 def _parse(key: ConfigKey, raw: str) -> int | bool | str:
     value = raw.strip()
     if key.kind in ("int", "long"):
@@ -257,29 +346,34 @@ class BrokerConfig:
     that AlterConfigs changes at run time, ``dynamic_default`` (cluster-wide) under
     ``dynamic_broker`` (this broker). A key's value is taken from the highest layer that sets it."""
 
-    host: str = "127.0.0.1"
-    port: int = 9092
+    # --host / --port: when given, they replace the host / port of the first listener.
+    host: str | None = None
+    port: int | None = None
     data_dir: Path = Path("./data")
     values: Mapping[str, str] = dataclasses.field(default_factory=dict)
     dynamic_default: Mapping[str, str] = dataclasses.field(default_factory=dict)
     dynamic_broker: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.values) - set(BROKER_CONFIG_KEYS))
+        unknown = sorted(
+            name for name in self.values if name not in BROKER_CONFIG_KEYS and not is_kafka_broker_key(name)
+        )
         if unknown:
-            raise BrokerConfigError(
-                "unknown configuration key(s): "
-                + ", ".join(unknown)
-                + " (strom broker --help-config lists the supported keys)"
-            )
+            raise _unknown_keys_error(unknown)
         for layer in (self.dynamic_default, self.dynamic_broker):
             refused = sorted(set(layer) - DYNAMIC_BROKER_CONFIG_KEYS)
             if refused:
                 raise BrokerConfigError(f"cannot update these configs dynamically: {', '.join(refused)}")
         for layer in (self.values, self.dynamic_default, self.dynamic_broker):
             for name, raw in layer.items():
-                _parse(BROKER_CONFIG_KEYS[name], raw)
+                if name in BROKER_CONFIG_KEYS:
+                    _parse(BROKER_CONFIG_KEYS[name], raw)
         self.log_defaults()  # validates the log.* values now, not at first use
+        self._advertised({}, resolve_hostname=False)  # validates the listeners now, not at start
+
+    def unused_kafka_keys(self) -> list[str]:
+        """Keys given that Kafka knows and strom does not use (accepted; the broker warns about them)."""
+        return sorted(name for name in self.values if name not in BROKER_CONFIG_KEYS)
 
     def raw(self, name: str) -> str:
         """The key's value as text, from the highest layer that sets it."""
@@ -346,13 +440,103 @@ class BrokerConfig:
     def node_id(self) -> int:
         return self.get_int("node.id") if "node.id" in self.values else self.get_int("broker.id")
 
-    @property
-    def advertised_host(self) -> str:
-        return self.get_str("advertised.host.name") or self.host
+    def listeners(self) -> tuple[Endpoint, ...]:
+        """The listeners this broker opens, in order. Precedence: ``listeners`` (from --config or
+        --set), else the deprecated ``host.name``/``port``, else 127.0.0.1:9092; then --host and
+        --port, when given, replace the host and port of the first listener. Listeners named in
+        ``controller.listener.names`` are not opened (strom has no KRaft controller). Raises
+        BrokerConfigError for a listener that does not parse or is not PLAINTEXT."""
+        try:
+            protocol_map = parse_protocol_map(self.get_str("listener.security.protocol.map"))
+            if self.is_set("listeners"):
+                configured = parse_listeners(self.get_str("listeners"), protocol_map)
+                if not configured:
+                    raise ListenerError("listeners: names no listener")
+            else:
+                port = (
+                    parse_port(self.raw("port"), "port", allow_zero=True)
+                    if self.is_set("port")
+                    else DEFAULT_PORT
+                )
+                host = self.get_str("host.name") if self.is_set("host.name") else DEFAULT_HOST
+                configured = (Endpoint("PLAINTEXT", host, port, "PLAINTEXT"),)
+            controller_names = {
+                name.strip().upper() for name in self.get_str("controller.listener.names").split(",")
+            }
+            served = [endpoint for endpoint in configured if endpoint.listener not in controller_names]
+            if not served:
+                raise ListenerError(
+                    "every listener is in controller.listener.names; strom opens only broker listeners"
+                )
+            refused = unserved_protocols(served, SERVED_SECURITY_PROTOCOLS)
+            if refused:
+                raise ListenerError(
+                    "listeners: "
+                    + ", ".join(f"{format_listener(e)} ({e.security_protocol})" for e in refused)
+                    + ": strom serves PLAINTEXT listeners only (TLS and SASL are not implemented yet)"
+                )
+            if self.host is not None or self.port is not None:
+                first = served[0]
+                port = (
+                    first.port if self.port is None else parse_port(str(self.port), "--port", allow_zero=True)
+                )
+                served[0] = dataclasses.replace(
+                    first, host=first.host if self.host is None else self.host, port=port
+                )
+        except ListenerError as error:
+            raise BrokerConfigError(str(error)) from None
+        return tuple(served)
 
-    @property
-    def advertised_port(self) -> int:
-        return self.get_int("advertised.port") or self.port
+    def advertised_listeners(self, bound_ports: Mapping[str, int] | None = None) -> tuple[Endpoint, ...]:
+        """What clients are told to connect to, one endpoint per listener opened (same names, same
+        order): its entry in ``advertised.listeners``, else its own host and port (``bound_ports``
+        gives the port a listener of port 0 got; an empty host advertises this machine's name), with
+        the deprecated ``advertised.host.name``/``advertised.port`` applied to the first listener
+        when ``advertised.listeners`` is unset."""
+        return self._advertised(bound_ports or {}, resolve_hostname=True)
+
+    def _advertised(self, bound_ports: Mapping[str, int], *, resolve_hostname: bool) -> tuple[Endpoint, ...]:
+        served = self.listeners()
+        names = [endpoint.listener for endpoint in served]
+        configured: dict[str, Endpoint] = {}
+        try:
+            if self.is_set("advertised.listeners"):
+                protocol_map = parse_protocol_map(self.get_str("listener.security.protocol.map"))
+                for endpoint in parse_listeners(
+                    self.get_str("advertised.listeners"),
+                    protocol_map,
+                    setting="advertised.listeners",
+                    advertised=True,
+                ):
+                    if endpoint.listener not in names:
+                        raise ListenerError(
+                            f"advertised.listeners: {format_listener(endpoint)}: listener {endpoint.listener} is not"
+                            f" one the broker opens ({', '.join(names)})"
+                        )
+                    configured[endpoint.listener] = endpoint
+            advertised: list[Endpoint] = []
+            for index, endpoint in enumerate(served):
+                found = configured.get(endpoint.listener)
+                if found is None:
+                    host, port = endpoint.host, bound_ports.get(endpoint.listener, endpoint.port)
+                    if index == 0 and not configured:
+                        host = self.get_str("advertised.host.name") or host
+                        if self.get_int("advertised.port"):
+                            port = parse_port(
+                                self.raw("advertised.port"), "advertised.port", allow_zero=False
+                            )
+                    if host in ("0.0.0.0", "::"):
+                        raise ListenerError(
+                            f"listening on {host} (every interface) needs the address clients should use:"
+                            f" set advertised.listeners={endpoint.listener}://HOST:PORT"
+                        )
+                    if not host and resolve_hostname:
+                        host = socket.getfqdn()  # as Kafka: an empty host advertises the machine's name
+                    found = dataclasses.replace(endpoint, host=host, port=port)
+                advertised.append(found)
+        except ListenerError as error:
+            raise BrokerConfigError(str(error)) from None
+        return tuple(advertised)
 
     @property
     def frame_bytes_max(self) -> int:
@@ -508,6 +692,8 @@ def help_config_text() -> str:
         "Keys marked dynamic can also be changed while the broker runs, with AlterConfigs or",
         'IncrementalAlterConfigs on the BROKER resource (its node id, or "" for the cluster-wide',
         "default); the broker keeps them in its data directory and they win over --config and --set.",
+        "Any other key Kafka documents (num.io.threads, zookeeper.connect, ...) is accepted and",
+        "ignored, with one warning naming them at start; a key Kafka does not know is refused.",
         "",
     ]
     for key in _KEYS:

@@ -23,3 +23,5 @@ class RequestContext:
     # Bytes the answer may carry at most where the handler can choose (Fetch): what is left of the
     # connection's and the broker's budget for unsent answers.
     response_bytes_max: int = limits.connection_unsent_bytes_max
+    # The listener the request came through: Metadata and FindCoordinator answer its advertised address.
+    listener: str = "PLAINTEXT"

@@ -44,6 +44,10 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
     import uvloop
 
     raise_open_files_limit()
+    unused = config.unused_kafka_keys()
+    if unused:
+        # One line for them all: a stock server.properties sets a dozen of these.
+        log.warning("ignoring Kafka settings strom does not use: %s", ", ".join(unused))
 
     async def main() -> None:
         server = BrokerServer(config, metrics_port=metrics_port)

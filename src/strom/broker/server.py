@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import signal
@@ -39,8 +40,17 @@ from strom.broker.connection_budget import (
     OverdueReason,
 )
 from strom.broker.context import RequestContext
+from strom.broker.listeners import format_listener
 from strom.broker.loop_lag import LoopLagMonitor
-from strom.broker.metrics import BrokerMetrics, MetricsServer
+from strom.broker.metrics import (
+    FETCH_API_KEY,
+    FETCH_CONSUMER,
+    FETCH_FOLLOWER,
+    FETCH_REPLICA_STATE_MIN_VERSION,
+    ConnectionTimes,
+    MetricsServer,
+    bind_connection_times,
+)
 from strom.broker.registry import HANDLERS
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
@@ -120,13 +130,14 @@ class BrokerServer:
     ) -> None:
         self.config = config
         self.state = BrokerState(config, clock or SystemClock())
-        self.metrics = BrokerMetrics()
+        self.metrics = self.state.metrics
+        # The metrics page listens on the host of the first listener (every interface if it has none).
         self._metrics_server = (
-            MetricsServer(self.metrics, self.state, config.host, metrics_port)
+            MetricsServer(self.metrics, self.state, config.listeners()[0].host, metrics_port)
             if metrics_port is not None
             else None
         )
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connection_ids = itertools.count(1)
         self._connections: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -139,14 +150,34 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.state.load()
-        self._server = await asyncio.start_server(
-            self._serve_connection, self.config.host, self.config.port, reuse_address=True
-        )
-        sockets: list[Any] = list(self._server.sockets or [])
-        bound = ", ".join(str(sock.getsockname()[:2]) for sock in sockets)
-        log.info(
-            "strom broker %d listening on %s, data in %s", self.state.node_id, bound, self.config.data_dir
-        )
+        bound_ports: dict[str, int] = {}
+        try:
+            for listener in self.config.listeners():
+                server = await asyncio.start_server(
+                    functools.partial(self._serve_connection, listener=listener.listener),
+                    listener.host or None,  # an empty host: every interface
+                    listener.port,
+                    reuse_address=True,
+                )
+                self._servers.append(server)
+                sockets: list[Any] = list(server.sockets or [])
+                bound_ports[listener.listener] = int(sockets[0].getsockname()[1])
+        except OSError:
+            for server in self._servers:
+                server.close()
+            self._servers.clear()
+            raise
+        advertised = self.config.advertised_listeners(bound_ports)
+        self.state.advertised = {endpoint.listener: endpoint for endpoint in advertised}
+        for server, endpoint in zip(self._servers, advertised, strict=True):
+            bound = ", ".join(str(sock.getsockname()[:2]) for sock in server.sockets or [])
+            log.info(
+                "strom broker %d listening on %s, advertised as %s, data in %s",
+                self.state.node_id,
+                bound,
+                format_listener(endpoint),
+                self.config.data_dir,
+            )
         self.state.groups.start()
         if self._metrics_server is not None:
             await self._metrics_server.start()
@@ -156,21 +187,24 @@ class BrokerServer:
 
     @property
     def port(self) -> int:
-        assert self._server is not None and self._server.sockets
-        return int(self._server.sockets[0].getsockname()[1])
+        """The port of the first listener."""
+        assert self._servers and self._servers[0].sockets
+        return int(self._servers[0].sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
-        if self._server is None:
+        if not self._servers:
             return
         log.info("strom broker shutting down")
-        self._server.close()
+        for server in self._servers:
+            server.close()
         if self._metrics_server is not None:
             await self._metrics_server.stop()
         for task in [*self._background, *self._connections]:
             task.cancel()
         await asyncio.gather(*self._background, *self._connections, return_exceptions=True)
-        await self._server.wait_closed()
-        self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
         self.state.close()  # makes every log durable with one sync of the file system
         log.info("strom broker stopped")
 
@@ -205,10 +239,12 @@ class BrokerServer:
 
     # -- connections ------------------------------------------------------------------------------
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str = "PLAINTEXT"
+    ) -> None:
         # The connection runs in a task of our own so that stop() can cancel it without the
         # streams machinery logging the cancellation of its callback task as an error.
-        task = asyncio.create_task(self._connection_loop(reader, writer))
+        task = asyncio.create_task(self._connection_loop(reader, writer, listener))
         self._connections.add(task)
         try:
             await task
@@ -217,7 +253,9 @@ class BrokerServer:
         finally:
             self._connections.discard(task)
 
-    async def _connection_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection_loop(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str = "PLAINTEXT"
+    ) -> None:
         connection_id = next(self._connection_ids)
         peer = writer.get_extra_info("peername")
         client_host = str(peer[0]) if peer else "?"
@@ -238,6 +276,11 @@ class BrokerServer:
         reserved_bytes = bounds.connection_held_bytes_reserved
         metrics.connections_open += 1
         metrics.connections_total += 1
+        # Where each request's time goes (queue / local / remote / response queue / send): the
+        # clock is read once per read, around each request, and once per write of answers.
+        times = ConnectionTimes()
+        bind_connection_times(times)
+        clock = time.perf_counter
         try:
             while True:
                 # Within the reserve a connection is never muted; the budget is asked only above it
@@ -250,6 +293,7 @@ class BrokerServer:
                 data = await reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
+                received = clock()
                 metrics.bytes_in_total += len(data)
                 frames = self._cut(decoder, data, frames_max)
                 while frames:
@@ -270,19 +314,21 @@ class BrokerServer:
                                 frame[0] << 8 | frame[1]
                             ) in MAY_WAIT_API_KEYS or outgoing_bytes > reserved_bytes:
                                 if outgoing:
-                                    self._send_answers(writer, outgoing, outgoing_bytes)
+                                    self._send_answers(writer, outgoing, outgoing_bytes, times)
                                 outgoing_bytes = 0
                                 if budget.must_drain(account, unsent_bytes()):
                                     await self._drain(writer, account)
                                 allowance = budget.response_allowance(account)
-                            response = await self._dispatch(frame, client_host, connection_id, allowance)
+                            response = await self._dispatch(
+                                frame, client_host, connection_id, allowance, listener, received, times
+                            )
                             if response is not None:
                                 outgoing.extend(response)
                                 outgoing_bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE_BYTES
                     finally:
                         # Requests answered before one that closes the connection still get their answers.
                         if outgoing:
-                            self._send_answers(writer, outgoing, outgoing_bytes)
+                            self._send_answers(writer, outgoing, outgoing_bytes, times)
                     account.handling = False
                     if len(frames) < frames_max:
                         break
@@ -341,16 +387,24 @@ class BrokerServer:
                 raise ConnectionResetError("connection closed while its answers were draining")
             budget.must_drain(account, transport.get_write_buffer_size())  # records what is left
 
-    def _send_answers(self, writer: asyncio.StreamWriter, outgoing: list[Blob], outgoing_bytes: int) -> None:
+    def _send_answers(
+        self, writer: asyncio.StreamWriter, outgoing: list[Blob], outgoing_bytes: int, times: ConnectionTimes
+    ) -> None:
         """Write the answers collected so far (``outgoing_bytes`` in all) in one call and empty the list."""
         if writer.is_closing():
             # The peer reset the connection while its request was handled (a parked join, a long
             # poll): nobody is left to answer, and writing would raise.
             outgoing.clear()
+            times.unsent.clear()
             raise ConnectionResetError("the peer closed the connection")
+        sending = time.perf_counter()
         writer.writelines(outgoing)
+        sent = time.perf_counter()
         self.metrics.bytes_out_total += outgoing_bytes
         outgoing.clear()
+        for request_metrics, received, started, ended, remote in times.unsent:
+            request_metrics.observe(received, started, ended, remote, sending, sent)
+        times.unsent.clear()
 
     # -- idle and slow connections ------------------------------------------------------------------
 
@@ -420,8 +474,13 @@ class BrokerServer:
         client_host: str,
         connection_id: int,
         response_bytes_max: int = limits.connection_unsent_bytes_max,
+        listener: str = "PLAINTEXT",
+        received: float | None = None,
+        times: ConnectionTimes | None = None,
     ) -> list[Blob] | None:
-        """Handle one request frame; the response frame as buffers, or None when there is none."""
+        """Handle one request frame; the response frame as buffers, or None when there is none.
+        ``received`` is when the read that completed the frame returned; the request's times are
+        kept in ``times`` until its answer is written (``_send_answers``)."""
         try:
             header, body_offset = decode_request_header(frame)
         except DecodeError as error:
@@ -456,16 +515,37 @@ class BrokerServer:
             client_host=client_host,
             connection_id=connection_id,
             response_bytes_max=response_bytes_max,
+            listener=listener,
         )
+        state = self.state
+        name = handler.name
+        if api_key == FETCH_API_KEY:
+            replica_id = (
+                request.replica_state.replica_id
+                if version >= FETCH_REPLICA_STATE_MIN_VERSION
+                else request.replica_id
+            )
+            name = FETCH_FOLLOWER if replica_id >= 0 else FETCH_CONSUMER
+        metrics = self.metrics
+        request_metrics = metrics.requests.get(name) or metrics.request_metrics(name, handler.max_version)
+        request_metrics.requests_by_version[version] += 1
+        if times is None:
+            times = ConnectionTimes()
+        times.remote_s = 0.0
         started = time.perf_counter()
+        if received is None:
+            received = started
         response = await handler.handle(context, request)
-        self.metrics.observe_request(handler.name, version, time.perf_counter() - started)
+        ended = time.perf_counter()
+        metrics.count_response(state, request_metrics, api_key, version, request, response)
         if log.isEnabledFor(logging.DEBUG) and handler.api_key not in QUIET_API_KEYS:
             log.debug(
                 "connection %d %s v%d: %r -> %r", connection_id, handler.name, version, request, response
             )
         if response is None:
+            request_metrics.observe(received, started, ended, times.remote_s, ended, ended)
             return None
+        times.unsent.append((request_metrics, received, started, ended, times.remote_s))
         return encode_response_buffers(correlation_id, api_key, version, response)
 
     def _unsupported(self, api_key: int, version: int, correlation_id: int) -> list[Blob]:

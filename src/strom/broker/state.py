@@ -29,6 +29,8 @@ from strom.base import limits
 from strom.base.clock import Clock
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.groups import GroupService
+from strom.broker.metrics import BrokerMetrics, add_remote_wait
+from strom.cluster.model import Endpoint
 from strom.coordinator import OFFSETS_TOPIC
 from strom.storage import LogFileError, LogManager, PartitionLog, TopicMetadata
 from strom.storage.budget import FileBudget
@@ -83,6 +85,12 @@ class BrokerState:
         self.config = config
         self.clock = clock
         self.node_id = config.node_id
+        self.metrics = BrokerMetrics()
+        # What clients are told to connect to, by listener name: the server sets it once its
+        # listeners are bound (a listener on port 0 advertises the port it got).
+        self.advertised: dict[str, Endpoint] = {
+            endpoint.listener: endpoint for endpoint in config.advertised_listeners()
+        }
         self.cluster_id = config.cluster_id()
         self.budget = FileBudget.from_open_files_limit(current_open_files_limit())
         self.logs = LogManager(config.data_dir, config.log_defaults(), clock, self.budget)
@@ -124,6 +132,11 @@ class BrokerState:
         )
         self._empty_trash_soon()
         gc.freeze()
+
+    def advertised_endpoint(self, listener: str) -> Endpoint:
+        """The host and port clients reaching this broker through ``listener`` are told to use."""
+        found = self.advertised.get(listener)
+        return found if found is not None else next(iter(self.advertised.values()))
 
     def close(self) -> None:
         self.groups.shutdown()
@@ -284,11 +297,13 @@ class BrokerState:
         keys = list(partitions)
         for key in keys:
             self._append_waiters.setdefault(key, set()).add(waiter)
+        started = time.perf_counter()
         try:
             await asyncio.wait_for(waiter, timeout_ms / 1000)
         except TimeoutError:
             pass
         finally:
+            add_remote_wait(time.perf_counter() - started)
             for key in keys:
                 waiters = self._append_waiters.get(key)
                 if waiters is not None:
@@ -305,10 +320,12 @@ class BrokerState:
         key = (partition_log.topic, partition_log.partition)
         lock = self._flush_locks.setdefault(key, asyncio.Lock())
         async with lock:
+            started = time.perf_counter()
             try:
                 await asyncio.get_running_loop().run_in_executor(self._disk_executor, partition_log.flush)
             except OSError as error:
                 raise LogFileError(f"cannot flush {key[0]}-{key[1]}: {error}") from error
+            self.metrics.observe_flush(time.perf_counter() - started)
 
     async def flush_due(self) -> None:
         """The time-based flush policy: fsync every log whose flush.ms has passed, and write the

@@ -37,6 +37,10 @@ def _broker(arguments: argparse.Namespace) -> int:
                 raise BrokerConfigError(f"--set takes key=value, got {assignment!r}")
             values[key.strip()] = value.strip()
         data_dir = arguments.data_dir or values.get("log.dirs") or values.get("log.dir") or "./data"
+        if "," in data_dir:
+            raise BrokerConfigError(
+                f"log.dirs: {data_dir!r} names several directories; a strom broker keeps its data in one"
+            )
         config = BrokerConfig(
             host=arguments.host, port=arguments.port, data_dir=Path(data_dir), values=values
         )
@@ -50,6 +54,17 @@ def _broker(arguments: argparse.Namespace) -> int:
     from strom.broker.run import run_broker
 
     return run_broker(config, metrics_port=arguments.metrics_port)
+
+
+def _port_number(text: str) -> int:
+    """A TCP port for argparse: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range (0..65535; 0 picks a free port)")
+    return port
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,14 +87,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a broker",
         description=(
             "Run a single strom broker that speaks the Kafka protocol. Stops cleanly on SIGTERM or SIGINT. "
-            "It locks its data directory (a second broker on the same directory exits, naming the first "
-            "one's PID) and raises its open-files limit to the hard limit, which sets how many partitions "
-            "it accepts."
+            "It listens where `listeners` says (--config FILE or --set; PLAINTEXT only), else on 127.0.0.1:9092; "
+            "--host and --port replace the host and port of the first listener. Kafka settings strom does "
+            "not use are accepted with a warning; unknown keys are refused. It locks its data directory "
+            "(a second broker on the same directory exits, naming the first one's PID) and raises its "
+            "open-files limit to the hard limit, which sets how many partitions it accepts."
         ),
     )
-    broker.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     broker.add_argument(
-        "--port", type=int, default=9092, help="port to listen on (default 9092; 0 picks a free one)"
+        "--host",
+        default=None,
+        help="address to listen on (default 127.0.0.1, or the host of the first entry of listeners)",
+    )
+    broker.add_argument(
+        "--port",
+        type=_port_number,
+        default=None,
+        help="port to listen on, 0..65535 (default 9092, or the port of the first entry of listeners;"
+        " 0 picks a free one)",
     )
     broker.add_argument(
         "--data-dir", default=None, help="directory for the logs (default ./data, or log.dirs)"
@@ -95,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port_number,
         default=None,
         metavar="PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (off unless given; 0 picks a free port)",

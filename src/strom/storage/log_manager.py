@@ -160,10 +160,12 @@ class LogManager:
         file cache holds, so a broker always starts on its own data, whatever the partition count.
         """
         metadata_existed = self._topics_directory.is_dir()
+        # A data directory without the topics directory is new: nothing to recover, nothing crashed.
+        fresh = not metadata_existed
         self._topics_directory.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE_NAME
-        clean = marker.exists()
-        if clean:
+        clean = marker.exists() or fresh
+        if marker.exists():
             marker.unlink()
             fsync_directory(self.data_dir)
         messages: list[str] = []

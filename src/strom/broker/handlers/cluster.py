@@ -24,6 +24,7 @@ async def handle_describe_cluster(
             endpoint_type=request.endpoint_type,
             cluster_id=state.cluster_id,
         )
+    endpoint = state.advertised_endpoint(context.listener)
     return DescribeClusterResponse(
         error_code=ErrorCode.NONE,
         endpoint_type=ENDPOINT_TYPE_BROKERS,
@@ -32,8 +33,8 @@ async def handle_describe_cluster(
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
                 broker_id=state.node_id,
-                host=state.config.advertised_host,
-                port=state.config.advertised_port,
+                host=endpoint.host,
+                port=endpoint.port,
                 rack=None,
             )
         ],

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from strom.broker.context import RequestContext
+from strom.broker.metrics import add_remote_wait
 from strom.broker.registry import handles
 from strom.protocol.acl import GROUP_OPERATIONS
 from strom.protocol.errors import ErrorCode
@@ -47,7 +49,13 @@ async def _parked(start: Callable[[Callable[[Response], None]], None]) -> Respon
             future.set_result(response)
 
     start(respond)
-    return await future
+    if future.done():
+        return future.result()
+    parked = time.perf_counter()
+    try:
+        return await future
+    finally:
+        add_remote_wait(time.perf_counter() - parked)  # the request's RemoteTimeMs
 
 
 def _find_one(context: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
@@ -66,7 +74,8 @@ async def handle_find_coordinator(
     context: RequestContext, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
     state = context.broker
-    host, port, node = state.config.advertised_host, state.config.advertised_port, state.node_id
+    endpoint = state.advertised_endpoint(context.listener)
+    host, port, node = endpoint.host, endpoint.port, state.node_id
     if context.api_version >= BATCHED_KEYS_MIN_VERSION:
         coordinators = []
         for key in request.coordinator_keys:

@@ -146,12 +146,13 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
             topics.append(
                 await _requested_topic(state, wanted, version, allow_auto_create, include_topic_operations)
             )
+    endpoint = state.advertised_endpoint(context.listener)
     response = MetadataResponse(
         brokers=[
             MetadataResponse.MetadataResponseBroker(
                 node_id=state.node_id,
-                host=state.config.advertised_host,
-                port=state.config.advertised_port,
+                host=endpoint.host,
+                port=endpoint.port,
                 rack=None,
             )
         ],
