@@ -36,6 +36,10 @@ def _broker(arguments: argparse.Namespace) -> int:
             if not separator or not key.strip():
                 raise BrokerConfigError(f"--set takes key=value, got {assignment!r}")
             values[key.strip()] = value.strip()
+        if arguments.zookeeper is not None:
+            values["zookeeper.connect"] = arguments.zookeeper
+        if arguments.node_id is not None:
+            values["node.id"] = str(arguments.node_id)
         data_dir = arguments.data_dir or values.get("log.dirs") or values.get("log.dir") or "./data"
         config = BrokerConfig(
             host=arguments.host, port=arguments.port, data_dir=Path(data_dir), values=values
@@ -71,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         "broker",
         help="run a broker",
         description=(
-            "Run a single strom broker that speaks the Kafka protocol. Stops cleanly on SIGTERM or SIGINT. "
+            "Run a strom broker that speaks the Kafka protocol: a single node, or with --zookeeper one "
+            "broker of a replicated cluster. Stops cleanly on SIGTERM or SIGINT (in a cluster it first "
+            "moves its leaderships to other brokers). "
             "It locks its data directory (a second broker on the same directory exits, naming the first "
             "one's PID) and raises its open-files limit to the hard limit, which sets how many partitions "
             "it accepts."
@@ -86,6 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument(
         "--config", default=None, metavar="FILE", help="a properties file with Kafka's key names"
+    )
+    broker.add_argument(
+        "--zookeeper",
+        default=None,
+        metavar="HOST:PORT[,HOST:PORT][/chroot]",
+        help="join the cluster coordinated by this ZooKeeper ensemble (zookeeper.connect); "
+        "without it the broker is a single node",
+    )
+    broker.add_argument(
+        "--node-id",
+        type=int,
+        default=None,
+        metavar="N",
+        help="this broker's id, unique in its cluster (node.id; default 0)",
     )
     broker.add_argument(
         "--set",

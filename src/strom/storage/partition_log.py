@@ -294,6 +294,13 @@ class PartitionLog:
         high_watermark = self._high_watermark
         return self.log_end_offset if high_watermark is None else high_watermark
 
+    def track_high_watermark(self) -> None:
+        """From now on the replica state sets the high watermark. Until it does, nothing is known
+        to be replicated: it starts at the log start (a restarted leader's consumers wait for the
+        in-sync replicas to fetch, a moment; a follower learns it from its leader)."""
+        if self._high_watermark is None:
+            self._high_watermark = self._log_start_offset
+
     def set_high_watermark(self, offset: int) -> None:
         """The replica state moved the high watermark (never past the log end)."""
         assert offset >= 0, offset
