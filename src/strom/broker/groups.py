@@ -242,7 +242,7 @@ class GroupService:
         if self._partition_loads.get(partition) is task:
             del self._partition_loads[partition]
         if not task.cancelled() and task.exception() is None:
-            log.info("coordinating %s-%d: %d records replayed", OFFSETS_TOPIC, partition, task.result())
+            log.debug("coordinating %s-%d: %d records replayed", OFFSETS_TOPIC, partition, task.result())
         elif not task.cancelled():
             log.error("loading %s-%d failed: %s", OFFSETS_TOPIC, partition, task.exception())
 

@@ -89,7 +89,7 @@ class PartitionRoles:
         )
         entry = LedPartition(tp, info.topic_id, partition_log, leader)
         self.led[tp] = entry
-        log.info(
+        log.debug(
             "%s: leader in epoch %d (ISR %s, log end %d)",
             tp,
             info.leader_epoch,
@@ -115,9 +115,9 @@ class PartitionRoles:
         self.followed[tp] = followed
         if info.leader >= 0 and info.leader != self.node_id and leader_address is not None:
             self.fetchers.follow(followed, info.leader, *leader_address)
-            log.info("%s: following broker %d in epoch %d", tp, info.leader, info.leader_epoch)
+            log.debug("%s: following broker %d in epoch %d", tp, info.leader, info.leader_epoch)
         else:
-            log.info("%s: no leader in epoch %d; waiting", tp, info.leader_epoch)
+            log.debug("%s: no leader in epoch %d; waiting", tp, info.leader_epoch)
 
     def isr_changed(self, info: PartitionInfo) -> None:
         entry = self.led.get(info.topic_partition)

@@ -334,9 +334,22 @@ class ClusterReplication:
                     ErrorCode(reply.error).name,
                     len(reply.remaining),
                 )
+                if reply.error == ErrorCode.NONE and not self._could_move(reply.remaining):
+                    log.info("controlled shutdown: no other replica of those is alive; stopping")
+                    return
             if attempt < settings.controlled_shutdown_max_retries:
                 await asyncio.sleep(settings.controlled_shutdown_retry_backoff_ms / 1000)
         log.warning("controlled shutdown did not move every leadership; stopping anyway")
+
+    def _could_move(self, remaining: Sequence[TopicPartition]) -> bool:
+        """Whether waiting could help: some partition still led here has another live replica
+        (it may catch up and join the ISR)."""
+        metadata = self.control.metadata
+        for tp in remaining:
+            info = metadata.partition(tp)
+            if info is None or any(r != self.node_id and r in metadata.brokers for r in info.replicas):
+                return True
+        return False
 
     async def _settle_leaderships(self) -> None:
         """Wait (briefly) until the controller's LeaderAndIsr making this broker a follower of
@@ -460,13 +473,29 @@ class ClusterReplication:
         logs = await self._ensure_logs(
             [t.info for t in transitions if isinstance(t, BecomeLeader | BecomeFollower)], outcome
         )
+        counts = {"leader": 0, "follower": 0, "stopped": 0}
         for transition in transitions:
             if isinstance(transition, BecomeLeader):
                 self._become_leader(transition.info, logs)
+                counts["leader"] += 1
             elif isinstance(transition, BecomeFollower):
                 self._become_follower(transition.info, logs, leaders)
+                counts["follower"] += 1
             elif isinstance(transition, IsrChanged):
                 self.roles.isr_changed(transition.info)
+            else:
+                counts["stopped"] += 1
+        if counts["leader"] or counts["follower"] or counts["stopped"]:
+            log.info(
+                "controller %d (epoch %d): now leading %d, following %d, stopped %d partition(s); "
+                "%d led here in all",
+                self.control.controller_id,
+                self.control.controller_epoch,
+                counts["leader"],
+                counts["follower"],
+                counts["stopped"],
+                len(self.roles.led),
+            )
 
     def _become_leader(self, info: PartitionInfo, logs: Mapping[TopicPartition, PartitionLog]) -> None:
         partition_log = logs.get(info.topic_partition)
