@@ -104,6 +104,7 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._peer: PeerConnection | None = None
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def add(self, partition: FollowedPartition) -> None:
         self.partitions[partition.topic_partition] = partition
@@ -115,6 +116,7 @@ class ReplicaFetcher:
         self.partitions.pop(tp, None)
 
     async def close(self) -> None:
+        self._closing = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -134,7 +136,10 @@ class ReplicaFetcher:
     # ---- the loop -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        while True:
+        # The flag, not only the cancellation, ends the loop: a cancellation that arrives as an
+        # answer does can be lost in the awaits below (Python 3.11's wait_for), and close() must
+        # never wait forever.
+        while not self._closing:
             try:
                 worked = await self._step()
             except PeerError as error:
@@ -154,7 +159,8 @@ class ReplicaFetcher:
                 ]
                 timeout_s = max(min(delays), 1) / 1000 if delays else None
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), timeout_s)
+                    async with asyncio.timeout(timeout_s):
+                        await self._changed.wait()
 
     async def _step(self) -> bool:
         """One round: truncations first, then one fetch. False if there was nothing to do."""

@@ -53,9 +53,8 @@ class PeerConnection:
             if self._writer is not None:
                 return self._writer
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), timeout_ms / 1000
-                )
+                async with asyncio.timeout(timeout_ms / 1000):
+                    reader, writer = await asyncio.open_connection(self.host, self.port)
             except (OSError, TimeoutError) as error:
                 failure = PeerError(f"cannot connect to {self.host}:{self.port}: {error or 'timed out'}")
                 self._closed_error = failure
@@ -76,7 +75,8 @@ class PeerConnection:
             encode_request(request.API_KEY, version, correlation_id, self._client_id, request.encode(version))
         )
         try:
-            return await asyncio.wait_for(future, timeout_ms / 1000)
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await future
         except TimeoutError:
             self.close(PeerError(f"no answer from {self.host}:{self.port} within {timeout_ms} ms"))
             raise PeerError(f"no answer from {self.host}:{self.port} within {timeout_ms} ms") from None

@@ -236,6 +236,7 @@ class ClusterReplication:
         # Set once this broker is registered and knows its broker epoch: a command of the
         # controller can arrive before (the controller sees the registration at once), and waits.
         self._joined = asyncio.Event()
+        self._stopping = False
 
     # ---- starting and stopping -----------------------------------------------------------------------
 
@@ -364,6 +365,7 @@ class ClusterReplication:
 
     async def stop(self) -> None:
         """Leave the cluster: stop fetching and sending, resign, deregister, close the session."""
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         await self._bounded("the background tasks", asyncio.gather(*self._tasks, return_exceptions=True))
@@ -383,7 +385,8 @@ class ClusterReplication:
     async def _bounded(what: str, work: Awaitable[object]) -> None:
         """Stopping never hangs on one part: after STOP_STEP_TIMEOUT_S it goes on without it."""
         try:
-            await asyncio.wait_for(work, STOP_STEP_TIMEOUT_S)
+            async with asyncio.timeout(STOP_STEP_TIMEOUT_S):
+                await work
         except TimeoutError:
             log.warning("stopping %s took more than %d s; going on without it", what, STOP_STEP_TIMEOUT_S)
 
@@ -602,7 +605,8 @@ class ClusterReplication:
         self._replies[key] = future
         node.post(make_event(key))
         try:
-            return await asyncio.wait_for(future, CONTROLLER_REQUEST_TIMEOUT_MS / 1000)
+            async with asyncio.timeout(CONTROLLER_REQUEST_TIMEOUT_MS / 1000):
+                return await future
         except TimeoutError:
             raise PeerError("the controller did not answer") from None
         finally:
@@ -650,7 +654,7 @@ class ClusterReplication:
 
     async def _alter_isr_loop(self) -> None:
         """Send the leaders' ISR changes to the controller, all pending ones in one AlterPartition."""
-        while True:
+        while not self._stopping:
             await self._alter_isr_wakeup.wait()
             self._alter_isr_wakeup.clear()
             proposals = dict(self.roles.alter_isr_proposals)
@@ -699,6 +703,8 @@ class ClusterReplication:
 
     async def _tick_loop(self) -> None:
         for count in itertools.count():
+            if self._stopping:
+                return
             await asyncio.sleep(TICK_INTERVAL_MS / 1000)
             try:
                 self.roles.tick(all_leaders=count % TICKS_PER_ISR_CHECK == 0)
@@ -940,7 +946,8 @@ class ClusterReplication:
         entry = (condition, future)
         self._metadata_waiters.append(entry)
         try:
-            await asyncio.wait_for(future, timeout_ms / 1000)
+            async with asyncio.timeout(timeout_ms / 1000):
+                await future
             return True
         except TimeoutError:
             return False

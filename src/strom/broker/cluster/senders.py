@@ -21,7 +21,6 @@ from strom.cluster import wire
 from strom.cluster.actions import (
     BrokerCommand,
     LeaderAndIsrCommand,
-    StopReplicaCommand,
     UpdateMetadataCommand,
 )
 from strom.cluster.model import BrokerRegistration
@@ -44,6 +43,7 @@ class _Sender:
         self._client_id = client_id
         self._peer: PeerConnection | None = None
         self.task: asyncio.Task[None] | None = None
+        self.stopped = False
 
     def _connection(self) -> PeerConnection:
         if self._peer is None or self._peer.closed:
@@ -51,9 +51,9 @@ class _Sender:
         return self._peer
 
     async def run(self) -> None:
-        while True:
+        while not self.stopped:
             command = await self.queue.get()
-            while True:
+            while not self.stopped:
                 try:
                     await _send(self._connection(), command)
                     break
@@ -69,6 +69,7 @@ class _Sender:
                     break
 
     def stop(self) -> None:
+        self.stopped = True
         if self.task is not None:
             self.task.cancel()
         if self._peer is not None:
@@ -167,6 +168,3 @@ class ControllerSenders:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._local_task
             self._local_task = None
-
-
-__all__ = ["ControllerSenders", "StopReplicaCommand"]
