@@ -60,7 +60,14 @@ from strom.cluster.broker_control import (
 )
 from strom.cluster.config import ControllerConfig, ReplicationConfig, ZooKeeperConnect
 from strom.cluster.events import ControlledShutdownReceived, ControllerEvent
-from strom.cluster.model import NO_LEADER, BrokerRegistration, Endpoint, TopicAssignment, TopicPartition
+from strom.cluster.model import (
+    LEADER_DURING_DELETE,
+    NO_LEADER,
+    BrokerRegistration,
+    Endpoint,
+    TopicAssignment,
+    TopicPartition,
+)
 from strom.cluster.node import ClusterNode, NodeOutputs
 from strom.cluster.placement import PlacementError, assign_replicas, validate_assignment
 from strom.cluster.replica import fence_leader_epoch
@@ -77,6 +84,7 @@ from strom.storage import (
     InvalidTopicError,
     LogConfig,
     PartitionLog,
+    StorageError,
     TopicExistsError,
     TopicMetadata,
     UnknownTopicError,
@@ -409,22 +417,29 @@ class ClusterReplication:
     def _on_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
         for topic, overrides in configs.items():
             self._topic_overrides[topic] = dict(overrides)
-            metadata = self._state.logs.topic(topic)
-            if metadata is None:
-                continue
-            try:
-                updated = self._state.logs.prepare_topic_config(topic, overrides)
-            except (ConfigError, UnknownTopicError) as error:
-                log.error("topic %s: cannot apply its new config: %s", topic, error)
-                continue
-            asyncio.get_running_loop().create_task(self._write_topic_config(updated))
+            if self._state.logs.topic(topic) is not None:
+                task = asyncio.get_running_loop().create_task(
+                    self._apply_topic_config(topic, dict(overrides))
+                )
+                self._tasks.append(task)
+                task.add_done_callback(self._forget_task)
 
-    async def _write_topic_config(self, updated: TopicMetadata) -> None:
-        logs = self._state.logs
-        await asyncio.to_thread(logs.write_topic_file, updated)
-        logs.apply_topic_config(updated)
-        for partition in updated.partition_indexes():
-            self.roles.reconfigure(TopicPartition(updated.name, partition))
+    async def _apply_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
+        """A topic's config changed in ZooKeeper: its local logs and leaders take it (the topic
+        file rewritten under the topic's lock, as every admin change of it is)."""
+        try:
+            await self._state.alter_topic_config(topic, overrides)
+        except StorageError as error:  # an invalid value, the topic gone meanwhile, a file error
+            log.error("topic %s: cannot apply its new config: %s", topic, error)
+            return
+        metadata = self._state.logs.topic(topic)
+        if metadata is not None:
+            for partition in metadata.partition_indexes():
+                self.roles.reconfigure(TopicPartition(topic, partition))
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
 
     # ---- the controller's commands ----------------------------------------------------------------------
 
@@ -454,6 +469,10 @@ class ClusterReplication:
         await self._joined.wait()
         error = self.control.on_update_metadata(command)
         if error == ErrorCode.NONE:
+            for info in command.partitions:
+                if info.leader == LEADER_DURING_DELETE:
+                    # Deleted: a topic created again under the name has its own config.
+                    self._topic_overrides.pop(info.topic, None)
             self._metadata_changed()
         return error
 
@@ -862,7 +881,7 @@ class ClusterReplication:
 
         task = asyncio.get_running_loop().create_task(create())
         self._tasks.append(task)
-        task.add_done_callback(lambda done: self._tasks.remove(done) if done in self._tasks else None)
+        task.add_done_callback(self._forget_task)
 
     # ---- admin (``Replication``) -------------------------------------------------------------------------------
 
