@@ -9,7 +9,7 @@ PORT ?= 9092
 DATA_DIR ?= ./data
 SHARED ?= ../shared
 
-.PHONY: run test venv install install-test system-deps lint typecheck contracts codegen-check unit compat bench dist clean
+.PHONY: run cluster test venv install install-test system-deps lint typecheck contracts codegen-check unit compat bench dist clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ system-deps:
 
 run: $(VENV)/.installed
 	$(VENV)/bin/strom broker --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+
+# A ZooKeeper and BROKERS brokers on 127.0.0.1 (ports PORT, PORT+1, ...) until Ctrl-C.
+BROKERS ?= 3
+CLUSTER_DATA_DIR ?= ./cluster-data
+cluster: $(VENV)/.installed system-deps
+	$(VENV)/bin/strom cluster up --brokers $(BROKERS) --base-port $(PORT) --data-dir $(CLUSTER_DATA_DIR)
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests tools benchmarks

@@ -18,11 +18,13 @@ from typing import Protocol
 import pytest
 from kazoo.client import KazooClient
 
+from strom.cli.dev_cluster import LocalCluster
 from strom.cluster.config import ZooKeeperConnect
 from strom.cluster.kazoo_store import KazooStore
 from strom.cluster.memory_zookeeper import MemoryZkClient, MemoryZooKeeper
 from strom.cluster.zk_store import SessionEvent, ZkStore
 
+from .cluster_support import CLUSTER_SETTINGS, heal
 from .zookeeper_server import ZooKeeperServer
 
 # Session timeout asked for by the test clients: short, so an expiry is quick to provoke.
@@ -47,6 +49,51 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKe
         yield server
     finally:
         server.stop()
+
+
+# Clusters alive right now, so a failing test shows their brokers' logs.
+_LIVE_CLUSTERS: list[LocalCluster] = []
+LOG_TAIL_LINES = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        for cluster in _LIVE_CLUSTERS:
+            for node_id, broker in cluster.brokers.items():
+                report.sections.append(
+                    (f"broker {node_id} log ({broker.log_path})", broker.log_tail(LOG_TAIL_LINES))
+                )
+
+
+@pytest.fixture(scope="module")
+def running_cluster(
+    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """Three brokers (node ids 1-3) under a chroot of the module's ZooKeeper; each test starts
+    from a whole cluster (``heal``), whatever the previous one killed."""
+    cluster = LocalCluster(
+        tmp_path_factory.mktemp("cluster"),
+        3,
+        settings=CLUSTER_SETTINGS,
+        zookeeper=zookeeper_server,
+        chroot=f"/strom-cluster-{next(_chroots)}",
+    )
+    _LIVE_CLUSTERS.append(cluster)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        _LIVE_CLUSTERS.remove(cluster)
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster(running_cluster: LocalCluster) -> LocalCluster:
+    heal(running_cluster)
+    return running_cluster
 
 
 @pytest.fixture

@@ -96,8 +96,10 @@ log.retention.hours=168
 log.retention.check.interval.ms=300000
 
 ############################# Zookeeper #############################
-zookeeper.connect=localhost:2181
-zookeeper.connection.timeout.ms=18000
+# Set, these two make the broker one of a cluster, as in Kafka (docs/cluster.md): this single
+# node leaves them commented out.
+#zookeeper.connect=localhost:2181
+#zookeeper.connection.timeout.ms=18000
 
 ############################# Group Coordinator Settings #############################
 group.initial.rebalance.delay.ms=0
@@ -107,13 +109,10 @@ UNUSED_STOCK_KEYS = (
     "num.io.threads",
     "num.network.threads",
     "num.recovery.threads.per.data.dir",
-    "offsets.topic.replication.factor",
     "socket.receive.buffer.bytes",
     "socket.send.buffer.bytes",
     "transaction.state.log.min.isr",
     "transaction.state.log.replication.factor",
-    "zookeeper.connect",
-    "zookeeper.connection.timeout.ms",
 )
 RECOVERY_LINE = "no clean shutdown marker"
 

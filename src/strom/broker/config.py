@@ -2,7 +2,7 @@
 
 Every key strom honours is declared once in ``BROKER_CONFIG_KEYS`` with its type, default and
 meaning; ``strom broker --help-config`` prints that table. A key Kafka documents that strom does not
-use (``num.io.threads``, ``zookeeper.connect``, ... from a stock ``server.properties``) is accepted
+use (``num.io.threads``, ``socket.send.buffer.bytes``, ... from a stock ``server.properties``) is accepted
 and named in one warning at start (``unused_kafka_keys``); the list of Kafka's keys is
 ``strom.broker.kafka_broker_keys``, so "known but not used" is simply every Kafka key not declared
 here (declaring one gives it meaning). Any other key is refused with the names it is close to.
@@ -55,7 +55,7 @@ class ConfigKey:
 
 _KEYS = [
     ConfigKey("broker.id", "int", "0", "This broker's node id, shown to clients in metadata."),
-    ConfigKey("node.id", "int", "0", "Synonym of broker.id."),
+    ConfigKey("node.id", "int", "0", "Synonym of broker.id (--node-id)."),
     ConfigKey(
         "cluster.id",
         "string",
@@ -143,7 +143,7 @@ _KEYS = [
         "default.replication.factor",
         "int",
         "1",
-        "Replication factor of auto-created topics (a single broker keeps one replica).",
+        "Replication factor of auto-created topics and of CreateTopics asking for the default (a single node keeps one replica).",
     ),
     ConfigKey("delete.topic.enable", "bool", "true", "Allow DeleteTopics."),
     ConfigKey(
@@ -235,6 +235,90 @@ _KEYS = [
     ),
     ConfigKey(
         "offset.metadata.max.bytes", "int", "4096", "Longest metadata string a committed offset may carry."
+    ),
+    # ---- a cluster (strom broker --zookeeper HOST:PORT --node-id N; docs/cluster.md) ----------
+    ConfigKey(
+        "zookeeper.connect",
+        "string",
+        "",
+        "HOST:PORT[,HOST:PORT...][/chroot] of the ZooKeeper ensemble (--zookeeper): join a cluster. Unset: a single node.",
+    ),
+    ConfigKey(
+        "zookeeper.session.timeout.ms",
+        "int",
+        "18000",
+        "ZooKeeper session timeout: a broker silent this long is gone (its leaderships move).",
+    ),
+    ConfigKey(
+        "zookeeper.connection.timeout.ms",
+        "int",
+        "",
+        "How long the broker waits for ZooKeeper at start before it gives up (default: the session timeout).",
+    ),
+    ConfigKey(
+        "broker.rack", "string", "", "This broker's rack: replicas of a partition go to different racks."
+    ),
+    ConfigKey(
+        "unclean.leader.election.enable",
+        "bool",
+        "false",
+        "Elect a replica outside the ISR when no in-sync replica is alive (availability over durability).",
+    ),
+    ConfigKey(
+        "min.insync.replicas",
+        "int",
+        "1",
+        "acks=all is refused (NOT_ENOUGH_REPLICAS) when fewer replicas than this are in sync (topic: min.insync.replicas).",
+    ),
+    ConfigKey(
+        "replica.lag.time.max.ms",
+        "long",
+        "30000",
+        "A follower that has not caught up with the leader for this long leaves the ISR.",
+    ),
+    ConfigKey(
+        "replica.fetch.wait.max.ms", "int", "500", "How long a follower's fetch waits for records at most."
+    ),
+    ConfigKey("replica.fetch.min.bytes", "int", "1", "Bytes a follower's fetch waits for."),
+    ConfigKey("replica.fetch.max.bytes", "int", "1048576", "Bytes a follower fetches per partition at most."),
+    ConfigKey(
+        "replica.fetch.response.max.bytes", "int", "10485760", "Bytes a follower fetches per request at most."
+    ),
+    ConfigKey(
+        "auto.leader.rebalance.enable",
+        "bool",
+        "true",
+        "Move leadership back to the preferred replicas when too many partitions are led elsewhere.",
+    ),
+    ConfigKey(
+        "leader.imbalance.check.interval.seconds", "long", "300", "How often leadership balance is checked."
+    ),
+    ConfigKey(
+        "leader.imbalance.per.broker.percentage",
+        "int",
+        "10",
+        "Share of a broker's preferred partitions led elsewhere that triggers a rebalance.",
+    ),
+    ConfigKey(
+        "controlled.shutdown.enable",
+        "bool",
+        "true",
+        "On SIGTERM, move this broker's leaderships away before stopping.",
+    ),
+    ConfigKey(
+        "controlled.shutdown.max.retries",
+        "int",
+        "3",
+        "Attempts at moving the leaderships away before the broker stops anyway.",
+    ),
+    ConfigKey(
+        "controlled.shutdown.retry.backoff.ms", "long", "5000", "Pause between controlled shutdown attempts."
+    ),
+    ConfigKey(
+        "offsets.topic.replication.factor",
+        "int",
+        "3",
+        "Replicas of each __consumer_offsets partition (capped by the live brokers when it is created).",
     ),
     ConfigKey(
         "producer.id.expiration.ms",
@@ -568,6 +652,8 @@ class BrokerConfig:
             "index.interval.bytes": str(self.get_int("log.index.interval.bytes")),
             "max.message.bytes": str(self.get_int("message.max.bytes")),
             "message.timestamp.type": self.get_str("log.message.timestamp.type"),
+            "min.insync.replicas": str(self.get_int("min.insync.replicas")),
+            "unclean.leader.election.enable": str(self.get_bool("unclean.leader.election.enable")).lower(),
         }
         if self.is_set("log.flush.interval.ms"):
             properties["flush.ms"] = str(self.get_int("log.flush.interval.ms"))
@@ -692,7 +778,7 @@ def help_config_text() -> str:
         "Keys marked dynamic can also be changed while the broker runs, with AlterConfigs or",
         'IncrementalAlterConfigs on the BROKER resource (its node id, or "" for the cluster-wide',
         "default); the broker keeps them in its data directory and they win over --config and --set.",
-        "Any other key Kafka documents (num.io.threads, zookeeper.connect, ...) is accepted and",
+        "Any other key Kafka documents (num.io.threads, num.network.threads, ...) is accepted and",
         "ignored, with one warning naming them at start; a key Kafka does not know is refused.",
         "",
     ]

@@ -172,6 +172,7 @@ class GroupService:
         self.writer = OffsetsTopicWriter(logs, clock, notify_append, flush)
         self.coordinator = GroupCoordinator(config, clock, self.timer, self.writer)
         self._loading: asyncio.Task[None] | None = None
+        self._partition_loads: dict[int, asyncio.Task[int]] = {}
 
     @property
     def partitions(self) -> int:
@@ -182,10 +183,13 @@ class GroupService:
 
         return partition_for_group(group_id, self.partitions)
 
-    def start(self) -> None:
+    def start(self, *, load: bool = True) -> None:
         """If ``__consumer_offsets`` exists, load it in the background (requests for its groups get
-        COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile). A broker in a cluster passes ``load=False``: it
+        coordinates only the partitions it leads (``become_coordinator``)."""
         self.timer.bind(asyncio.get_running_loop())
+        if not load:
+            return
         topic = self._logs.topic(OFFSETS_TOPIC)
         if topic is None:
             return
@@ -209,30 +213,61 @@ class GroupService:
     async def _load(self, partitions: int) -> None:
         records_total = 0
         for partition in range(partitions):
-            partition_log = self._logs.log(OFFSETS_TOPIC, partition)
-            offset = partition_log.log_start_offset if partition_log is not None else 0
-            while partition_log is not None and offset < partition_log.log_end_offset:
-                data = partition_log.read(offset, LOAD_CHUNK_BYTES).records
-                if not data:
-                    break
-                try:
-                    for batch in iter_batches(data):
-                        if batch.header.is_control:
-                            offset = batch.header.last_offset + 1
-                            continue
-                        for record in batch.absolute_records():
-                            if record.offset >= offset and record.key is not None:
-                                self.coordinator.replay(partition, record.key, record.value)
-                                records_total += 1
-                        offset = batch.header.last_offset + 1
-                except CorruptBatchError as error:
-                    log.error(
-                        "%s-%d: stopped loading at offset %d: %s", OFFSETS_TOPIC, partition, offset, error
-                    )
-                    break
-                await asyncio.sleep(0)
-            self.coordinator.finish_loading(partition)
+            records_total += await self._load_partition(partition)
         log.info("loaded %s: %d records replayed", OFFSETS_TOPIC, records_total)
+
+    async def _load_partition(self, partition: int) -> int:
+        """Replay one partition of ``__consumer_offsets`` into the coordinator; the records replayed."""
+        records_total = 0
+        partition_log = self._logs.log(OFFSETS_TOPIC, partition)
+        offset = partition_log.log_start_offset if partition_log is not None else 0
+        while partition_log is not None and offset < partition_log.log_end_offset:
+            data = partition_log.read(offset, LOAD_CHUNK_BYTES).records
+            if not data:
+                break
+            try:
+                for batch in iter_batches(data):
+                    if batch.header.is_control:
+                        offset = batch.header.last_offset + 1
+                        continue
+                    for record in batch.absolute_records():
+                        if record.offset >= offset and record.key is not None:
+                            self.coordinator.replay(partition, record.key, record.value)
+                            records_total += 1
+                    offset = batch.header.last_offset + 1
+            except CorruptBatchError as error:
+                log.error("%s-%d: stopped loading at offset %d: %s", OFFSETS_TOPIC, partition, offset, error)
+                break
+            await asyncio.sleep(0)
+        self.coordinator.finish_loading(partition)
+        return records_total
+
+    # ---- a broker in a cluster: coordinating the partitions it leads ------------------------------
+
+    def become_coordinator(self, partition: int) -> None:
+        """This broker now leads ``partition`` of ``__consumer_offsets``: load its groups (their
+        requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        self.resign_coordinator(partition)
+        self.coordinator.begin_loading(partition)
+        task = asyncio.get_running_loop().create_task(self._load_partition(partition))
+        self._partition_loads[partition] = task
+        task.add_done_callback(lambda done: self._loaded(partition, done))
+
+    def _loaded(self, partition: int, task: asyncio.Task[int]) -> None:
+        if self._partition_loads.get(partition) is task:
+            del self._partition_loads[partition]
+        if not task.cancelled() and task.exception() is None:
+            log.debug("coordinating %s-%d: %d records replayed", OFFSETS_TOPIC, partition, task.result())
+        elif not task.cancelled():
+            log.error("loading %s-%d failed: %s", OFFSETS_TOPIC, partition, task.exception())
+
+    def resign_coordinator(self, partition: int) -> None:
+        """Another broker leads ``partition`` now: forget its groups; parked requests are answered
+        NOT_COORDINATOR and their clients look the coordinator up again."""
+        task = self._partition_loads.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        self.coordinator.unload(partition)
 
     async def wait_loaded(self) -> None:
         if self._loading is not None:
@@ -241,5 +276,7 @@ class GroupService:
     def shutdown(self) -> None:
         if self._loading is not None:
             self._loading.cancel()
+        for task in self._partition_loads.values():
+            task.cancel()
         self.coordinator.shutdown()
         self.timer.cancel_all()

@@ -53,6 +53,11 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
         server = BrokerServer(config, metrics_port=metrics_port)
         await server.serve_until_signalled()
 
+    from strom.broker.cluster.runtime import ClusterStartError
+    from strom.cluster.config import ZooKeeperConnectError
+    from strom.cluster.zk_store import ZkError
+    from strom.cluster.zookeeper import BrokerIdInUseError
+
     try:
         uvloop.run(main())
     except DataDirectoryLockedError as error:
@@ -60,5 +65,11 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
         return 1
     except OSError as error:
         log.error("cannot start the broker: %s", error)
+        return 1
+    except (ZkError, BrokerIdInUseError, ClusterStartError, ZooKeeperConnectError) as error:
+        # ZooKeeper unreachable (after zookeeper.connection.timeout.ms), this node id taken by
+        # another live broker, a data directory of another cluster, a connect string that does
+        # not parse: the operator gets one line saying which.
+        log.error("cannot join the cluster: %s", error)
         return 1
     return 0

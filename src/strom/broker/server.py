@@ -51,7 +51,7 @@ from strom.broker.metrics import (
     MetricsServer,
     bind_connection_times,
 )
-from strom.broker.registry import HANDLERS
+from strom.broker.registry import handler_table
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameDecoder, FrameTooLargeError
@@ -66,6 +66,8 @@ from strom.protocol.primitives import Blob, DecodeError
 
 if TYPE_CHECKING:
     from asyncio import Transport
+
+    from strom.broker.cluster.runtime import ClusterReplication
 
 log = logging.getLogger("strom.broker")
 # Lines about what a peer did wrong (malformed frames, oversize requests): the peer must not decide
@@ -106,6 +108,18 @@ class _OpenConnection:
         self.client_host = client_host
 
 
+def join_cluster(state: BrokerState) -> ClusterReplication:
+    """Make ``state`` a broker of a cluster: its replication, its append hook, its waits."""
+    from strom.broker.cluster.runtime import ClusterReplication, ClusterSettings
+
+    cluster = ClusterReplication(state, ClusterSettings.from_config(state.config))
+    state.cluster = cluster
+    state.replication = cluster
+    state.notify_append = cluster.on_append
+    state.separate_replica_waits()
+    return cluster
+
+
 def budget_limits(config: BrokerConfig) -> BudgetLimits:
     """The connection bounds: ``base/limits.py`` and ``connections.max.idle.ms`` (-1: no idle limit)."""
     idle_ms: int | None = config.get_int("connections.max.idle.ms")
@@ -128,8 +142,13 @@ class BrokerServer:
     def __init__(
         self, config: BrokerConfig, clock: Clock | None = None, metrics_port: int | None = None
     ) -> None:
+        handlers.register_all()
         self.config = config
         self.state = BrokerState(config, clock or SystemClock())
+        # A broker of a cluster (--zookeeper): replication for real, and the cluster's own APIs.
+        self.cluster = join_cluster(self.state) if config.is_set("zookeeper.connect") else None
+        self.handlers = handler_table(self.cluster is not None)
+        self.state.handlers = self.handlers
         self.metrics = self.state.metrics
         # The metrics page listens on the host of the first listener (every interface if it has none).
         self._metrics_server = (
@@ -146,7 +165,6 @@ class BrokerServer:
         self._open: dict[int, _OpenConnection] = {}
         self._connection_checks: asyncio.Task[None] | None = None
         self.loop_lag = LoopLagMonitor()
-        handlers.register_all()
 
     async def start(self) -> None:
         self.state.load()
@@ -178,7 +196,17 @@ class BrokerServer:
                 format_listener(endpoint),
                 self.config.data_dir,
             )
-        self.state.groups.start()
+        if self.cluster is not None:
+            try:
+                await self.cluster.start()  # registers the advertised listeners bound above
+            except BaseException:
+                for server in self._servers:
+                    server.close()
+                    await server.wait_closed()
+                self._servers.clear()
+                self.state.close()
+                raise
+        self.state.groups.start(load=self.cluster is None)
         if self._metrics_server is not None:
             await self._metrics_server.start()
         self._background.append(asyncio.create_task(self._housekeeping_loop()))
@@ -195,6 +223,8 @@ class BrokerServer:
         if not self._servers:
             return
         log.info("strom broker shutting down")
+        if self.cluster is not None:
+            await self.cluster.stop()
         for server in self._servers:
             server.close()
         if self._metrics_server is not None:
@@ -215,6 +245,8 @@ class BrokerServer:
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signal_number, stop_requested.set)
         await stop_requested.wait()
+        if self.cluster is not None:
+            await self.cluster.controlled_shutdown()
         await self.stop()
 
     # -- background work --------------------------------------------------------------------------
@@ -490,7 +522,7 @@ class BrokerServer:
             header.request_api_version,
             header.correlation_id,
         )
-        handler = HANDLERS.get(api_key)
+        handler = self.handlers.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
             return self._unsupported(api_key, version, correlation_id)
         try:
@@ -557,9 +589,11 @@ class BrokerServer:
         is closed (there is no way to frame an answer the client could parse).
         """
         if api_key == API_VERSIONS_KEY:
-            body = handlers.api_versions.build_response(ErrorCode.UNSUPPORTED_VERSION, 0).encode(0)
+            body = handlers.api_versions.build_response(
+                ErrorCode.UNSUPPORTED_VERSION, 0, self.handlers
+            ).encode(0)
             return [encode_response(correlation_id, api_key, 0, body)]
-        handler = HANDLERS.get(api_key)
+        handler = self.handlers.get(api_key)
         response_type: Any = handler.response_type if handler else None
         if response_type is not None and response_type.MIN_VERSION <= version <= response_type.MAX_VERSION:
             response = response_type()

@@ -4,7 +4,8 @@ Handlers reach everything through ``BrokerState``. Nothing here blocks the loop 
 work: fsync runs in the fsync worker thread (``flush``); admin work (creating and deleting topics
 and partitions, rewriting topic files) runs in the admin worker thread, which builds files and log
 objects and hands them back, and only the loop swaps them into the maps (see ``LogManager``'s
-phases); compaction and removing deleted files run in a background thread. Fetch long-polls wait on futures that ``notify_append`` completes.
+phases); compaction and removing deleted files run in a background thread. Fetch long-polls wait on
+futures that ``notify_append`` (``wake_readers`` / ``wake_replicas``) completes.
 
 The data directory is locked (``DataDirectoryLock``) before anything in it is read or written.
 """
@@ -20,16 +21,19 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from strom.base import limits
 from strom.base.clock import Clock
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.groups import GroupService
 from strom.broker.metrics import BrokerMetrics, add_remote_wait
+from strom.broker.registry import HANDLERS, Handler
+from strom.broker.replication import Replication, SingleNode
 from strom.cluster.model import Endpoint
 from strom.coordinator import OFFSETS_TOPIC
 from strom.storage import LogFileError, LogManager, PartitionLog, TopicMetadata
@@ -38,6 +42,9 @@ from strom.storage.compaction import run_compaction
 from strom.storage.files import empty_trash
 from strom.storage.lock import DataDirectoryLock
 from strom.storage.log_manager import apply_retention, current_open_files_limit
+
+if TYPE_CHECKING:
+    from strom.broker.cluster.runtime import ClusterReplication
 
 log = logging.getLogger("strom.broker")
 
@@ -95,7 +102,15 @@ class BrokerState:
         self.budget = FileBudget.from_open_files_limit(current_open_files_limit())
         self.logs = LogManager(config.data_dir, config.log_defaults(), clock, self.budget)
         self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_ids.json")
+        # Fetches waiting for records to read: consumers (woken when what they may read grows),
+        # and followers (woken by appends). The same map on a single node, where the two are one;
+        # a broker in a cluster gives followers their own (``separate_replica_waits``).
         self._append_waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self._replica_waiters = self._append_waiters
+        # Called after every append to a partition this broker leads: on a single node what was
+        # appended is readable at once; a broker in a cluster replaces it with its replica state's
+        # (followers are woken at once, consumers when the high watermark moves).
+        self.notify_append: Callable[[str, int], None] = self.wake_readers
         self._flush_locks: dict[TopicPartition, asyncio.Lock] = {}
         self._disk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-fsync")
         # Admin requests' file work, one at a time in arrival order.
@@ -108,8 +123,18 @@ class BrokerState:
         self._stopping = threading.Event()
         self._collector_holds = 0
         self.groups = GroupService(
-            config.coordinator_config(), self.logs, clock, self.notify_append, self._flush_offsets_partition
+            config.coordinator_config(),
+            self.logs,
+            clock,
+            lambda topic, partition: self.notify_append(topic, partition),
+            self._flush_offsets_partition,
         )
+        # Who leads what, who may read and append where (a cluster replaces it: ``strom.broker.cluster``).
+        self.replication: Replication = SingleNode(self)
+        # The cluster runtime when this broker is one of a cluster (set by the server), and the
+        # APIs this broker serves and advertises.
+        self.cluster: ClusterReplication | None = None
+        self.handlers: Mapping[int, Handler] = HANDLERS
 
     def _flush_offsets_partition(self, partition: int) -> asyncio.Future[None] | None:
         partition_log = self.logs.log(OFFSETS_TOPIC, partition)
@@ -238,6 +263,44 @@ class BrokerState:
             self._background_executor.submit(empty_trash, renamed, self._stopping)
             return detached.metadata
 
+    async def host_partitions(
+        self,
+        name: str,
+        topic_id: uuid.UUID,
+        partitions: Iterable[int],
+        overrides: Mapping[str, str],
+        *,
+        internal: bool = False,
+    ) -> list[PartitionLog]:
+        """A broker in a cluster: make the logs of the partitions the controller placed here (file
+        work in the admin thread); returns the logs made (none if all were here)."""
+        async with self._topic_locks.hold(name):
+            pending = self.logs.begin_host_partitions(
+                name, topic_id, partitions, overrides, internal=internal
+            )
+            if pending is None:
+                return []
+            with self._long_lived_objects_made(len(pending.new_partitions)):
+                try:
+                    built = await self._in_admin_thread(lambda: self.logs.build_create(pending))
+                except BaseException:
+                    self.logs.abandon_create(pending)
+                    raise
+                self.logs.install_create(built)
+                return built.logs
+
+    async def remove_partitions(self, name: str, partitions: Iterable[int]) -> None:
+        """A broker in a cluster: delete the logs of partitions it no longer replicates (the
+        topic goes with its last one); the directories are removed in the background."""
+        async with self._topic_locks.hold(name):
+            detached = self.logs.begin_remove_partitions(name, partitions)
+            if detached is None:
+                return
+            for partition in detached.partitions:
+                self._flush_locks.pop((name, partition), None)
+            renamed = await self._in_admin_thread(lambda: self.logs.remove_topic_files(detached))
+            self._background_executor.submit(empty_trash, renamed, self._stopping)
+
     async def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> None:
         async with self._topic_locks.hold(name):
             updated = self.logs.prepare_topic_config(name, overrides)
@@ -281,22 +344,34 @@ class BrokerState:
 
     # -- long polls -------------------------------------------------------------------------------
 
-    def notify_append(self, topic: str, partition: int) -> None:
-        """Wake every fetch waiting on this partition."""
+    def wake_readers(self, topic: str, partition: int) -> None:
+        """What consumers may read of this partition grew: wake the fetches waiting on it."""
         waiters = self._append_waiters.pop((topic, partition), None)
         if waiters:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    async def wait_for_append(self, partitions: Iterable[TopicPartition], timeout_ms: int) -> None:
-        """Return when one of ``partitions`` is appended to, or after ``timeout_ms``."""
+    def wake_replicas(self, topic: str, partition: int) -> None:
+        """Records were appended to a partition followers copy."""
+        _wake(self._replica_waiters, (topic, partition))
+
+    def separate_replica_waits(self) -> None:
+        """Followers' fetches wait for appends, consumers' for the high watermark (a cluster)."""
+        self._replica_waiters = {}
+
+    async def wait_for_append(
+        self, partitions: Iterable[TopicPartition], timeout_ms: int, *, replica: bool = False
+    ) -> None:
+        """Return when one of ``partitions`` has more to read, or after ``timeout_ms``
+        (``replica``: a follower's fetch, woken by appends rather than by the high watermark)."""
         if timeout_ms <= 0:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         keys = list(partitions)
+        table = self._replica_waiters if replica else self._append_waiters
         for key in keys:
-            self._append_waiters.setdefault(key, set()).add(waiter)
+            table.setdefault(key, set()).add(waiter)
         started = time.perf_counter()
         try:
             await asyncio.wait_for(waiter, timeout_ms / 1000)
@@ -305,11 +380,11 @@ class BrokerState:
         finally:
             add_remote_wait(time.perf_counter() - started)
             for key in keys:
-                waiters = self._append_waiters.get(key)
+                waiters = table.get(key)
                 if waiters is not None:
                     waiters.discard(waiter)
                     if not waiters:
-                        del self._append_waiters[key]
+                        del table[key]
 
     # -- durability -------------------------------------------------------------------------------
 
@@ -339,6 +414,14 @@ class BrokerState:
                 failures.append(str(error))
         if failures:
             log.error("scheduled flush failed for %d partitions, will retry (%s)", len(failures), failures[0])
+
+
+def _wake(table: dict[TopicPartition, set[asyncio.Future[None]]], key: TopicPartition) -> None:
+    waiters = table.pop(key, None)
+    if waiters:
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class _KeyedLocks:

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import strom
-from strom.cli import bench, configs, consume, groups, log_dump, produce, topics
+from strom.cli import bench, cluster, configs, consume, groups, log_dump, produce, topics
 from strom.cli.errors import describe_kafka_error
 from strom.cli.output import CliError, UsageError
 from strom.cli.pipeline import add_pipeline_parser
@@ -36,6 +36,10 @@ def _broker(arguments: argparse.Namespace) -> int:
             if not separator or not key.strip():
                 raise BrokerConfigError(f"--set takes key=value, got {assignment!r}")
             values[key.strip()] = value.strip()
+        if arguments.zookeeper is not None:
+            values["zookeeper.connect"] = arguments.zookeeper
+        if arguments.node_id is not None:
+            values["node.id"] = str(arguments.node_id)
         data_dir = arguments.data_dir or values.get("log.dirs") or values.get("log.dir") or "./data"
         if "," in data_dir:
             raise BrokerConfigError(
@@ -86,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         "broker",
         help="run a broker",
         description=(
-            "Run a single strom broker that speaks the Kafka protocol. Stops cleanly on SIGTERM or SIGINT. "
+            "Run a strom broker that speaks the Kafka protocol: a single node, or with --zookeeper one "
+            "broker of a replicated cluster. Stops cleanly on SIGTERM or SIGINT (in a cluster it first "
+            "moves its leaderships to other brokers). "
             "It listens where `listeners` says (--config FILE or --set; PLAINTEXT only), else on 127.0.0.1:9092; "
             "--host and --port replace the host and port of the first listener. Kafka settings strom does "
             "not use are accepted with a warning; unknown keys are refused. It locks its data directory "
@@ -113,6 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", default=None, metavar="FILE", help="a properties file with Kafka's key names"
     )
     broker.add_argument(
+        "--zookeeper",
+        default=None,
+        metavar="HOST:PORT[,HOST:PORT][/chroot]",
+        help="join the cluster coordinated by this ZooKeeper ensemble (zookeeper.connect); "
+        "without it the broker is a single node",
+    )
+    broker.add_argument(
+        "--node-id",
+        type=int,
+        default=None,
+        metavar="N",
+        help="this broker's id, unique in its cluster (node.id; default 0)",
+    )
+    broker.add_argument(
         "--set",
         action="append",
         metavar="KEY=VALUE",
@@ -133,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level (default info)",
     )
     broker.set_defaults(run=_broker)
-    for command_group in (topics, configs, produce, consume, groups, bench, log_dump):
+    for command_group in (topics, configs, produce, consume, groups, bench, log_dump, cluster):
         command_group.register(commands)
     add_pipeline_parser(commands)
     return parser

@@ -16,6 +16,8 @@ The formats are Kafka's, so an operator who knows Kafka's tree knows strom's::
     /config/topics/T                            {"version":1,"config":{"min.insync.replicas":"2"}}
     /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/T"}
     /admin/delete_topics/T                      (no data)
+    /latest_producer_id_block                   {"version":1,"broker":1,"block_start":"0",
+                                                 "block_end":"999"}
 
 Decoding trusts nothing: a znode that does not parse raises ``ZnodeFormatError`` naming the path.
 """
@@ -40,6 +42,7 @@ CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 
 # Persistent paths every broker makes sure exist when it joins (creating them is idempotent).
 PERSISTENT_PATHS = (
@@ -57,6 +60,7 @@ PARTITION_STATE_FORMAT_VERSION = 1
 CONTROLLER_FORMAT_VERSION = 1
 CONFIG_FORMAT_VERSION = 1
 CONFIG_CHANGE_FORMAT_VERSION = 2
+PRODUCER_ID_BLOCK_FORMAT_VERSION = 1
 
 
 class ZnodeFormatError(ValueError):
@@ -338,3 +342,30 @@ def decode_config_change(path: str, data: bytes) -> str | None:
         raise ZnodeFormatError(path, "no 'entity_path'")
     kind, _, name = entity.partition("/")
     return name if kind == "topics" and name else None
+
+
+def encode_producer_id_block(broker_id: int, block_start: int, block_end: int) -> bytes:
+    """The last block of producer ids handed out (ids ``block_start``..``block_end`` inclusive)."""
+    return _encode(
+        PRODUCER_ID_BLOCK_PATH,
+        {
+            "version": PRODUCER_ID_BLOCK_FORMAT_VERSION,
+            "broker": broker_id,
+            "block_start": str(block_start),
+            "block_end": str(block_end),
+        },
+    )
+
+
+def decode_producer_id_block_end(data: bytes) -> int:
+    """The last id of the last block handed out (-1 for an empty znode: none yet)."""
+    if not data:
+        return -1
+    value = _object(PRODUCER_ID_BLOCK_PATH, data)
+    try:
+        end = int(value["block_end"])
+    except (KeyError, TypeError, ValueError):
+        raise ZnodeFormatError(PRODUCER_ID_BLOCK_PATH, "no integer 'block_end'") from None
+    if end < -1:
+        raise ZnodeFormatError(PRODUCER_ID_BLOCK_PATH, f"negative block end {end}")
+    return end

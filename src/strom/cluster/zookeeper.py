@@ -455,6 +455,33 @@ class ClusterZooKeeper:
             sequence=True,
         )
 
+    def allocate_producer_ids(self, node_id: int, block_size: int) -> tuple[int, int]:
+        """Take the next block of producer ids for this broker: ``(first, last)`` inclusive.
+
+        ``/latest_producer_id_block`` names the last block handed out; taking the next one is a
+        write conditional on the version read, retried when another broker got there first, so no
+        two brokers ever hand out the same id (an idempotent producer's sequence checks rely on it
+        when its partitions move between brokers)."""
+        assert block_size > 0, block_size
+        while True:
+            try:
+                data, stat = self.store.get(znodes.PRODUCER_ID_BLOCK_PATH)
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self.store.create(znodes.PRODUCER_ID_BLOCK_PATH)
+                continue
+            first = znodes.decode_producer_id_block_end(data) + 1
+            last = first + block_size - 1
+            try:
+                self.store.set(
+                    znodes.PRODUCER_ID_BLOCK_PATH,
+                    znodes.encode_producer_id_block(node_id, first, last),
+                    stat.version,
+                )
+            except BadVersionError:
+                continue
+            return first, last
+
     def read_config_changes(self, after: str | None = None, watch: Watch | None = None) -> ConfigChanges:
         """Topics named by change notifications newer than the notification ``after``."""
         children = sorted(self.store.get_children(znodes.CONFIG_CHANGES_PATH, watch=watch))

@@ -11,6 +11,10 @@ class ConfigError(StorageError):
     """A topic config key is unknown or its value is invalid; the message names the key."""
 
 
+class OffsetOutOfOrderError(StorageError):
+    """A follower was given batches that do not continue its log (they start below its end)."""
+
+
 class OffsetOutOfRangeError(StorageError):
     """The requested offset is below the log start offset or beyond the log end offset."""
 

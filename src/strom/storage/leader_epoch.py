@@ -188,9 +188,10 @@ def read_checkpoint(path: Path) -> LeaderEpochCache:
     return LeaderEpochCache(entries)
 
 
-def write_checkpoint(path: Path, cache: LeaderEpochCache) -> None:
-    """Replace ``path`` with the cache's entries, atomically and durably."""
+def write_checkpoint(path: Path, cache: LeaderEpochCache, *, sync: bool = True) -> None:
+    """Replace ``path`` with the cache's entries, atomically and (unless ``sync=False``, for a
+    caller that fsyncs it later) durably."""
     entries = cache.entries
     lines = [str(CHECKPOINT_FORMAT_VERSION), str(len(entries))]
     lines.extend(f"{entry.epoch} {entry.start_offset}" for entry in entries)
-    write_file_atomically(path, ("\n".join(lines) + "\n").encode("ascii"))
+    write_file_atomically(path, ("\n".join(lines) + "\n").encode("ascii"), sync=sync)

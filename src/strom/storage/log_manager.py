@@ -5,7 +5,9 @@ Layout of ``<data_dir>``:
 * ``<topic>-<partition>/`` — one directory per partition (see ``partition_log``).
 * ``__topics/<topic>.json`` — each topic's metadata: ``{"name", "topic_id" (UUID), "partitions",
   "overrides" (Kafka config keys -> values), "internal"}``, written atomically (temporary file,
-  fsync, rename) so ids and configs survive restarts.
+  fsync, rename) so ids and configs survive restarts. A broker in a cluster holds only the
+  partitions it is a replica of: its topic files add ``"hosted"`` (their indexes), and the topic
+  id is the one in ZooKeeper (``host_partitions``, ``begin_remove_partitions``).
 * ``.strom_clean_shutdown`` — written by ``close()`` and removed by ``load()``. Without it, every
   segment is recovered (validated by CRC) on load, not only the active ones.
 * ``*.deleted`` — partition directories of deleted topics, waiting for a worker to remove them.
@@ -88,15 +90,27 @@ class TopicMetadata:
     overrides: dict[str, str] = field(default_factory=dict)
     config: LogConfig = field(default_factory=LogConfig)
     internal: bool = False
+    # The partitions with a log here: None for all of 0..partitions-1 (a single node); a broker in
+    # a cluster holds those it is a replica of.
+    hosted: frozenset[int] | None = None
+
+    def partition_indexes(self) -> list[int]:
+        """The partitions with a log on this broker, in order."""
+        return sorted(self.hosted) if self.hosted is not None else list(range(self.partitions))
+
+    @property
+    def hosted_count(self) -> int:
+        return len(self.hosted) if self.hosted is not None else self.partitions
 
 
 @dataclass(frozen=True)
 class PendingCreate:
     """A create reserved on the loop: the topic as it will be, and the partitions it adds
-    (``first_new`` .. ``metadata.partitions - 1``; 0 for a new topic)."""
+    (``new_partitions``; ``new_topic`` when the topic did not exist)."""
 
     metadata: TopicMetadata
-    first_new: int
+    new_partitions: tuple[int, ...]
+    new_topic: bool
 
 
 @dataclass(frozen=True)
@@ -109,10 +123,13 @@ class BuiltCreate:
 
 @dataclass(frozen=True)
 class DetachedTopic:
-    """A topic taken out of the maps, whose files are still to be removed."""
+    """A topic (or some of its partitions) taken out of the maps, whose files are still to be
+    removed. ``remaining``: the topic as it stays when only some partitions go (None: it is gone)."""
 
     metadata: TopicMetadata
     logs: list[PartitionLog]
+    partitions: tuple[int, ...] = ()
+    remaining: TopicMetadata | None = None
 
 
 def current_open_files_limit() -> int:
@@ -178,8 +195,8 @@ class LogManager:
                 messages.append(f"skipping unreadable topic file {path}: {error}")
                 continue
             self._remember(metadata)
-            self._partitions_held += metadata.partitions
-            for partition in range(metadata.partitions):
+            self._partitions_held += metadata.hosted_count
+            for partition in metadata.partition_indexes():
                 directory = self._partition_directory(metadata.name, partition)
                 if not directory.is_dir():
                     messages.append(f"{directory} is missing: {metadata.name}-{partition} starts empty")
@@ -238,6 +255,7 @@ class LogManager:
     def _read_topic_file(self, path: Path) -> TopicMetadata:
         document = json.loads(path.read_bytes())
         overrides = {str(key): str(value) for key, value in document["overrides"].items()}
+        hosted = document.get("hosted")
         return TopicMetadata(
             name=str(document["name"]),
             topic_id=uuid.UUID(document["topic_id"]),
@@ -245,6 +263,7 @@ class LogManager:
             overrides=overrides,
             config=LogConfig.from_properties(overrides, self.default_config),
             internal=bool(document.get("internal", False)),
+            hosted=frozenset(int(index) for index in hosted) if hosted is not None else None,
         )
 
     def write_topic_file(self, metadata: TopicMetadata) -> None:
@@ -256,6 +275,8 @@ class LogManager:
             "overrides": metadata.overrides,
             "internal": metadata.internal,
         }
+        if metadata.hosted is not None:
+            document["hosted"] = sorted(metadata.hosted)
         write_file_atomically(self._topics_directory / f"{metadata.name}.json", json.dumps(document).encode())
 
     def _remember(self, metadata: TopicMetadata) -> None:
@@ -288,6 +309,7 @@ class LogManager:
         overrides: Mapping[str, str] | None = None,
         *,
         internal: bool = False,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicMetadata:
         """The topic a create would make, or InvalidTopicError, InvalidPartitionsError,
         ConfigError, TopicExistsError or PartitionBudgetError (CreateTopics with validate_only)."""
@@ -306,7 +328,7 @@ class LogManager:
             self._check_budget(partitions)
         override_map = dict(overrides or {})
         config = LogConfig.from_properties(override_map, self.default_config)
-        return TopicMetadata(name, uuid.uuid4(), partitions, override_map, config, internal)
+        return TopicMetadata(name, topic_id or uuid.uuid4(), partitions, override_map, config, internal)
 
     def begin_create_topic(
         self,
@@ -320,7 +342,7 @@ class LogManager:
         metadata = self.check_create_topic(name, partitions, overrides, internal=internal)
         self._pending_names.add(name)
         self._partitions_reserved += partitions
-        return PendingCreate(metadata, 0)
+        return PendingCreate(metadata, tuple(range(partitions)), new_topic=True)
 
     def build_create(self, pending: PendingCreate) -> BuiltCreate:
         """Make the new partitions' directories, then commit the topic file (worker thread).
@@ -329,7 +351,7 @@ class LogManager:
         metadata = pending.metadata
         made: list[Path] = []
         try:
-            for partition in range(pending.first_new, metadata.partitions):
+            for partition in pending.new_partitions:
                 directory = self._partition_directory(metadata.name, partition)
                 if directory.exists():
                     # Left over from an older topic of that name; it is not part of any topic now.
@@ -354,7 +376,7 @@ class LogManager:
                 files=self.files,
                 trash=self.trash,
             )
-            for partition in range(pending.first_new, metadata.partitions)
+            for partition in pending.new_partitions
         ]
         return BuiltCreate(pending, logs)
 
@@ -364,7 +386,7 @@ class LogManager:
         metadata = pending.metadata
         self._release(pending)
         self._remember(metadata)
-        self._partitions_held += metadata.partitions - pending.first_new
+        self._partitions_held += len(pending.new_partitions)
         for partition_log in built.logs:
             self._logs[(metadata.name, partition_log.partition)] = partition_log
         return metadata
@@ -374,9 +396,9 @@ class LogManager:
         self._release(pending)
 
     def _release(self, pending: PendingCreate) -> None:
-        if pending.first_new == 0:
+        if pending.new_topic:
             self._pending_names.discard(pending.metadata.name)
-        self._partitions_reserved -= pending.metadata.partitions - pending.first_new
+        self._partitions_reserved -= len(pending.new_partitions)
 
     def create_topic(
         self,
@@ -430,7 +452,9 @@ class LogManager:
             )
         self._check_budget(total - metadata.partitions)
         self._partitions_reserved += total - metadata.partitions
-        return PendingCreate(replace(metadata, partitions=total), metadata.partitions)
+        return PendingCreate(
+            replace(metadata, partitions=total), tuple(range(metadata.partitions, total)), new_topic=False
+        )
 
     def create_partitions(self, name: str, total: int) -> None:
         pending = self.begin_create_partitions(name, total)
@@ -450,14 +474,15 @@ class LogManager:
         if metadata is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
         del self._topics_by_id[metadata.topic_id]
-        self._partitions_held -= metadata.partitions
+        self._partitions_held -= metadata.hosted_count
+        partitions = tuple(metadata.partition_indexes())
         logs: list[PartitionLog] = []
-        for partition in range(metadata.partitions):
+        for partition in partitions:
             partition_log = self._logs.pop((name, partition), None)
             if partition_log is not None:
                 partition_log.stop()
                 logs.append(partition_log)
-        return DetachedTopic(metadata, logs)
+        return DetachedTopic(metadata, logs, partitions)
 
     def remove_topic_files(self, detached: DetachedTopic) -> list[Path]:
         """Close the logs' files, remove the topic file (the commit point of the delete, fsynced),
@@ -468,14 +493,17 @@ class LogManager:
         name = detached.metadata.name
         path = self._topics_directory / f"{name}.json"
         try:
-            path.unlink(missing_ok=True)
+            if detached.remaining is not None:
+                self.write_topic_file(detached.remaining)
+            else:
+                path.unlink(missing_ok=True)
         except OSError as error:
             raise LogFileError(f"cannot delete the topic file of {name!r}: {error}") from error
         # From here on the delete has happened; what fails now (fsyncs need descriptors, which may
         # be what ran out) is logged, and the next load finishes the job.
         _fsync_or_warn(self._topics_directory)
         renamed: list[Path] = []
-        for partition in range(detached.metadata.partitions):
+        for partition in detached.partitions:
             directory = self._partition_directory(name, partition)
             target = self._trash_name(directory)
             try:
@@ -494,6 +522,81 @@ class LogManager:
         detached = self.detach_topic(name)
         empty_trash(self.remove_topic_files(detached))
 
+    # ---- a broker in a cluster ---------------------------------------------------------------
+
+    def begin_host_partitions(
+        self,
+        name: str,
+        topic_id: uuid.UUID,
+        partitions: Iterable[int],
+        overrides: Mapping[str, str] | None = None,
+        *,
+        internal: bool = False,
+    ) -> PendingCreate | None:
+        """Reserve the logs of ``partitions`` of the topic the controller placed on this broker
+        (loop thread); None if all of them are here already. The topic id is ZooKeeper's; a topic
+        known here under another id (deleted and created again) raises TopicExistsError: the
+        caller removes the old one first. Never refused for the budget: the controller decided."""
+        wanted = frozenset(partitions)
+        assert wanted and min(wanted) >= 0, wanted
+        current = self._topics.get(name)
+        if current is not None and current.topic_id != topic_id:
+            raise TopicExistsError(f"topic {name!r} is here under id {current.topic_id}, not {topic_id}")
+        if name in self._pending_names:
+            raise TopicExistsError(f"topic {name!r} is being created")
+        if current is None:
+            problem = validate_topic_name(name)
+            if problem is not None:
+                raise InvalidTopicError(problem)
+            override_map = dict(overrides or {})
+            config = LogConfig.from_properties(override_map, self.default_config)
+            metadata = TopicMetadata(
+                name, topic_id, max(wanted) + 1, override_map, config, internal, hosted=wanted
+            )
+            new = tuple(sorted(wanted))
+            self._pending_names.add(name)
+        else:
+            hosted = frozenset(current.partition_indexes())
+            new = tuple(sorted(wanted - hosted))
+            if not new:
+                return None
+            metadata = replace(
+                current, partitions=max(current.partitions, max(new) + 1), hosted=hosted | wanted
+            )
+        self._partitions_reserved += len(new)
+        return PendingCreate(metadata, new, new_topic=current is None)
+
+    def begin_remove_partitions(self, name: str, partitions: Iterable[int]) -> DetachedTopic | None:
+        """Take the logs of ``partitions`` out of the maps (loop thread; StopReplica with delete);
+        the topic goes when none is left. None if none of them is here."""
+        metadata = self._topics.get(name)
+        if metadata is None:
+            return None
+        hosted = frozenset(metadata.partition_indexes())
+        going = tuple(sorted(hosted & frozenset(partitions)))
+        if not going:
+            return None
+        if going == tuple(sorted(hosted)):
+            return self.detach_topic(name)
+        remaining = replace(metadata, hosted=hosted - frozenset(going))
+        self._remember(remaining)
+        self._partitions_held -= len(going)
+        logs: list[PartitionLog] = []
+        for partition in going:
+            partition_log = self._logs.pop((name, partition), None)
+            if partition_log is not None:
+                partition_log.stop()
+                logs.append(partition_log)
+        return DetachedTopic(metadata, logs, going, remaining)
+
+    def hosted_partitions(self) -> list[tuple[str, int, uuid.UUID]]:
+        """(topic, partition, topic id) of every partition log here."""
+        return [
+            (metadata.name, partition, metadata.topic_id)
+            for metadata in self._topics.values()
+            for partition in metadata.partition_indexes()
+        ]
+
     # ---- configs --------------------------------------------------------------------------------
 
     def prepare_topic_config(self, name: str, overrides: Mapping[str, str]) -> TopicMetadata:
@@ -511,9 +614,9 @@ class LogManager:
         current = self._topics.get(updated.name)
         if current is None or current.topic_id != updated.topic_id:
             return
-        updated = replace(updated, partitions=current.partitions)
+        updated = replace(updated, partitions=current.partitions, hosted=current.hosted)
         self._remember(updated)
-        for partition in range(updated.partitions):
+        for partition in updated.partition_indexes():
             partition_log = self._logs.get((updated.name, partition))
             if partition_log is not None:
                 partition_log.reconfigure(updated.config)
@@ -540,7 +643,7 @@ class LogManager:
                 continue
             changed.append(name)
             self._remember(metadata)
-            for partition in range(metadata.partitions):
+            for partition in metadata.partition_indexes():
                 log = self._logs.get((name, partition))
                 if log is not None:
                     log.reconfigure(metadata.config)

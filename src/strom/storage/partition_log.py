@@ -7,6 +7,15 @@ Directory ``<data_dir>/<topic>-<partition>/`` holds the segments (see ``segment`
 * ``producer_state.json`` — the idempotent-producer snapshot (see ``producer_state``), taken at
   every segment roll (written by the next ``flush``) and at close, with the offset it covers;
   batches after it are replayed on open.
+* ``leader-epoch-checkpoint`` — where each leader epoch starts (see ``leader_epoch``), only for a
+  replicated partition (a broker in a cluster).
+
+**Replication** (a broker in a cluster; a single node uses none of it and pays nothing for it):
+the leader-epoch cache is loaded on first use (``leader_epochs``); a leader stamps its epoch into
+the ``partitionLeaderEpoch`` of every batch it appends (``become_leader``); a follower appends the
+leader's batches as they came (``append_as_follower``) and cuts a divergent tail
+(``truncate_to``); the high watermark is kept apart from the log end (``set_high_watermark``),
+while a log that was never given one reports its log end, as a single node has nothing to wait for.
 
 Files of segments that leave the log (retention, DeleteRecords, compaction) are renamed to
 ``.deleted`` names and handed to the ``Trash``; a worker thread removes them. A fresh partition has
@@ -21,6 +30,7 @@ the loop thread swaps in what compaction built (``finish_compaction``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -39,10 +49,23 @@ from strom.protocol.records.header import (
     BatchHeader,
     compute_crc,
     set_base_offset,
+    set_partition_leader_epoch,
 )
 from strom.storage.config import LogConfig
-from strom.storage.errors import LogFileError, OffsetOutOfRangeError, RecordTooLargeError
+from strom.storage.errors import (
+    LogFileError,
+    OffsetOutOfOrderError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
 from strom.storage.files import DELETED_SUFFIX, Trash, fsync_directory, write_file_atomically
+from strom.storage.leader_epoch import (
+    CHECKPOINT_FILE_NAME,
+    LeaderEpochCache,
+    LeaderEpochCheckpointError,
+    read_checkpoint,
+    write_checkpoint,
+)
 from strom.storage.open_files import OpenFileCache
 from strom.storage.producer_state import SNAPSHOT_FILE_NAME, ProducerStateTable
 from strom.storage.segment import BatchInfo, Segment
@@ -127,6 +150,14 @@ class PartitionLog:
         self._first_unflushed_ms = -1
         self._directory_dirty = False
         self._closed = False
+        # Replication (a broker in a cluster): the leader-epoch cache, loaded on first use; whether
+        # its checkpoint was rewritten since the last flush (written at once, made durable by the
+        # flush); the epoch stamped into appended batches while this broker leads; the high
+        # watermark, None while nobody set one (it is then the log end).
+        self._leader_epochs: LeaderEpochCache | None = None
+        self._epochs_unsynced = False
+        self._stamp_epoch: int | None = None
+        self._high_watermark: int | None = None
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -258,7 +289,22 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        return self.log_end_offset
+        """The offset below which records are replicated to the whole ISR (what consumers may
+        read); the log end while no replica state ever set one (a single node)."""
+        high_watermark = self._high_watermark
+        return self.log_end_offset if high_watermark is None else high_watermark
+
+    def track_high_watermark(self) -> None:
+        """From now on the replica state sets the high watermark. Until it does, nothing is known
+        to be replicated: it starts at the log start (a restarted leader's consumers wait for the
+        in-sync replicas to fetch, a moment; a follower learns it from its leader)."""
+        if self._high_watermark is None:
+            self._high_watermark = self._log_start_offset
+
+    def set_high_watermark(self, offset: int) -> None:
+        """The replica state moved the high watermark (never past the log end)."""
+        assert offset >= 0, offset
+        self._high_watermark = min(offset, self.log_end_offset)
 
     @property
     def size_bytes(self) -> int:
@@ -312,8 +358,11 @@ class PartitionLog:
         batches: list[BatchInfo] = []
         position = 0
         message_count = 0
+        stamp_epoch = self._stamp_epoch
         for header, base_offset in zip(headers, base_offsets):
             set_base_offset(records, position, base_offset)
+            if stamp_epoch is not None:
+                set_partition_leader_epoch(records, position, stamp_epoch)
             max_timestamp = header.max_timestamp
             if log_append_time:
                 max_timestamp = now_ms
@@ -346,7 +395,60 @@ class PartitionLog:
             log_start_offset=self._log_start_offset,
         )
 
-    def _write_batches(self, records: bytearray | memoryview, batches: list[BatchInfo], now_ms: int) -> bool:
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int
+    ) -> None:
+        """Append batches copied from the leader (validated, ``headers`` parsed in order), keeping
+        the offsets and leader epochs the leader gave them: per batch, no byte rewritten.
+
+        The first batch must start at or after the log end and offsets must increase (a leader's
+        compacted log may skip offsets), else OffsetOutOfOrderError and nothing is written. The
+        producer state takes the batches in without checking them (the leader did), so sequence
+        checks hold if this replica becomes the leader; a batch of a newer leader epoch records
+        where that epoch starts (in the checkpoint before the batch is written: a checkpoint may be
+        ahead of the log after a crash, which opening cuts back, never behind it)."""
+        assert headers, "append needs at least one batch"
+        if self._closed:
+            raise LogFileError(f"{self.topic}-{self.partition} is closed (stopping, or its topic deleted)")
+        next_offset = self.log_end_offset
+        batches: list[BatchInfo] = []
+        message_count = 0
+        epochs = self.leader_epochs
+        latest_epoch = epochs.latest_epoch
+        epochs_changed = False
+        for header in headers:
+            if header.base_offset < next_offset:
+                raise OffsetOutOfOrderError(
+                    f"{self.topic}-{self.partition}: a replicated batch starts at offset "
+                    f"{header.base_offset}, below the log end {next_offset}"
+                )
+            batches.append(
+                BatchInfo(header.base_offset, header.last_offset, header.max_timestamp, header.size_bytes)
+            )
+            next_offset = header.last_offset + 1
+            message_count += header.record_count
+            epoch = header.partition_leader_epoch
+            if epoch > latest_epoch:
+                epochs_changed |= epochs.assign(epoch, header.base_offset)
+                latest_epoch = epoch
+        if epochs_changed:
+            self._write_leader_epochs()
+        rolled = self._write_batches(records, batches, now_ms)
+        producer_states = self._producer_states
+        for header in headers:
+            producer_states.replay(header)
+        if rolled:
+            self._pending_snapshot = (
+                self._producer_states.snapshot_bytes(self.log_end_offset),
+                self.log_end_offset,
+            )
+        if self._appended_messages == self._flushed_messages:
+            self._first_unflushed_ms = now_ms
+        self._appended_messages += message_count
+
+    def _write_batches(
+        self, records: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int
+    ) -> bool:
         """Write the batches to the active segment, rolling where a segment is full or old;
         returns whether it rolled.
 
@@ -552,33 +654,125 @@ class PartitionLog:
             self._log_start_offset = offset
             self._partition_file_due = True
             self._delete_leading_segments(lambda _segment, end: end <= self._log_start_offset)
+            self._log_start_moved()
         return self._log_start_offset
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every offset >= ``offset`` (a batch containing it goes whole)."""
+        """Remove every offset >= ``offset`` (a batch containing it goes whole): a follower cuts
+        the tail where its log diverges from the leader's. The leader epochs starting at or after
+        the new end go too, the high watermark is capped, and the producer state is rebuilt (from
+        the snapshot if it covers no more than what is left)."""
         if offset >= self.log_end_offset:
             return
+        if offset <= self._segments[0].base_offset:
+            self.restart_at(offset)
+            return
         keep: list[Segment] = []
+        dropped: list[Segment] = []
         for segment in self._segments:
             if segment.base_offset >= offset and keep:
-                segment.delete_files()
+                dropped.append(segment)
             else:
                 keep.append(segment)
-        if keep[0].base_offset >= offset:
-            for segment in keep:
-                segment.delete_files()
-            keep = [Segment(self.directory, offset, self.config.index_interval_bytes, self._files)]
-            self._log_start_offset = offset
-            self._write_partition_file()
-        else:
-            keep[-1].truncate_to_offset(offset)
+        keep[-1].truncate_to_offset(offset)
         self._segments = keep
+        if dropped:
+            self._discard_segments(dropped)
+        self._after_truncation()
+
+    def restart_at(self, offset: int) -> None:
+        """Drop the whole log and start it empty at ``offset`` (a follower whose log ends before
+        the leader's log start, or that shares nothing with it)."""
+        old = self._segments
+        self._segments = [Segment(self.directory, offset, self.config.index_interval_bytes, self._files)]
+        self._discard_segments(old)
+        self._log_start_offset = offset
+        self._write_partition_file()
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        log_end = self.log_end_offset
+        if self._high_watermark is not None:
+            self._high_watermark = min(self._high_watermark, log_end)
+        if self._leader_epochs is not None:
+            changed = self._leader_epochs.truncate_from_end(log_end)
+            changed |= self._leader_epochs.truncate_from_start(self._log_start_offset)
+            if changed:
+                self._write_leader_epochs()
         self._producer_states = ProducerStateTable()
-        for header in self._headers_from(keep[0].base_offset):
-            self._producer_states.replay(header)
+        self._load_producer_states()
         # Written now, not by the next flush: a snapshot beyond the new end must never be read.
         self._pending_snapshot = None
         self._write_snapshot()
+
+    # ---- leader epochs -------------------------------------------------------------------------
+
+    @property
+    def leader_epochs(self) -> LeaderEpochCache:
+        """Where each leader epoch starts in this log (loaded on first use: only a replicated
+        partition needs it)."""
+        epochs = self._leader_epochs
+        if epochs is None:
+            epochs = self._leader_epochs = self._load_leader_epochs()
+        return epochs
+
+    def _load_leader_epochs(self) -> LeaderEpochCache:
+        """The checkpoint, cut to the log as it is, completed from the batch headers it may have
+        missed: those of the active segment (a crash between a batch and its checkpoint; epochs are
+        written to the checkpoint before the batches that start them, so older segments are
+        covered), or every batch when there is no checkpoint (a log from before replication)."""
+        path = self.directory / CHECKPOINT_FILE_NAME
+        complete = path.exists()
+        try:
+            epochs = read_checkpoint(path)
+        except LeaderEpochCheckpointError as error:
+            log.warning("%s-%d: %s; rebuilding it from the log", self.topic, self.partition, error)
+            epochs, complete = LeaderEpochCache(), False
+        changed = epochs.truncate_from_end(self.log_end_offset)
+        changed |= epochs.truncate_from_start(self._log_start_offset)
+        scan_from = self._segments[0].base_offset
+        if complete:
+            latest_start = epochs.entries[-1].start_offset if epochs.entries else 0
+            scan_from = max(self._segments[-1].base_offset, latest_start)
+        latest = epochs.latest_epoch
+        for header in self._headers_from(scan_from):
+            epoch = header.partition_leader_epoch
+            if epoch > latest:
+                changed |= epochs.assign(epoch, max(header.base_offset, self._log_start_offset))
+                latest = epoch
+        if changed or (not complete and epochs.entries):
+            self._leader_epochs = epochs
+            self._write_leader_epochs()
+        return epochs
+
+    def _write_leader_epochs(self) -> None:
+        """Rewrite the checkpoint now (no fsync: the next flush makes it durable; it changes only
+        when leadership moves, so this costs the loop a few small writes per election)."""
+        assert self._leader_epochs is not None
+        write_checkpoint(self.directory / CHECKPOINT_FILE_NAME, self._leader_epochs, sync=False)
+        self._epochs_unsynced = True
+
+    def become_leader(self, leader_epoch: int) -> None:
+        """This broker leads the partition in ``leader_epoch``: the epoch starts at the log end and
+        every batch appended from now on carries it."""
+        if self.leader_epochs.assign(leader_epoch, self.log_end_offset):
+            self._write_leader_epochs()
+        self._stamp_epoch = leader_epoch
+
+    def become_follower(self) -> None:
+        """Another broker leads: batches come with their epochs (``append_as_follower``)."""
+        self._stamp_epoch = None
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """The epoch stamped into appended batches, None unless this broker leads the partition."""
+        return self._stamp_epoch
+
+    def _log_start_moved(self) -> None:
+        if self._leader_epochs is not None and self._leader_epochs.truncate_from_start(
+            self._log_start_offset
+        ):
+            self._write_leader_epochs()
 
     # ---- retention -----------------------------------------------------------------------------
 
@@ -624,6 +818,7 @@ class PartitionLog:
         if self._segments[0].base_offset > self._log_start_offset:
             self._log_start_offset = self._segments[0].base_offset
             self._partition_file_due = True
+            self._log_start_moved()
         return freed
 
     def _discard_segments(self, segments: list[Segment]) -> None:
@@ -719,8 +914,8 @@ class PartitionLog:
 
     @property
     def has_pending_files(self) -> bool:
-        """A partition file or producer snapshot is waiting for the next ``flush`` to write it."""
-        return self._partition_file_due or self._pending_snapshot is not None
+        """A partition file, producer snapshot or epoch checkpoint waits for the next ``flush``."""
+        return self._partition_file_due or self._pending_snapshot is not None or self._epochs_unsynced
 
     def flush(self) -> None:
         """Write the pending partition file and producer snapshot and fsync every segment written
@@ -745,6 +940,11 @@ class PartitionLog:
                     self._pending_snapshot = snapshot
                 raise
             self._producer_state_on_disk = snapshot[1]
+        if self._epochs_unsynced:
+            self._epochs_unsynced = False
+            with contextlib.suppress(FileNotFoundError):
+                _fsync_file(self.directory / CHECKPOINT_FILE_NAME)
+            self._directory_dirty = True
         if self._directory_dirty:
             self._directory_dirty = False
             fsync_directory(self.directory)
@@ -819,6 +1019,14 @@ class CompactionJob:
     segments: list[Segment]
     config: LogConfig
     now_ms: int
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_log_start_offset(path: Path) -> int:

@@ -20,5 +20,6 @@ def register_all() -> None:
         produce,
         producer_ids,
         records,
+        replication,
         topics,
     )

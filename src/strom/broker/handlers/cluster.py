@@ -1,5 +1,5 @@
-"""DescribeCluster 0-1: this broker, its cluster id, and itself as the controller (and the cluster's
-authorized operations when asked: all of them until strom has ACLs)."""
+"""DescribeCluster 0-1: the live brokers, the cluster id and the controller (a single node: itself),
+and the cluster's authorized operations when asked (all of them until strom has ACLs)."""
 
 from __future__ import annotations
 
@@ -24,19 +24,17 @@ async def handle_describe_cluster(
             endpoint_type=request.endpoint_type,
             cluster_id=state.cluster_id,
         )
-    endpoint = state.advertised_endpoint(context.listener)
+    replication = state.replication
     return DescribeClusterResponse(
         error_code=ErrorCode.NONE,
         endpoint_type=ENDPOINT_TYPE_BROKERS,
         cluster_id=state.cluster_id,
-        controller_id=state.node_id,
+        controller_id=replication.controller_id(),
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
-                broker_id=state.node_id,
-                host=endpoint.host,
-                port=endpoint.port,
-                rack=None,
+                broker_id=broker.node_id, host=broker.host, port=broker.port, rack=broker.rack
             )
+            for broker in replication.brokers(context.listener)
         ],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else OPERATIONS_NOT_PROVIDED

@@ -55,9 +55,9 @@ def _check_broker_name(state: BrokerState, name: str) -> None:
         raise Refused(ErrorCode.INVALID_REQUEST, f"this is broker {state.node_id}, not '{name}'")
 
 
-def _entries(state: BrokerState, resource_type: int, name: str) -> list[ConfigEntry]:
+async def _entries(state: BrokerState, resource_type: int, name: str) -> list[ConfigEntry]:
     if resource_type == RESOURCE_TOPIC:
-        topic = state.logs.topic(name)
+        topic = await state.replication.topic_config(name)
         if topic is None:
             raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
         return topic_config_entries(state, topic)
@@ -81,7 +81,7 @@ async def handle_describe_configs(
         )
         results.append(result)
         try:
-            entries = _entries(context.broker, resource.resource_type, resource.resource_name)
+            entries = await _entries(context.broker, resource.resource_type, resource.resource_name)
         except Refused as refused:
             result.error_code = refused.error
             result.error_message = refused.message
@@ -116,7 +116,7 @@ async def handle_describe_configs(
 async def _apply_topic_overrides(
     state: BrokerState, name: str, overrides: Mapping[str, str], validate_only: bool
 ) -> None:
-    topic = state.logs.topic(name)
+    topic = await state.replication.topic_config(name)
     if topic is None:
         raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
     unknown = sorted(set(overrides) - set(TOPIC_CONFIG_KEYS))
@@ -125,7 +125,7 @@ async def _apply_topic_overrides(
     try:
         LogConfig.from_properties(overrides, base=state.config.log_defaults())
         if not validate_only:
-            await state.alter_topic_config(name, overrides)
+            await state.replication.alter_topic_config(name, overrides)
     except ConfigError as error:
         raise Refused(ErrorCode.INVALID_CONFIG, str(error)) from None
     except UnknownTopicError as error:  # deleted while the change was being written
@@ -134,10 +134,10 @@ async def _apply_topic_overrides(
         raise Refused(ErrorCode.KAFKA_STORAGE_ERROR, str(error)) from None
 
 
-def _topic_incremental(
+async def _topic_incremental(
     state: BrokerState, name: str, configs: list[IncrementalAlterConfigsRequest.AlterableConfig]
 ) -> dict[str, str]:
-    topic = state.logs.topic(name)
+    topic = await state.replication.topic_config(name)
     if topic is None:
         raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
     overrides = dict(topic.overrides)
@@ -280,7 +280,7 @@ async def handle_incremental_alter_configs(
                     _incremental(layer, effective, config)
                 _apply_broker_layer(state, name, layer, request.validate_only)
             else:
-                overrides = _topic_incremental(state, name, resource.configs)
+                overrides = await _topic_incremental(state, name, resource.configs)
                 await _apply_topic_overrides(state, name, overrides, request.validate_only)
         except Refused as refused:
             response.error_code = refused.error

@@ -7,6 +7,11 @@ one batch. When fewer than ``min_bytes`` are ready the request waits until an ap
 partitions or ``max_wait_ms``, never by polling. Fetch sessions are supported in the "no session"
 form Kafka allows: a full request gets session id 0, which tells the client that no session was
 created and that its next request must be full too.
+
+Who may read what is the ``Replication``'s to say: a consumer reads from the leader below the high
+watermark (a single node: to the log end), checked against its ``current_leader_epoch``; a follower
+(replica id >= 0, a broker of the cluster) reads to the log end, the offset it fetches at telling
+the leader how far it got, and waits for appends while a consumer waits for the high watermark.
 """
 
 from __future__ import annotations
@@ -14,16 +19,17 @@ from __future__ import annotations
 from strom.base import limits
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
+from strom.broker.replication import TopicView
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
-from strom.storage import LogFileError, OffsetOutOfRangeError, TopicMetadata
+from strom.storage import LogFileError, OffsetOutOfRangeError
 
-LEADER_EPOCH = 0
 NO_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 TOPIC_IDS_MIN_VERSION = 13
+REPLICA_STATE_MIN_VERSION = 15
 READ_COMMITTED = 1
 
 PartitionData = FetchResponse.PartitionData
@@ -38,16 +44,22 @@ def _session_error(request: FetchRequest) -> ErrorCode:
     return ErrorCode.NONE
 
 
-def _resolve(state: BrokerState, topic: FetchRequest.FetchTopic, version: int) -> TopicMetadata | ErrorCode:
+def _resolve(state: BrokerState, topic: FetchRequest.FetchTopic, version: int) -> TopicView | ErrorCode:
     if version >= TOPIC_IDS_MIN_VERSION:
-        found = state.logs.topic_by_id(topic.topic_id)
+        found = state.replication.topic_by_id(topic.topic_id)
         return found if found is not None else ErrorCode.UNKNOWN_TOPIC_ID
-    found = state.logs.topic(topic.topic)
+    found = state.replication.topic(topic.topic)
     return found if found is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def replica_id_of(request: FetchRequest, version: int) -> int:
+    """The fetching broker's id (-1 for a consumer): a field of its own before v15, in the
+    replica state from v15."""
+    return request.replica_state.replica_id if version >= REPLICA_STATE_MIN_VERSION else request.replica_id
+
+
 def _read_all(
-    state: BrokerState, request: FetchRequest, version: int, response_bytes_max: int
+    state: BrokerState, request: FetchRequest, version: int, response_bytes_max: int, replica_id: int
 ) -> tuple[list[FetchResponse.FetchableTopicResponse], int, bool]:
     """One pass over every requested partition: (responses, bytes of records, any partition errored).
     At most ``response_bytes_max`` bytes of records, whatever the request asks (but one batch)."""
@@ -58,6 +70,7 @@ def _read_all(
         [] if request.isolation_level == READ_COMMITTED else None
     )
     responses: list[FetchResponse.FetchableTopicResponse] = []
+    replication = state.replication
     for topic in request.topics:
         resolved = _resolve(state, topic, version)
         partitions: list[PartitionData] = []
@@ -75,25 +88,31 @@ def _read_all(
                 partition.error_code = resolved
                 errored = True
                 continue
-            partition_log = state.logs.log(resolved.name, wanted.partition)
-            if partition_log is None:
-                partition.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            access = replication.readable(
+                resolved.name, wanted.partition, wanted.current_leader_epoch, replica_id
+            )
+            if isinstance(access, ErrorCode):
+                partition.error_code = access
                 errored = True
                 continue
-            if wanted.current_leader_epoch > LEADER_EPOCH:
-                partition.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
-                errored = True
-                continue
-            if 0 <= wanted.current_leader_epoch < LEADER_EPOCH:
-                partition.error_code = ErrorCode.FENCED_LEADER_EPOCH
-                errored = True
-                continue
+            partition_log = access.log
+            if replica_id >= 0:
+                progress = replication.follower_fetched(access, replica_id, wanted.fetch_offset)
+                if progress != ErrorCode.NONE:
+                    partition.error_code = progress
+                    partition.high_watermark = partition_log.high_watermark
+                    partition.log_start_offset = partition_log.log_start_offset
+                    errored = True
+                    continue
             max_bytes = min(wanted.partition_max_bytes, bytes_left)
             try:
                 # KIP-74: the first batch of the response is returned whole even when larger than
                 # the limits, so a consumer can never get stuck behind one big batch.
                 result = partition_log.read(
-                    wanted.fetch_offset, max(max_bytes, 0), min_one_batch=total_bytes == 0
+                    wanted.fetch_offset,
+                    max(max_bytes, 0),
+                    min_one_batch=total_bytes == 0,
+                    max_offset=access.max_offset,
                 )
             except OffsetOutOfRangeError:
                 partition.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -140,9 +159,14 @@ async def handle_fetch(context: RequestContext, request: FetchRequest) -> FetchR
         return FetchResponse(error_code=session_error, session_id=NO_SESSION_ID, responses=[])
     wait_ms = min(max(request.max_wait_ms, 0), limits.fetch_max_wait_ms_max)
     deadline_ms = state.clock.monotonic_ms() + wait_ms
+    replica_id = replica_id_of(request, version)
     while True:
-        responses, total_bytes, errored = _read_all(state, request, version, context.response_bytes_max)
+        responses, total_bytes, errored = _read_all(
+            state, request, version, context.response_bytes_max, replica_id
+        )
         remaining_ms = deadline_ms - state.clock.monotonic_ms()
         if total_bytes >= request.min_bytes or errored or remaining_ms <= 0 or not request.topics:
             return FetchResponse(error_code=ErrorCode.NONE, session_id=NO_SESSION_ID, responses=responses)
-        await state.wait_for_append(_partitions_of(state, request, version), remaining_ms)
+        await state.wait_for_append(
+            _partitions_of(state, request, version), remaining_ms, replica=replica_id >= 0
+        )

@@ -16,7 +16,9 @@ from typing import TypeVar
 
 from strom.broker.context import RequestContext
 from strom.broker.metrics import add_remote_wait
+from strom.broker.refused import Refused
 from strom.broker.registry import handles
+from strom.broker.replication import BrokerView
 from strom.protocol.acl import GROUP_OPERATIONS
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
@@ -58,48 +60,64 @@ async def _parked(start: Callable[[Callable[[Response], None]], None]) -> Respon
         add_remote_wait(time.perf_counter() - parked)  # the request's RemoteTimeMs
 
 
-def _find_one(context: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
+def _find_one(context: RequestContext, key: str, key_type: int) -> BrokerView | Refused:
     if key_type == KEY_TYPE_TRANSACTION:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported by this broker"
+        return Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported by this broker")
     if key_type != KEY_TYPE_GROUP:
-        return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+        return Refused(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
     if not key:
-        return ErrorCode.INVALID_GROUP_ID, "the group id must not be empty"
-    context.broker.groups.ensure_offsets_topic()
-    return ErrorCode.NONE, None
+        return Refused(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+    return context.broker.replication.find_coordinator(key, context.listener)
 
 
 @handles(FindCoordinatorRequest, FindCoordinatorResponse, 0, 6)
 async def handle_find_coordinator(
     context: RequestContext, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
-    state = context.broker
-    endpoint = state.advertised_endpoint(context.listener)
-    host, port, node = endpoint.host, endpoint.port, state.node_id
+    """The broker leading the group's partition of ``__consumer_offsets`` (a single node: itself),
+    or COORDINATOR_NOT_AVAILABLE while there is none."""
     if context.api_version >= BATCHED_KEYS_MIN_VERSION:
         coordinators = []
         for key in request.coordinator_keys:
-            error, message = _find_one(context, key, request.key_type)
-            found = error == ErrorCode.NONE
-            coordinators.append(
-                FindCoordinatorResponse.Coordinator(
-                    key=key,
-                    node_id=node if found else -1,
-                    host=host if found else "",
-                    port=port if found else -1,
-                    error_code=error,
-                    error_message=message,
+            found = _find_one(context, key, request.key_type)
+            if isinstance(found, Refused):
+                coordinators.append(
+                    FindCoordinatorResponse.Coordinator(
+                        key=key,
+                        node_id=-1,
+                        host="",
+                        port=-1,
+                        error_code=found.error,
+                        error_message=found.message,
+                    )
                 )
-            )
+            else:
+                coordinators.append(
+                    FindCoordinatorResponse.Coordinator(
+                        key=key,
+                        node_id=found.node_id,
+                        host=found.host,
+                        port=found.port,
+                        error_code=ErrorCode.NONE,
+                        error_message=None,
+                    )
+                )
         return FindCoordinatorResponse(coordinators=coordinators)
-    error, message = _find_one(context, request.key, request.key_type)
-    found = error == ErrorCode.NONE
+    found = _find_one(context, request.key, request.key_type)
+    if isinstance(found, Refused):
+        return FindCoordinatorResponse(
+            error_code=found.error,
+            error_message=found.message if context.api_version >= 1 else None,
+            node_id=-1,
+            host="",
+            port=-1,
+        )
     return FindCoordinatorResponse(
-        error_code=error,
-        error_message=message if context.api_version >= 1 else None,
-        node_id=node if found else -1,
-        host=host if found else "",
-        port=port if found else -1,
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        node_id=found.node_id,
+        host=found.host,
+        port=found.port,
     )
 
 
@@ -133,7 +151,7 @@ def _unknown_partitions(context: RequestContext, request: OffsetCommitRequest) -
     """The partitions of the commit that do not exist on this broker."""
     unknown: set[tuple[str, int]] = set()
     for topic in request.topics:
-        metadata = context.broker.logs.topic(topic.name)
+        metadata = context.broker.replication.topic(topic.name)
         count = metadata.partitions if metadata is not None else 0
         unknown.update(
             (topic.name, partition.partition_index)

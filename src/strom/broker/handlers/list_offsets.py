@@ -1,5 +1,8 @@
 """ListOffsets 1-8: earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local (-4, v8+)
-and the first offset whose timestamp is at or after a given time."""
+and the first offset whose timestamp is at or after a given time.
+
+Answered by the partition's leader (``Replication.readable``, which checks the request's
+``current_leader_epoch``); latest is the high watermark (the log end of a single node)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
-LEADER_EPOCH = 0
 
 Partition = ListOffsetsResponse.ListOffsetsPartitionResponse
 
@@ -78,18 +80,17 @@ async def handle_list_offsets(context: RequestContext, request: ListOffsetsReque
         for wanted in topic.partitions:
             partition = Partition(partition_index=wanted.partition_index, timestamp=-1, offset=-1)
             partitions.append(partition)
-            partition_log = state.logs.log(topic.name, wanted.partition_index)
-            if partition_log is None:
-                partition.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            access = state.replication.readable(
+                topic.name, wanted.partition_index, wanted.current_leader_epoch, request.replica_id
+            )
+            if isinstance(access, ErrorCode):
+                partition.error_code = access
                 continue
-            if wanted.current_leader_epoch > LEADER_EPOCH:
-                partition.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
-                continue
-            error, offset, timestamp = _lookup(partition_log, wanted.timestamp, version)
+            error, offset, timestamp = _lookup(access.log, wanted.timestamp, version)
             partition.error_code = error
             partition.offset = offset
             partition.timestamp = timestamp
             if version >= 4:
-                partition.leader_epoch = LEADER_EPOCH if offset >= 0 else -1
+                partition.leader_epoch = access.leader_epoch if offset >= 0 else -1
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     return ListOffsetsResponse(topics=topics)

@@ -1,7 +1,10 @@
 """Metadata 0-12 and DescribeTopicPartitions 0: brokers, cluster id, controller, and topics with
 their partitions.
 
-A single node leads every partition, with itself as the only replica and in-sync replica. Topics
+The brokers, topics and partitions come from the ``Replication``: a single node leads every
+partition, with itself as the only replica and in-sync replica; a broker of a cluster answers from
+the controller's metadata (every live broker, each partition's leader, replicas, ISR, offline
+replicas and leader epoch, LEADER_NOT_AVAILABLE while a partition has no leader). Topics
 that do not exist are created when ``auto.create.topics.enable`` is on and the request allows it
 (v4+ carries the client's wish; older versions always allow it), as Kafka does. A v12 request may
 name a topic by id alone (null name); v10 and v11 have the field but not the meaning, so such a
@@ -16,7 +19,9 @@ from collections.abc import Iterator
 
 from strom.base import limits
 from strom.broker.context import RequestContext
+from strom.broker.refused import Refused
 from strom.broker.registry import handles
+from strom.broker.replication import TopicView
 from strom.broker.state import BrokerState
 from strom.protocol.acl import CLUSTER_OPERATIONS, OPERATIONS_NOT_PROVIDED, TOPIC_OPERATIONS
 from strom.protocol.errors import ErrorCode
@@ -31,21 +36,18 @@ from strom.storage import (
     PartitionBudgetError,
     StorageError,
     TopicExistsError,
-    TopicMetadata,
     validate_topic_name,
 )
 
 ZERO_UUID = uuid.UUID(int=0)
-LEADER_EPOCH = 0
 # Metadata versions whose topic entries may name a topic by id alone.
 TOPIC_ID_LOOKUP_MIN_VERSION = 12
 CLUSTER_OPERATIONS_VERSIONS = range(8, 11)
 
 
 def describe_topic(
-    state: BrokerState, topic: TopicMetadata, include_operations: bool = False
+    state: BrokerState, topic: TopicView, include_operations: bool = False
 ) -> MetadataResponse.MetadataResponseTopic:
-    node = state.node_id
     return MetadataResponse.MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=topic.name,
@@ -53,28 +55,31 @@ def describe_topic(
         is_internal=topic.internal,
         partitions=[
             MetadataResponse.MetadataResponsePartition(
-                error_code=ErrorCode.NONE,
-                partition_index=index,
-                leader_id=node,
-                leader_epoch=LEADER_EPOCH,
-                replica_nodes=[node],
-                isr_nodes=[node],
-                offline_replicas=[],
+                error_code=view.error,
+                partition_index=view.partition_index,
+                leader_id=view.leader,
+                leader_epoch=view.leader_epoch,
+                replica_nodes=view.replicas,
+                isr_nodes=view.isr,
+                offline_replicas=view.offline,
             )
-            for index in range(topic.partitions)
+            for view in state.replication.describe_partitions(topic, 0, topic.partitions)
         ],
         topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_PROVIDED,
     )
 
 
-async def auto_create(state: BrokerState, name: str) -> TopicMetadata | ErrorCode:
-    """Create ``name`` with the broker's defaults, or say why not."""
+async def auto_create(state: BrokerState, name: str) -> TopicView | ErrorCode:
+    """Create ``name`` with the broker's defaults, or say why not (a cluster's new topic has no
+    leaders yet: LEADER_NOT_AVAILABLE, and the client asks again)."""
     if validate_topic_name(name) is not None:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     if not state.config.get_bool("auto.create.topics.enable"):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     try:
-        return await state.create_topic(name, state.config.get_int("num.partitions"))
+        await state.replication.create_topic(
+            name, state.config.get_int("num.partitions"), -1, {}, {}, validate_only=False
+        )
     except TopicExistsError:  # another request is creating it right now: the client retries
         return ErrorCode.LEADER_NOT_AVAILABLE
     except InvalidTopicError:
@@ -86,6 +91,10 @@ async def auto_create(state: BrokerState, name: str) -> TopicMetadata | ErrorCod
         return ErrorCode.INVALID_PARTITIONS
     except StorageError:
         return ErrorCode.KAFKA_STORAGE_ERROR
+    except Refused as refused:
+        return refused.error
+    created = state.replication.topic(name)
+    return created if created is not None else ErrorCode.LEADER_NOT_AVAILABLE
 
 
 def _missing_topic(
@@ -107,11 +116,11 @@ async def _requested_topic(
         if version < TOPIC_ID_LOOKUP_MIN_VERSION:
             # v10-11 carry a topic id but no way to answer for a topic without a name.
             return _missing_topic("", wanted.topic_id, ErrorCode.INVALID_REQUEST)
-        by_id = state.logs.topic_by_id(wanted.topic_id)
+        by_id = state.replication.topic_by_id(wanted.topic_id)
         if by_id is None:
             return _missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
         return describe_topic(state, by_id, include_operations)
-    existing = state.logs.topic(wanted.name)
+    existing = state.replication.topic(wanted.name)
     if existing is None and allow_auto_create:
         created = await auto_create(state, wanted.name)
         if isinstance(created, ErrorCode):
@@ -135,9 +144,10 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
     topics: list[MetadataResponse.MetadataResponseTopic] = []
     # v0: an empty list means every topic; v1+: null means every topic, empty means none.
     every_topic = request.topics is None or (version == 0 and not request.topics)
+    replication = state.replication
     if every_topic:
-        for name in sorted(state.logs.topic_names()):
-            found = state.logs.topic(name)
+        for name in sorted(replication.topic_names()):
+            found = replication.topic(name)
             if found is not None:
                 topics.append(describe_topic(state, found, include_topic_operations))
     else:
@@ -146,18 +156,15 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
             topics.append(
                 await _requested_topic(state, wanted, version, allow_auto_create, include_topic_operations)
             )
-    endpoint = state.advertised_endpoint(context.listener)
     response = MetadataResponse(
         brokers=[
             MetadataResponse.MetadataResponseBroker(
-                node_id=state.node_id,
-                host=endpoint.host,
-                port=endpoint.port,
-                rack=None,
+                node_id=broker.node_id, host=broker.host, port=broker.port, rack=broker.rack
             )
+            for broker in replication.brokers(context.listener)
         ],
         cluster_id=state.cluster_id,
-        controller_id=state.node_id,
+        controller_id=replication.controller_id(),
         topics=topics,
     )
     if version in CLUSTER_OPERATIONS_VERSIONS and request.include_cluster_authorized_operations:
@@ -171,21 +178,20 @@ _Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
 _Partition = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition
 
 
-def _describe_partitions(state: BrokerState, first: int, last: int) -> list[_Partition]:
-    node = state.node_id
+def _describe_partitions(state: BrokerState, topic: TopicView, first: int, last: int) -> list[_Partition]:
     return [
         _Partition(
-            error_code=ErrorCode.NONE,
-            partition_index=index,
-            leader_id=node,
-            leader_epoch=LEADER_EPOCH,
-            replica_nodes=[node],
-            isr_nodes=[node],
+            error_code=view.error,
+            partition_index=view.partition_index,
+            leader_id=view.leader,
+            leader_epoch=view.leader_epoch,
+            replica_nodes=view.replicas,
+            isr_nodes=view.isr,
             eligible_leader_replicas=[],
             last_known_elr=[],
-            offline_replicas=[],
+            offline_replicas=view.offline,
         )
-        for index in range(first, last)
+        for view in state.replication.describe_partitions(topic, first, last)
     ]
 
 
@@ -196,7 +202,7 @@ def _topics_from_cursor(
     the cursor's topic on; INVALID_REQUEST for a cursor outside the list asked for."""
     cursor = request.cursor
     if not request.topics:
-        names = set(state.logs.topic_names())
+        names = set(state.replication.topic_names())
         if cursor is not None:
             # The cursor's topic may have been deleted since the previous page.
             names = {name for name in names if name >= cursor.topic_name} | {cursor.topic_name}
@@ -230,7 +236,7 @@ async def handle_describe_topic_partitions(
         if remaining == 0:
             response.next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=0)
             break
-        topic = state.logs.topic(name)
+        topic = state.replication.topic(name)
         if topic is None:
             if not describe_all:
                 error = (
@@ -249,7 +255,7 @@ async def handle_describe_topic_partitions(
                 name=topic.name,
                 topic_id=topic.topic_id,
                 is_internal=topic.internal,
-                partitions=_describe_partitions(state, start, end),
+                partitions=_describe_partitions(state, topic, start, end),
                 topic_authorized_operations=TOPIC_OPERATIONS,
             )
         )

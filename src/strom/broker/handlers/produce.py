@@ -8,8 +8,10 @@ alike records at a time with numpy rather than a record at a time. Then the log 
 by rewriting each batch's base offset, and the bytes are appended as they came. A partition whose
 records fail any check gets CORRUPT_MESSAGE (bad CRC, unknown codec, undecompressable data) or
 INVALID_RECORD (the rest, with the culprit records listed where Kafka lists them) and none of its
-records are appended. With a single replica, acks=-1 is satisfied by the leader's append, exactly
-like acks=1.
+records are appended. Which partitions this broker may append to, and whether acks=-1 waits for
+other replicas, is the ``Replication``'s to say: a single node's append is all there is (acks=-1
+like acks=1); in a cluster only the leader appends and acks=-1 waits until the in-sync replicas
+have the batch.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ log = logging.getLogger("strom.broker.produce")
 
 ZSTD = 4
 ZSTD_MIN_PRODUCE_VERSION = 7
-VALID_ACKS = (-1, 0, 1)
+ACKS_ALL = -1
+VALID_ACKS = (ACKS_ALL, 0, 1)
 
 Partition = ProduceResponse.PartitionProduceResponse
 RecordError = ProduceResponse.BatchIndexAndErrorMessage
@@ -127,11 +130,16 @@ async def _append(
 @handles(ProduceRequest, ProduceResponse, 3, 11)
 async def handle_produce(context: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     state = context.broker
+    replication = state.replication
     responses: list[ProduceResponse.TopicProduceResponse] = []
     acks_valid = request.acks in VALID_ACKS
+    # acks=all on a replicated partition: (log, its end after the append, the answer) for each
+    # partition appended to, answered once the in-sync replicas have it (``wait_for_acks``).
+    replicated: list[tuple[PartitionLog, int, Partition]] | None = (
+        [] if request.acks == ACKS_ALL and replication.waits_for_replicas else None
+    )
     for topic_data in request.topic_data:
         partitions: list[Partition] = []
-        topic = state.logs.topic(topic_data.name)
         for partition_data in topic_data.partition_data:
             index = partition_data.index
             try:
@@ -139,13 +147,10 @@ async def handle_produce(context: RequestContext, request: ProduceRequest) -> Pr
                     raise Refused(
                         ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {request.acks}"
                     )
-                partition_log = state.logs.log(topic_data.name, index) if topic is not None else None
-                if partition_log is None:
-                    raise Refused(
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        f"this broker has no partition {topic_data.name}-{index}",
-                    )
+                partition_log = replication.writable(topic_data.name, index, request.acks)
                 partition = await _append(context, partition_log, partition_data.records)
+                if replicated is not None:
+                    replicated.append((partition_log, partition_log.log_end_offset, partition))
             except Refused as refused:
                 partition = Partition(error_code=refused.error, base_offset=-1, log_start_offset=-1)
                 if context.api_version >= 8:
@@ -165,6 +170,24 @@ async def handle_produce(context: RequestContext, request: ProduceRequest) -> Pr
         responses.append(
             ProduceResponse.TopicProduceResponse(name=topic_data.name, partition_responses=partitions)
         )
+    if replicated:
+        await _wait_for_replicas(context, replicated, request.timeout_ms)
     if request.acks == 0:
         return None
     return ProduceResponse(responses=responses)
+
+
+async def _wait_for_replicas(
+    context: RequestContext, appended: list[tuple[PartitionLog, int, Partition]], timeout_ms: int
+) -> None:
+    """acks=all: each answer stands once its partition's high watermark passes the append; else it
+    becomes the error the replication gives (NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT,
+    NOT_LEADER_OR_FOLLOWER)."""
+    errors = await context.broker.replication.wait_for_acks(
+        [(partition_log, end_offset) for partition_log, end_offset, _ in appended], timeout_ms
+    )
+    for (_log, _end, partition), error in zip(appended, errors, strict=True):
+        if error != ErrorCode.NONE:
+            partition.error_code = error
+            partition.base_offset = -1
+            partition.log_append_time_ms = -1

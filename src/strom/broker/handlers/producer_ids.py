@@ -1,6 +1,7 @@
 """InitProducerId 0-5 for idempotent (non-transactional) producers.
 
-A new producer gets a fresh id, unique across restarts, at epoch 0. A producer that sends its
+A new producer gets a fresh id, unique across restarts (and, in a cluster, across brokers: blocks
+of ids are taken from ZooKeeper), at epoch 0. A producer that sends its
 current id and epoch (v3+, KIP-360) gets the same id with the epoch bumped, so it can reset its
 sequence numbers without losing its identity; at the largest epoch it gets a new id instead.
 Transactions are not implemented, so a transactional id is refused with a clear error.
@@ -9,6 +10,7 @@ Transactions are not implemented, so a transactional id is refused with a clear 
 from __future__ import annotations
 
 from strom.broker.context import RequestContext
+from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
@@ -34,6 +36,8 @@ async def handle_init_producer_id(
             producer_id=request.producer_id,
             producer_epoch=request.producer_epoch + 1,
         )
-    return InitProducerIdResponse(
-        error_code=ErrorCode.NONE, producer_id=state.producer_ids.allocate(), producer_epoch=0
-    )
+    try:
+        producer_id = await state.replication.allocate_producer_id()
+    except Refused as refused:
+        return InitProducerIdResponse(error_code=refused.error, producer_id=-1, producer_epoch=-1)
+    return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)

@@ -28,10 +28,11 @@ async def handle_delete_records(
         for wanted in topic.partitions:
             partition = Partition(partition_index=wanted.partition_index, low_watermark=-1)
             partitions.append(partition)
-            partition_log = state.logs.log(topic.name, wanted.partition_index)
-            if partition_log is None:
-                partition.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            access = state.replication.readable(topic.name, wanted.partition_index, -1, -1)
+            if isinstance(access, ErrorCode):
+                partition.error_code = access
                 continue
+            partition_log = access.log
             offset = partition_log.high_watermark if wanted.offset == HIGH_WATERMARK else wanted.offset
             if not 0 <= offset <= partition_log.high_watermark:
                 partition.error_code = ErrorCode.OFFSET_OUT_OF_RANGE

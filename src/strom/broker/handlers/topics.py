@@ -1,8 +1,10 @@
 """CreateTopics 0-7, DeleteTopics 0-6 and CreatePartitions 0-3.
 
-One broker holds one replica of everything: a replication factor above 1 or a replica assignment
-naming another broker is refused with INVALID_REPLICATION_FACTOR / INVALID_REPLICA_ASSIGNMENT
-rather than quietly ignored.
+What a create, delete or growth does is the ``Replication``'s: on a single node one broker holds one
+replica of everything (a replication factor above 1 or a replica assignment naming another broker
+is refused with INVALID_REPLICATION_FACTOR / INVALID_REPLICA_ASSIGNMENT rather than quietly
+ignored); in a cluster the replicas are placed over the live brokers (or as assigned) and written
+to ZooKeeper, and the answer comes once the controller has elected the new partitions' leaders.
 
 A create that would take the broker past the partitions it can serve (``storage.budget``: derived
 from its open files limit, at most ``limits.partitions_per_broker_max``) is refused with
@@ -43,20 +45,6 @@ DEFAULT_FROM_BROKER = -1
 INTERNAL_PREFIX = "__"
 
 
-def _check_replicas(state: BrokerState, replication_factor: int, broker_ids: list[list[int]]) -> None:
-    if replication_factor not in (DEFAULT_FROM_BROKER, 1):
-        raise Refused(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"replication factor {replication_factor} is larger than the 1 available broker",
-        )
-    for replicas in broker_ids:
-        if replicas != [state.node_id]:
-            raise Refused(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"replica assignment {replicas} names brokers other than {state.node_id}",
-            )
-
-
 def _refusal(error: StorageError) -> Refused:
     """The Kafka error for a storage refusal of an admin operation."""
     if isinstance(error, ConfigError):
@@ -82,7 +70,7 @@ async def _create_one(
     problem = validate_topic_name(topic.name)
     if problem is not None:
         raise Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
-    if state.logs.topic(topic.name) is not None:
+    if state.replication.topic(topic.name) is not None:
         raise Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{topic.name}' already exists")
     if topic.assignments and (
         topic.num_partitions != DEFAULT_FROM_BROKER or topic.replication_factor != DEFAULT_FROM_BROKER
@@ -103,14 +91,20 @@ async def _create_one(
             ErrorCode.INVALID_PARTITIONS,
             f"number of partitions must be between 1 and {limits.partitions_per_topic_max}, not {partitions}",
         )
-    _check_replicas(state, topic.replication_factor, [a.broker_ids for a in topic.assignments])
     overrides: dict[str, str] = {}
     for entry in topic.configs:
         if entry.value is None:
             continue
         overrides[entry.name] = entry.value
     try:
-        created = await state.create_topic(topic.name, partitions, overrides, validate_only=validate_only)
+        created, replication_factor = await state.replication.create_topic(
+            topic.name,
+            partitions,
+            topic.replication_factor,
+            {assignment.partition_index: assignment.broker_ids for assignment in topic.assignments},
+            overrides,
+            validate_only=validate_only,
+        )
     except StorageError as error:
         raise _refusal(error) from None
     return CreateTopicsResponse.CreatableTopicResult(
@@ -118,7 +112,7 @@ async def _create_one(
         topic_id=created.topic_id if not validate_only else ZERO_UUID,
         error_code=ErrorCode.NONE,
         num_partitions=partitions,
-        replication_factor=1,
+        replication_factor=replication_factor,
         configs=[
             CreateTopicsResponse.CreatableTopicConfigs(
                 name=entry.name,
@@ -175,7 +169,7 @@ async def handle_delete_topics(context: RequestContext, request: DeleteTopicsReq
     )
     results: list[DeleteTopicsResponse.DeletableTopicResult] = []
     for name, topic_id in wanted:
-        found = state.logs.topic(name) if name is not None else state.logs.topic_by_id(topic_id)
+        found = state.replication.topic(name) if name is not None else state.replication.topic_by_id(topic_id)
         result = DeleteTopicsResponse.DeletableTopicResult(name=name)
         if version >= 6:
             result.topic_id = topic_id
@@ -192,7 +186,7 @@ async def handle_delete_topics(context: RequestContext, request: DeleteTopicsReq
             if version >= 6:
                 result.topic_id = found.topic_id
             try:
-                await state.delete_topic(found.name)
+                await state.replication.delete_topic(found.name)
             except StorageError as error:
                 refused = _refusal(error)
                 result.error_code = refused.error
@@ -211,7 +205,7 @@ async def handle_create_partitions(
     for topic in request.topics:
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_message=None)
         results.append(result)
-        existing = state.logs.topic(topic.name)
+        existing = state.replication.topic(topic.name)
         try:
             if existing is None:
                 raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic.name}' does not exist")
@@ -225,15 +219,18 @@ async def handle_create_partitions(
                     ErrorCode.INVALID_PARTITIONS,
                     f"at most {limits.partitions_per_topic_max} partitions in a topic, not {topic.count}",
                 )
-            if topic.assignments:
-                if len(topic.assignments) != topic.count - existing.partitions:
-                    raise Refused(
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        "one assignment is needed for each new partition",
-                    )
-                _check_replicas(state, DEFAULT_FROM_BROKER, [a.broker_ids for a in topic.assignments])
+            if topic.assignments and len(topic.assignments) != topic.count - existing.partitions:
+                raise Refused(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    "one assignment is needed for each new partition",
+                )
             try:
-                await state.create_partitions(topic.name, topic.count, validate_only=request.validate_only)
+                await state.replication.create_partitions(
+                    topic.name,
+                    topic.count,
+                    [assignment.broker_ids for assignment in topic.assignments or []],
+                    validate_only=request.validate_only,
+                )
             except StorageError as error:
                 raise _refusal(error) from None
         except Refused as refused:

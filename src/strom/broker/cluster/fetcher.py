@@ -1,0 +1,423 @@
+"""Replica fetchers: a follower copies its partitions from their leaders, batch by batch.
+
+One ``ReplicaFetcher`` per leader broker serves every partition this broker follows from it, over
+one connection: under a new leader epoch a partition first asks the leader where its own latest
+epoch ends (OffsetForLeaderEpoch) and cuts its log there (``PartitionFollower``: KIP-279), then it
+is fetched with the others in one long-polling Fetch (v12, replica id set). The fetched bytes are
+appended as they came (``PartitionLog.append_as_follower``: header and CRC checked, no record
+decoded); the leader's high watermark comes back with them. The offset each fetch asks for is
+this broker's log end: that is how the leader learns its progress.
+
+A partition the leader refuses (not the leader yet or any more, an epoch it does not know) waits a
+moment and is asked again; the controller's next LeaderAndIsr moves it to another fetcher or makes
+it a leader. A broken connection is opened again after a pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from strom.base.clock import Clock
+from strom.broker.cluster.peer import PeerConnection, PeerError
+from strom.cluster.config import ReplicationConfig
+from strom.cluster.model import TopicPartition
+from strom.cluster.replica import FollowerPhase, PartitionFollower
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.fetch import FetchRequest, FetchResponse
+from strom.protocol.messages.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from strom.protocol.records.header import HEADER_BYTES, BatchHeader, compute_crc, parse_batch_header_lenient
+from strom.storage import OffsetOutOfOrderError, PartitionLog, StorageError
+
+log = logging.getLogger("strom.broker.cluster.fetcher")
+
+FETCH_VERSION = 12
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+FINAL_SESSION_EPOCH = -1  # a sessionless fetch
+# A partition the leader refused is asked again after this long; a broken connection is opened
+# again after this long.
+PARTITION_BACKOFF_MS = 200
+CONNECTION_BACKOFF_MS = 200
+# Beyond the long poll itself, how long an answer may take before the connection is given up.
+REQUEST_TIMEOUT_SLACK_MS = 30_000
+
+
+@dataclass
+class FollowedPartition:
+    """A partition this broker follows: its log, its follower state, and when to ask again."""
+
+    topic_partition: TopicPartition
+    topic_id: uuid.UUID
+    log: PartitionLog
+    follower: PartitionFollower
+    delayed_until_ms: int = 0
+
+
+def whole_batches(data: bytes | bytearray | memoryview) -> tuple[list[BatchHeader], int]:
+    """The headers of the whole, CRC-valid batches at the start of ``data`` and their length.
+
+    A leader sends whole batches, but a partial tail is tolerated (dropped), as Kafka's fetchers do.
+    Raises ValueError for a batch whose CRC does not match (corruption on the way)."""
+    headers: list[BatchHeader] = []
+    position = 0
+    end = len(data)
+    while end - position >= HEADER_BYTES:
+        header = parse_batch_header_lenient(data, position)
+        if header is None:
+            break
+        if compute_crc(data, position, header.size_bytes) != header.crc:
+            raise ValueError(f"CRC mismatch in the replicated batch at offset {header.base_offset}")
+        headers.append(header)
+        position += header.size_bytes
+    return headers, position
+
+
+class ReplicaFetcher:
+    """Every partition this broker follows from one leader broker."""
+
+    def __init__(
+        self,
+        leader_id: int,
+        host: str,
+        port: int,
+        *,
+        node_id: int,
+        config: ReplicationConfig,
+        clock: Clock,
+        after_append: Callable[[FollowedPartition], None],
+    ) -> None:
+        self.leader_id = leader_id
+        self.host = host
+        self.port = port
+        self._node_id = node_id
+        self._config = config
+        self._clock = clock
+        self._after_append = after_append
+        self.partitions: dict[TopicPartition, FollowedPartition] = {}
+        self._changed = asyncio.Event()
+        self._peer: PeerConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def add(self, partition: FollowedPartition) -> None:
+        self.partitions[partition.topic_partition] = partition
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    async def close(self) -> None:
+        self._closing = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._peer is not None:
+            self._peer.close()
+
+    def _connection(self) -> PeerConnection:
+        if self._peer is None or self._peer.closed:
+            self._peer = PeerConnection(self.host, self.port, f"strom-replica-{self._node_id}")
+        return self._peer
+
+    def _current(self, partition: FollowedPartition) -> bool:
+        return self.partitions.get(partition.topic_partition) is partition
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        # The flag, not only the cancellation, ends the loop: a cancellation that arrives as an
+        # answer does can be lost in the awaits below (Python 3.11's wait_for), and close() must
+        # never wait forever.
+        while not self._closing:
+            try:
+                worked = await self._step()
+            except PeerError as error:
+                log.debug("fetching from broker %d: %s", self.leader_id, error)
+                await asyncio.sleep(CONNECTION_BACKOFF_MS / 1000)
+                continue
+            except Exception:
+                log.exception("the fetcher from broker %d failed; starting again", self.leader_id)
+                await asyncio.sleep(CONNECTION_BACKOFF_MS / 1000)
+                continue
+            if not worked:
+                self._changed.clear()
+                delays = [
+                    p.delayed_until_ms - self._clock.monotonic_ms()
+                    for p in self.partitions.values()
+                    if p.delayed_until_ms
+                ]
+                timeout_s = max(min(delays), 1) / 1000 if delays else None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout_s):
+                        await self._changed.wait()
+
+    async def _step(self) -> bool:
+        """One round: truncations first, then one fetch. False if there was nothing to do."""
+        now_ms = self._clock.monotonic_ms()
+        ready = [p for p in self.partitions.values() if p.delayed_until_ms <= now_ms]
+        for partition in ready:
+            partition.delayed_until_ms = 0
+        truncating = [p for p in ready if p.follower.phase is FollowerPhase.TRUNCATING]
+        if truncating:
+            await self._truncate(truncating)
+        fetching = [p for p in ready if p.follower.phase is FollowerPhase.FETCHING and self._current(p)]
+        if not fetching:
+            return bool(truncating)
+        await self._fetch(fetching)
+        return True
+
+    def _delay(self, partition: FollowedPartition) -> None:
+        partition.delayed_until_ms = self._clock.monotonic_ms() + PARTITION_BACKOFF_MS
+
+    # ---- truncation ----------------------------------------------------------------------------
+
+    async def _truncate(self, partitions: list[FollowedPartition]) -> None:
+        asked: dict[TopicPartition, FollowedPartition] = {}
+        by_topic: dict[str, list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition]] = {}
+        for partition in partitions:
+            epoch = partition.follower.epoch_question(partition.log.leader_epochs)
+            if epoch is None:
+                self._truncate_to(partition, partition.follower.skip_truncation(partition.log.log_end_offset))
+                continue
+            asked[partition.topic_partition] = partition
+            by_topic.setdefault(partition.topic_partition.topic, []).append(
+                OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                    partition=partition.topic_partition.partition,
+                    current_leader_epoch=partition.follower.leader_epoch,
+                    leader_epoch=epoch,
+                )
+            )
+        if not asked:
+            return
+        request = OffsetForLeaderEpochRequest(
+            replica_id=self._node_id,
+            topics=[
+                OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=topic, partitions=items)
+                for topic, items in by_topic.items()
+            ],
+        )
+        response = await self._connection().request(
+            request, OFFSET_FOR_LEADER_EPOCH_VERSION, OffsetForLeaderEpochResponse, REQUEST_TIMEOUT_SLACK_MS
+        )
+        answered: set[TopicPartition] = set()
+        for topic in response.topics:
+            for result in topic.partitions:
+                tp = TopicPartition(topic.topic, result.partition)
+                asked_partition = asked.get(tp)
+                if asked_partition is None or not self._current(asked_partition):
+                    continue
+                partition = asked_partition
+                answered.add(tp)
+                offset = partition.follower.on_epoch_answer(
+                    ErrorCode(result.error_code),
+                    result.leader_epoch,
+                    result.end_offset,
+                    partition.log.leader_epochs,
+                    partition.log.log_end_offset,
+                )
+                if offset is None:
+                    self._delay(partition)
+                else:
+                    self._truncate_to(partition, offset)
+        for tp, partition in asked.items():
+            if tp not in answered:
+                self._delay(partition)
+
+    def _truncate_to(self, partition: FollowedPartition, offset: int) -> None:
+        partition_log = partition.log
+        if offset < partition_log.log_end_offset:
+            log.info(
+                "%s: truncating from %d to %d (leader %d, epoch %d)",
+                partition.topic_partition,
+                partition_log.log_end_offset,
+                offset,
+                self.leader_id,
+                partition.follower.leader_epoch,
+            )
+            partition_log.truncate_to(offset)
+
+    # ---- fetching -------------------------------------------------------------------------------
+
+    async def _fetch(self, partitions: list[FollowedPartition]) -> None:
+        config = self._config
+        by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
+        for partition in partitions:
+            partition_log = partition.log
+            by_topic.setdefault(partition.topic_partition.topic, []).append(
+                FetchRequest.FetchPartition(
+                    partition=partition.topic_partition.partition,
+                    current_leader_epoch=partition.follower.leader_epoch,
+                    fetch_offset=partition_log.log_end_offset,
+                    last_fetched_epoch=partition_log.leader_epochs.latest_epoch,
+                    log_start_offset=partition_log.log_start_offset,
+                    partition_max_bytes=config.replica_fetch_max_bytes,
+                )
+            )
+        request = FetchRequest(
+            replica_id=self._node_id,
+            max_wait_ms=config.replica_fetch_wait_max_ms,
+            min_bytes=config.replica_fetch_min_bytes,
+            max_bytes=config.replica_fetch_response_max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=FINAL_SESSION_EPOCH,
+            topics=[
+                FetchRequest.FetchTopic(topic=topic, partitions=items) for topic, items in by_topic.items()
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        sent = {partition.topic_partition: partition for partition in partitions}
+        response = await self._connection().request(
+            request,
+            FETCH_VERSION,
+            FetchResponse,
+            config.replica_fetch_wait_max_ms + REQUEST_TIMEOUT_SLACK_MS,
+        )
+        if response.error_code != ErrorCode.NONE:
+            for partition in partitions:
+                self._delay(partition)
+            return
+        for topic in response.responses:
+            for data in topic.partitions:
+                fetched = sent.get(TopicPartition(topic.topic, data.partition_index))
+                if fetched is None or not self._current(fetched):
+                    continue
+                self._apply(fetched, data)
+
+    def _apply(self, partition: FollowedPartition, data: FetchResponse.PartitionData) -> None:
+        partition_log = partition.log
+        error = ErrorCode(data.error_code)
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if data.log_start_offset > partition_log.log_end_offset:
+                # Everything we have is older than the leader's log: start again from its start.
+                log.info(
+                    "%s: log end %d is below the leader's log start %d: starting over there",
+                    partition.topic_partition,
+                    partition_log.log_end_offset,
+                    data.log_start_offset,
+                )
+                partition_log.restart_at(data.log_start_offset)
+            else:
+                partition.follower.phase = FollowerPhase.TRUNCATING
+            return
+        if error != ErrorCode.NONE:
+            log.debug("%s: leader %d answered %s", partition.topic_partition, self.leader_id, error.name)
+            self._delay(partition)
+            return
+        records = data.records
+        if records:
+            try:
+                headers, length = whole_batches(records)
+                if headers:
+                    view = memoryview(records)[:length] if length < len(records) else records
+                    partition_log.append_as_follower(view, headers, self._clock.wall_ms())
+            except OffsetOutOfOrderError as failure:
+                log.warning(
+                    "%s: %s; asking the leader where our logs agree", partition.topic_partition, failure
+                )
+                partition.follower.phase = FollowerPhase.TRUNCATING
+                return
+            except (ValueError, StorageError) as failure:
+                log.error(
+                    "%s: cannot append what leader %d sent: %s",
+                    partition.topic_partition,
+                    self.leader_id,
+                    failure,
+                )
+                self._delay(partition)
+                return
+        high_watermark = partition.follower.on_fetch_response(
+            data.high_watermark, partition_log.log_end_offset
+        )
+        partition_log.set_high_watermark(high_watermark)
+        if (
+            0 <= data.log_start_offset <= high_watermark
+            and data.log_start_offset > partition_log.log_start_offset
+        ):
+            partition_log.delete_records_before(data.log_start_offset)
+        self._after_append(partition)
+
+
+class ReplicaFetchers:
+    """The fetchers of this broker, one per leader broker."""
+
+    def __init__(
+        self,
+        node_id: int,
+        config: ReplicationConfig,
+        clock: Clock,
+        after_append: Callable[[FollowedPartition], None],
+    ) -> None:
+        self._node_id = node_id
+        self.config = config
+        self._clock = clock
+        self._after_append = after_append
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._leader_of: dict[TopicPartition, int] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def follow(self, partition: FollowedPartition, leader_id: int, host: str, port: int) -> None:
+        """Fetch ``partition`` from ``leader_id`` (instead of wherever it was fetched from)."""
+        self.stop(partition.topic_partition)
+        fetcher = self._fetchers.get(leader_id)
+        moved: list[FollowedPartition] = []
+        if fetcher is not None and (fetcher.host, fetcher.port) != (host, port):
+            moved = list(fetcher.partitions.values())  # the leader restarted elsewhere
+            self._retire(leader_id)
+            fetcher = None
+        if fetcher is None:
+            fetcher = self._fetchers[leader_id] = ReplicaFetcher(
+                leader_id,
+                host,
+                port,
+                node_id=self._node_id,
+                config=self.config,
+                clock=self._clock,
+                after_append=self._after_append,
+            )
+        for followed in [*moved, partition]:
+            fetcher.add(followed)
+            self._leader_of[followed.topic_partition] = leader_id
+
+    def stop(self, tp: TopicPartition) -> None:
+        leader_id = self._leader_of.pop(tp, None)
+        if leader_id is None:
+            return
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is None:
+            return
+        fetcher.remove(tp)
+        if not fetcher.partitions:
+            self._retire(leader_id)
+
+    def _retire(self, leader_id: int) -> None:
+        fetcher = self._fetchers.pop(leader_id)
+        for tp in list(fetcher.partitions):
+            self._leader_of.pop(tp, None)
+        closing = asyncio.get_running_loop().create_task(fetcher.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+
+    def followed(self) -> Iterable[FollowedPartition]:
+        for fetcher in self._fetchers.values():
+            yield from fetcher.partitions.values()
+
+    async def close(self) -> None:
+        fetchers = list(self._fetchers.values())
+        self._fetchers.clear()
+        self._leader_of.clear()
+        for fetcher in fetchers:
+            await fetcher.close()
+        await asyncio.gather(*self._closing, return_exceptions=True)

@@ -1,0 +1,237 @@
+"""The APIs only a broker of a cluster serves (``cluster_only``: a single node neither serves nor
+advertises them).
+
+* From the controller: LeaderAndIsr v6, UpdateMetadata v7, StopReplica v3 — fenced by
+  ``BrokerControl`` (controller epoch, broker epoch, leader and partition epochs) and applied in
+  order (``ClusterReplication.apply_command``).
+* To the controller: AlterPartition v2 (a leader's ISR change), ControlledShutdown v3 (a broker
+  stopping), ElectLeaders 0-2 (preferred or unclean elections asked by an admin client). They are
+  handed to this broker's controller thread, which answers NOT_CONTROLLER when this broker is not
+  the controller (the sender looks the controller up again).
+* OffsetForLeaderEpoch 0-4: where a leader epoch ends in this leader's log — asked by followers
+  before they truncate, and by consumers checking their position after a leader change (KIP-320).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from strom.broker.cluster.peer import PeerError
+from strom.broker.context import RequestContext
+from strom.broker.registry import handles
+from strom.cluster import wire
+from strom.cluster.actions import ElectLeadersReply
+from strom.cluster.broker_control import CommandOutcome
+from strom.cluster.events import ElectionType, ElectLeadersReceived
+from strom.cluster.model import TopicPartition
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.alter_partition import AlterPartitionRequest, AlterPartitionResponse
+from strom.protocol.messages.controlled_shutdown import ControlledShutdownRequest, ControlledShutdownResponse
+from strom.protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
+from strom.protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
+from strom.protocol.messages.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from strom.protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
+from strom.protocol.messages.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
+from strom.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+
+if TYPE_CHECKING:
+    from strom.broker.cluster.runtime import ClusterReplication
+
+CURRENT_LEADER_EPOCH_MIN_VERSION = 2
+REPLICA_ID_MIN_VERSION = 3
+ELECTION_TYPE_MIN_VERSION = 1
+NO_CHECK = -1
+
+
+def _cluster(context: RequestContext) -> ClusterReplication:
+    cluster = context.broker.cluster
+    assert cluster is not None, "cluster APIs are only registered on a broker of a cluster"
+    return cluster
+
+
+# ---- from the controller ----------------------------------------------------------------------------
+
+
+@handles(
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    wire.LEADER_AND_ISR_VERSION,
+    wire.LEADER_AND_ISR_VERSION,
+    cluster_only=True,
+)
+async def handle_leader_and_isr(
+    context: RequestContext, request: LeaderAndIsrRequest
+) -> LeaderAndIsrResponse:
+    cluster = _cluster(context)
+    command = wire.leader_and_isr_command(request, cluster.node_id)
+    outcome = await cluster.on_leader_and_isr(command)
+    return wire.leader_and_isr_response(command, outcome)
+
+
+@handles(
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+    wire.UPDATE_METADATA_VERSION,
+    wire.UPDATE_METADATA_VERSION,
+    cluster_only=True,
+)
+async def handle_update_metadata(
+    context: RequestContext, request: UpdateMetadataRequest
+) -> UpdateMetadataResponse:
+    cluster = _cluster(context)
+    error = await cluster.on_update_metadata(wire.update_metadata_command(request, cluster.node_id))
+    return UpdateMetadataResponse(error_code=error)
+
+
+@handles(
+    StopReplicaRequest,
+    StopReplicaResponse,
+    wire.STOP_REPLICA_VERSION,
+    wire.STOP_REPLICA_VERSION,
+    cluster_only=True,
+)
+async def handle_stop_replica(context: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
+    cluster = _cluster(context)
+    outcome: CommandOutcome = await cluster.on_stop_replica(
+        wire.stop_replica_command(request, cluster.node_id)
+    )
+    return wire.stop_replica_response(outcome)
+
+
+# ---- to the controller ----------------------------------------------------------------------------------
+
+
+@handles(
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    wire.ALTER_PARTITION_VERSION,
+    wire.ALTER_PARTITION_VERSION,
+    cluster_only=True,
+)
+async def handle_alter_partition(
+    context: RequestContext, request: AlterPartitionRequest
+) -> AlterPartitionResponse:
+    try:
+        reply = await _cluster(context).post_to_controller(
+            lambda key: wire.alter_partition_event(request, key)
+        )
+    except PeerError:
+        return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    return wire.alter_partition_response(reply)  # type: ignore[arg-type]
+
+
+@handles(
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    wire.CONTROLLED_SHUTDOWN_VERSION,
+    wire.CONTROLLED_SHUTDOWN_VERSION,
+    cluster_only=True,
+)
+async def handle_controlled_shutdown(
+    context: RequestContext, request: ControlledShutdownRequest
+) -> ControlledShutdownResponse:
+    try:
+        reply = await _cluster(context).post_to_controller(
+            lambda key: wire.controlled_shutdown_event(request, key)
+        )
+    except PeerError:
+        return ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    return wire.controlled_shutdown_response(reply)  # type: ignore[arg-type]
+
+
+@handles(ElectLeadersRequest, ElectLeadersResponse, 0, 2, cluster_only=True)
+async def handle_elect_leaders(context: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+    """Preferred (0) or unclean (1) elections, for the partitions named or (null) every partition;
+    answered per partition once the controller settled them."""
+    version = context.api_version
+    election_type = request.election_type if version >= ELECTION_TYPE_MIN_VERSION else ElectionType.PREFERRED
+    if election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        return ElectLeadersResponse(error_code=ErrorCode.INVALID_REQUEST)
+    partitions = (
+        None
+        if request.topic_partitions is None
+        else tuple(
+            TopicPartition(topic.topic, partition)
+            for topic in request.topic_partitions
+            for partition in topic.partitions
+        )
+    )
+    try:
+        reply = await _cluster(context).post_to_controller(
+            lambda key: ElectLeadersReceived(key, ElectionType(election_type), partitions)
+        )
+    except PeerError:
+        reply = ElectLeadersReply(None, ErrorCode.REQUEST_TIMED_OUT)
+    assert isinstance(reply, ElectLeadersReply)
+    error = ErrorCode(reply.error)
+    results = dict(reply.results)
+    if error != ErrorCode.NONE and partitions is not None:
+        results = dict.fromkeys(partitions, error)
+    grouped: dict[str, list[ElectLeadersResponse.PartitionResult]] = {}
+    for tp, partition_error in sorted(results.items()):
+        grouped.setdefault(tp.topic, []).append(
+            ElectLeadersResponse.PartitionResult(
+                partition_id=tp.partition,
+                error_code=partition_error,
+                error_message=None if partition_error == ErrorCode.NONE else ErrorCode(partition_error).name,
+            )
+        )
+    response = ElectLeadersResponse(
+        replica_election_results=[
+            ElectLeadersResponse.ReplicaElectionResult(topic=topic, partition_result=items)
+            for topic, items in grouped.items()
+        ]
+    )
+    if version >= ELECTION_TYPE_MIN_VERSION:
+        response.error_code = error
+    return response
+
+
+# ---- OffsetForLeaderEpoch -----------------------------------------------------------------------------
+
+
+@handles(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 0, 4, cluster_only=True)
+async def handle_offset_for_leader_epoch(
+    context: RequestContext, request: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
+    """For each partition: the largest epoch at or below the one asked for that this leader's log
+    has, and where it ends (the log end for the latest epoch). Only the leader answers (fenced by
+    ``current_leader_epoch`` from v2)."""
+    version = context.api_version
+    replication = context.broker.replication
+    replica_id = request.replica_id if version >= REPLICA_ID_MIN_VERSION else NO_CHECK
+    results: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = []
+    for topic in request.topics:
+        partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset] = []
+        for wanted in topic.partitions:
+            current = wanted.current_leader_epoch if version >= CURRENT_LEADER_EPOCH_MIN_VERSION else NO_CHECK
+            access = replication.readable(topic.topic, wanted.partition, current, replica_id)
+            if isinstance(access, ErrorCode):
+                partitions.append(
+                    OffsetForLeaderEpochResponse.EpochEndOffset(
+                        error_code=access,
+                        partition=wanted.partition,
+                        leader_epoch=UNDEFINED_EPOCH,
+                        end_offset=UNDEFINED_OFFSET,
+                    )
+                )
+                continue
+            partition_log = access.log
+            epoch, end_offset = partition_log.leader_epochs.end_offset_for(
+                wanted.leader_epoch, partition_log.log_end_offset
+            )
+            partitions.append(
+                OffsetForLeaderEpochResponse.EpochEndOffset(
+                    error_code=ErrorCode.NONE,
+                    partition=wanted.partition,
+                    leader_epoch=epoch,
+                    end_offset=end_offset,
+                )
+            )
+        results.append(
+            OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=topic.topic, partitions=partitions)
+        )
+    return OffsetForLeaderEpochResponse(topics=results)

@@ -1,0 +1,191 @@
+"""A cluster on this machine for development and tests: one ZooKeeper and N ``strom broker``
+processes on 127.0.0.1, each stopped by its PID (``strom cluster up``, tests/cluster).
+
+Layout under the work directory: ``zookeeper/`` (its data, config and log), ``broker-N/`` (broker
+N's data directory) and ``broker-N.log``. Starting the same directory again brings the same cluster
+back (the brokers keep their node ids and data; ZooKeeper keeps the cluster's state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from strom.cli.local_zookeeper import ZooKeeperServer, free_port
+
+BROKER_START_TIMEOUT_S = 60.0
+BROKER_STOP_TIMEOUT_S = 60.0
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class BrokerProcess:
+    """One ``strom broker --zookeeper ... --node-id N`` subprocess."""
+
+    def __init__(
+        self,
+        node_id: int,
+        port: int,
+        data_dir: Path,
+        log_path: Path,
+        zookeeper_connect: str,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.port = port
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.zookeeper_connect = zookeeper_connect
+        self.settings = dict(settings or {})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        command = [sys.executable, "-m", "strom.cli.main", "broker", "--host", "127.0.0.1"]
+        command += ["--port", str(self.port), "--data-dir", str(self.data_dir)]
+        command += ["--zookeeper", self.zookeeper_connect, "--node-id", str(self.node_id)]
+        for key, value in self.settings.items():
+            command += ["--set", f"{key}={value}"]
+        return command
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, f"broker {self.node_id} is not running"
+        return self.process.pid
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        assert not self.running, f"broker {self.node_id} is running already"
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log_file:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def wait_listening(self, timeout_s: float = BROKER_START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process is None or self.process.poll() is not None:
+                raise BrokerStartError(f"broker {self.node_id} exited:\n{self.log_tail()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return
+            if time.monotonic() > deadline:
+                raise BrokerStartError(
+                    f"broker {self.node_id} not listening after {timeout_s} s:\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def signal(self, signum: int) -> None:
+        if self.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def stop(self, timeout_s: float = BROKER_STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM by PID (the broker moves its leaderships away and stops); SIGKILL if it does
+        not exit in time. Its exit code (None if it was not running)."""
+        process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGCONT)
+                os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout_s)
+        self.process = None
+        return process.returncode
+
+    def kill(self) -> None:
+        """kill -9 by PID."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.kill()
+            process.wait(BROKER_STOP_TIMEOUT_S)
+        self.process = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(
+                self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            )
+        except FileNotFoundError:
+            return "(no log)"
+
+
+class LocalCluster:
+    """A ZooKeeper and ``broker_count`` brokers (node ids 1..N) under ``work_dir``."""
+
+    def __init__(
+        self,
+        work_dir: Path,
+        broker_count: int = 3,
+        *,
+        settings: Mapping[str, str] | None = None,
+        base_port: int = 0,
+        zookeeper_port: int = 0,
+        zookeeper: ZooKeeperServer | None = None,
+        chroot: str = "",
+    ) -> None:
+        self.work_dir = work_dir
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self._own_zookeeper = zookeeper is None
+        self.zookeeper = zookeeper or ZooKeeperServer(work_dir / "zookeeper", port=zookeeper_port or None)
+        self.zookeeper_connect = self.zookeeper.connect_string + chroot
+        self.brokers: dict[int, BrokerProcess] = {}
+        for node_id in range(1, broker_count + 1):
+            port = base_port + node_id - 1 if base_port else free_port()
+            self.brokers[node_id] = BrokerProcess(
+                node_id,
+                port,
+                work_dir / f"broker-{node_id}",
+                work_dir / f"broker-{node_id}.log",
+                self.zookeeper_connect,
+                settings,
+            )
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(broker.address for broker in self.brokers.values())
+
+    def start(self) -> None:
+        """Start ZooKeeper (unless it was given) and every broker; returns once all listen."""
+        if self._own_zookeeper and not self.zookeeper.running:
+            (self.work_dir / "zookeeper").mkdir(parents=True, exist_ok=True)
+            self.zookeeper.start()
+        for broker in self.brokers.values():
+            if not broker.running:
+                broker.start()
+        for broker in self.brokers.values():
+            broker.wait_listening()
+
+    def stop(self) -> None:
+        """SIGTERM the brokers one after the other (each moves its leaderships to those still
+        up), then ZooKeeper; SIGKILL whatever does not exit in time."""
+        for broker in self.brokers.values():
+            broker.stop()
+        if self._own_zookeeper:
+            self.zookeeper.stop()

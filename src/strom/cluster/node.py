@@ -1,0 +1,287 @@
+"""A broker's cluster thread: its ZooKeeper session, its registration, and the controller driver.
+
+One thread per broker owns everything that talks to ZooKeeper, so the pure controller is stepped
+from one thread only and the broker's event loop never blocks on ZooKeeper. Work reaches the
+thread through one queue, in order:
+
+* ZooKeeper watches and session events (posted from the ZooKeeper client's thread);
+* requests addressed to the controller (AlterPartition, ControlledShutdown, ElectLeaders), posted
+  by the event loop as controller events (``post``);
+* ZooKeeper work for the broker's admin requests (create a topic, change a config, take a block of
+  producer ids), whose result comes back as a ``concurrent.futures.Future`` (``submit``);
+* ``Tick`` for the controller every ``tick_interval_ms``.
+
+What comes out is handed to ``NodeOutputs`` callables on this thread; the broker's versions post
+them to its event loop. No asyncio and no sockets here (the import contract says so): the loop
+side is ``strom.broker.cluster``.
+
+**Session expiry.** The ephemeral registration and every watch die with the session. When the
+ZooKeeper client reports a new session after an expiry, the thread resigns the controllership if
+it held it, registers again (a new broker epoch, told to the broker through
+``on_registered``), watches again and competes for the controllership again; the controller
+handles it as a bounced broker. The broker keeps serving meanwhile.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from strom.base.clock import Clock
+from strom.cluster.actions import BrokerCommand, ControllerReply, UncleanElection
+from strom.cluster.config import ControllerConfig
+from strom.cluster.controller import Controller
+from strom.cluster.controller_driver import ControllerDriver
+from strom.cluster.events import ControllerEvent, Tick
+from strom.cluster.model import BrokerRegistration
+from strom.cluster.zk_store import SessionEvent, Watch, WatchEvent, ZkError, ZkStore
+from strom.cluster.zookeeper import ClusterZooKeeper
+
+log = logging.getLogger("strom.cluster.node")
+
+T = TypeVar("T")
+
+CONFIG_CHANGES_WATCH = "config-changes"
+
+
+@dataclass
+class NodeOutputs:
+    """Where the cluster thread's results go (each called on the cluster thread)."""
+
+    # A command of this broker's controller for a broker, with that broker's registration (its
+    # address), or None when the controller no longer knows it.
+    command: Callable[[BrokerCommand, BrokerRegistration | None], None]
+    # The controller's answer to a request it was posted.
+    reply: Callable[[ControllerReply], None]
+    # This broker took (True) or left (False) the controllership, and the controller epoch.
+    controller: Callable[[bool, int], None]
+    # The controller's live brokers changed (only while this broker is the controller).
+    live_brokers: Callable[[Mapping[int, BrokerRegistration]], None]
+    # This broker registered again after its session expired: the registration with its new epoch.
+    registered: Callable[[BrokerRegistration], None]
+    # Topic configs changed in ZooKeeper: topic -> its overrides now.
+    topic_configs: Callable[[Mapping[str, Mapping[str, str]]], None]
+    unclean_election: Callable[[UncleanElection], None] = lambda election: None
+
+
+class ClusterNode:
+    def __init__(
+        self,
+        store: ZkStore,
+        registration: BrokerRegistration,
+        controller_config: ControllerConfig,
+        clock: Clock,
+        outputs: NodeOutputs,
+        *,
+        stale_registration_wait_ms: int,
+        tick_interval_ms: int = 1_000,
+    ) -> None:
+        self.store = store
+        self.zk = ClusterZooKeeper(store, clock)
+        self.registration = registration
+        self._outputs = outputs
+        self._stale_wait_ms = stale_registration_wait_ms
+        self._tick_interval_s = tick_interval_ms / 1000
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._session_lost = False
+        self._config_changes_seen: str | None = None
+        self._controller_epoch = -1
+        self._live_brokers: Mapping[int, BrokerRegistration] = {}
+        self.cluster_id = ""
+        self.driver = ControllerDriver(
+            self.zk,
+            Controller(registration.node_id, controller_config, clock),
+            watch=self._watch,
+            send=self._send,
+            reply=outputs.reply,
+            on_unclean=outputs.unclean_election,
+        )
+        store.add_listener(self._on_session_event)
+
+    @property
+    def node_id(self) -> int:
+        return self.registration.node_id
+
+    @property
+    def is_controller(self) -> bool:
+        return self.driver.lease is not None
+
+    # ---- starting and stopping -------------------------------------------------------------------
+
+    def join(self, proposed_cluster_id: str | None = None) -> str:
+        """Create the layout, read (or write) the cluster id and register this broker; blocks the
+        caller. Raises BrokerIdInUseError when another live broker has this node id, ZkError when
+        ZooKeeper fails. Returns the cluster id."""
+        self.zk.ensure_layout()
+        self.cluster_id = self.zk.ensure_cluster_id(proposed_cluster_id)
+        self.registration = self.zk.register_broker(self.registration, stale_wait_ms=self._stale_wait_ms)
+        self._config_changes_seen = self.zk.read_config_changes(watch=self._watch(CONFIG_CHANGES_WATCH)).last
+        return self.cluster_id
+
+    def start(self) -> None:
+        """Start the thread; it competes for the controllership at once."""
+        assert self._thread is None, "started twice"
+        self._thread = threading.Thread(target=self._run, name=f"strom-cluster-{self.node_id}", daemon=True)
+        self._thread.start()
+        self._queue.put(("elect", None))
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Resign the controllership, deregister and end the session (a clean shutdown: the
+        others see this broker go at once instead of after the session timeout)."""
+        if self._thread is not None:
+            self._queue.put(("stop", None))
+            self._thread.join(timeout_s)
+            self._thread = None
+        else:
+            self._leave()
+
+    def _leave(self) -> None:
+        self._stopping = True
+        try:
+            if self.driver.lease is not None:
+                self.driver.resign("this broker is stopping")
+            self.zk.deregister_broker(self.node_id)
+        except ZkError as error:
+            log.warning("leaving the cluster: %s", error)
+        finally:
+            self.store.close()
+
+    # ---- the loop side's entry points (any thread) ----------------------------------------------
+
+    def post(self, event: ControllerEvent) -> None:
+        """A request for the controller; its reply comes out of ``outputs.reply``."""
+        self._queue.put(("event", event))
+
+    def submit(self, work: Callable[[ClusterZooKeeper], T]) -> concurrent.futures.Future[T]:
+        """Run ``work`` on the cluster thread (ZooKeeper calls block there, never on the loop)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._queue.put(("work", (work, future)))
+        return future
+
+    # ---- the thread ----------------------------------------------------------------------------------
+
+    def _watch(self, kind: str) -> Watch:
+        def fire(_event: WatchEvent) -> None:
+            self._queue.put(("watch", kind))
+
+        return fire
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        self._queue.put(("session", event))
+
+    def _run(self) -> None:
+        while True:
+            try:
+                kind, item = self._queue.get(timeout=self._tick_interval_s)
+            except queue.Empty:
+                kind, item = "tick", None
+            if kind == "stop":
+                self._leave()
+                return
+            try:
+                self._handle(kind, item)
+            except Exception:
+                log.exception("the cluster thread failed on %s", kind)
+            self._report_controller()
+
+    def _handle(self, kind: str, item: Any) -> None:
+        if kind == "work":
+            work, future = item
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(work(self.zk))
+            except BaseException as error:
+                future.set_exception(error)
+        elif kind == "event":
+            self.driver.handle(item)
+        elif kind == "watch":
+            if item == CONFIG_CHANGES_WATCH:
+                self._read_config_changes()
+            else:
+                self.driver.refresh(item)
+        elif kind == "tick":
+            if self.driver.lease is not None:
+                self.driver.handle(Tick())
+        elif kind == "elect":
+            self._elect()
+        elif kind == "session":
+            self._session_changed(item)
+        elif kind == "rejoin" and self._session_lost and not self._stopping:
+            self._rejoin()
+
+    def _elect(self) -> None:
+        try:
+            self.driver.elect()
+        except ZkError as error:
+            log.warning("competing for the controllership failed (%s); trying again", error)
+            self._retry_later("elect")
+
+    def _retry_later(self, kind: str) -> None:
+        timer = threading.Timer(self._tick_interval_s, lambda: self._queue.put((kind, None)))
+        timer.daemon = True
+        timer.start()
+
+    def _session_changed(self, event: SessionEvent) -> None:
+        if event is SessionEvent.EXPIRED:
+            self._session_lost = True
+            log.warning("broker %d: the ZooKeeper session expired", self.node_id)
+            if self.driver.lease is not None:
+                self.driver.resign("the ZooKeeper session expired")
+            return
+        if event is SessionEvent.CONNECTED and self._session_lost and not self._stopping:
+            self._rejoin()
+
+    def _rejoin(self) -> None:
+        try:
+            self.registration = self.zk.register_broker(self.registration, stale_wait_ms=self._stale_wait_ms)
+            self._config_changes_seen = self.zk.read_config_changes(
+                self._config_changes_seen, watch=self._watch(CONFIG_CHANGES_WATCH)
+            ).last
+        except ZkError as error:
+            log.warning("registering again after the session expired failed (%s); trying again", error)
+            self._retry_later("rejoin")
+            return
+        self._session_lost = False
+        log.info("broker %d registered again (broker epoch %d)", self.node_id, self.registration.epoch)
+        self._outputs.registered(self.registration)
+        self._elect()
+
+    def _read_config_changes(self) -> None:
+        try:
+            changes = self.zk.read_config_changes(
+                self._config_changes_seen, watch=self._watch(CONFIG_CHANGES_WATCH)
+            )
+            self._config_changes_seen = changes.last
+            if not changes.topics:
+                return
+            configs = self.zk.read_topic_configs(list(changes.topics))
+        except ZkError as error:
+            log.warning("reading topic config changes failed: %s", error)
+            return
+        self._outputs.topic_configs({topic: configs.get(topic, {}) for topic in changes.topics})
+        for topic in changes.topics:
+            self.driver.refresh_topic_config(topic)
+
+    def _send(self, command: BrokerCommand) -> None:
+        self._outputs.command(command, self.driver.controller.live_brokers.get(command.broker_id))
+
+    def _report_controller(self) -> None:
+        lease = self.driver.lease
+        epoch = lease.epoch if lease is not None else -1
+        if epoch != self._controller_epoch:
+            self._controller_epoch = epoch
+            self._live_brokers = {}
+            self._outputs.controller(lease is not None, epoch)
+        if lease is not None:
+            live = self.driver.controller.live_brokers
+            if live != self._live_brokers:
+                self._live_brokers = dict(live)
+                self._outputs.live_brokers(self._live_brokers)
