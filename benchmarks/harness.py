@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 BROKER_START_TIMEOUT_S = 30.0
@@ -31,15 +31,21 @@ class Broker:
     """A ``strom broker`` on 127.0.0.1 with its data under ``work_dir``; ``stop()`` by its PID."""
 
     def __init__(
-        self, work_dir: Path, settings: Mapping[str, str] | None = None, source_dir: Path | None = None
+        self,
+        work_dir: Path,
+        settings: Mapping[str, str] | None = None,
+        source_dir: Path | None = None,
+        arguments: Sequence[str] = (),
     ) -> None:
-        """``source_dir``: run the strom package found there (another version's ``src``) instead of this one."""
+        """``source_dir``: run the strom found there (a ``src`` directory, e.g. another revision's)
+        instead of the installed one. ``arguments``: more ``strom broker`` options."""
         self.port = free_port()
         self.log_path = work_dir / "broker.log"
         command = [sys.executable, "-m", "strom.cli.main", "broker", "--host", "127.0.0.1"]
         command += ["--port", str(self.port), "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
         for key, value in (settings or {}).items():
             command += ["--set", f"{key}={value}"]
+        command += list(arguments)
         environment = dict(os.environ)
         if source_dir is not None:
             # PYTHONPATH comes before the editable install's path entry, so that copy is imported.
