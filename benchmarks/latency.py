@@ -146,14 +146,28 @@ def _paced_send(send: Callable[[bytes], None], after_burst: Callable[[], None], 
     return clock() - started
 
 
-def _produce_child(case: ClientCase, bootstrap: str, topic: str, rate: int, total: int, source: str | None, start: Any, out: Any) -> None:
+def _produce_child(
+    case: ClientCase,
+    bootstrap: str,
+    topic: str,
+    rate: int,
+    total: int,
+    source: str | None,
+    start: Any,
+    out: Any,
+) -> None:
     _use_source(source)
     try:
         if case.client == "confluent":
             from confluent_kafka import Producer
 
             producer = Producer(
-                {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": case.linger_ms, "compression.type": "none"}
+                {
+                    "bootstrap.servers": bootstrap,
+                    "acks": 1,
+                    "linger.ms": case.linger_ms,
+                    "compression.type": "none",
+                }
             )
             producer.list_topics(topic, timeout=30)
             produce = producer.produce
@@ -193,7 +207,16 @@ def _produce_child(case: ClientCase, bootstrap: str, topic: str, rate: int, tota
         out.put(("producer", {"error": repr(error)}))
 
 
-def _consume_child(client: str, bootstrap: str, topic: str, total: int, warm_up: int, source: str | None, ready: Any, out: Any) -> None:
+def _consume_child(
+    client: str,
+    bootstrap: str,
+    topic: str,
+    total: int,
+    warm_up: int,
+    source: str | None,
+    ready: Any,
+    out: Any,
+) -> None:
     _use_source(source)
     try:
         latencies = array.array("q")
@@ -334,7 +357,9 @@ def start_broker(work_dir: Path, source: Path | None) -> RunningBroker:
     return RunningBroker(broker, metrics_port, str(source) if source else None)
 
 
-def measure_end_to_end(running: RunningBroker, case: ClientCase, rate: int, seconds: float, variant: str, work_dir: Path) -> EndToEnd:
+def measure_end_to_end(
+    running: RunningBroker, case: ClientCase, rate: int, seconds: float, variant: str, work_dir: Path
+) -> EndToEnd:
     broker = running.broker
     slug = re.sub(r"[^a-z0-9]+", "-", f"{case.name}-{rate}-{variant}-{time.monotonic_ns()}".lower())
     topic = f"e2e-{slug}"
@@ -348,7 +373,17 @@ def measure_end_to_end(running: RunningBroker, case: ClientCase, rate: int, seco
     done_path = work_dir / f"{slug}.sent"
     consumer = context.Process(
         target=_consume_child_entry,
-        args=(str(done_path), case.client, broker.bootstrap, topic, total, warm_up, running.source, ready, out),
+        args=(
+            str(done_path),
+            case.client,
+            broker.bootstrap,
+            topic,
+            total,
+            warm_up,
+            running.source,
+            ready,
+            out,
+        ),
     )
     producer = context.Process(
         target=_produce_child, args=(case, broker.bootstrap, topic, rate, total, running.source, start, out)
@@ -411,9 +446,7 @@ def build_loadgen(work_dir: Path) -> Path:
         raise SystemExit("gcc is needed to build benchmarks/loadgen.c (apt-get install gcc)")
     if not Path("/usr/include/librdkafka/rdkafka.h").exists():
         raise SystemExit("librdkafka-dev is needed to build benchmarks/loadgen.c (make system-deps)")
-    subprocess.run(
-        ["gcc", "-O2", "-Wall", "-o", str(binary), str(LOADGEN_SOURCE), "-lrdkafka"], check=True
-    )
+    subprocess.run(["gcc", "-O2", "-Wall", "-o", str(binary), str(LOADGEN_SOURCE), "-lrdkafka"], check=True)
     return binary
 
 
@@ -444,7 +477,9 @@ def request_frames(kind: str, topic: str, port: int) -> bytes:
             topic_data=[
                 ProduceRequest.TopicProduceData(
                     name=topic,
-                    partition_data=[ProduceRequest.PartitionProduceData(index=0, records=_one_record_batch(None))],
+                    partition_data=[
+                        ProduceRequest.PartitionProduceData(index=0, records=_one_record_batch(None))
+                    ],
                 )
             ],
         )
@@ -503,7 +538,9 @@ def _user_seconds(pid: int) -> float:
     return int(fields[11]) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_request_cost(loadgen: Path, running: RunningBroker, kind: str, variant: str, work_dir: Path) -> RequestCost:
+def measure_request_cost(
+    loadgen: Path, running: RunningBroker, kind: str, variant: str, work_dir: Path
+) -> RequestCost:
     broker = running.broker
     topic = f"cost-{kind}-{variant}-{time.monotonic_ns()}"
     create_topic(broker.bootstrap, topic, 1)
@@ -569,12 +606,15 @@ class Ceiling:
         return self.broker_cpu_s / self.records * 1e6
 
 
-def _run_loadgen(loadgen: Path, arguments: Sequence[str], processes: int, pid: int) -> tuple[int, float, float]:
+def _run_loadgen(
+    loadgen: Path, arguments: Sequence[str], processes: int, pid: int
+) -> tuple[int, float, float]:
     """Run ``processes`` loadgen processes at once; (records, seconds of the slowest, broker CPU s)."""
     cpu_before = cpu_seconds(pid)
     started = time.monotonic()
     children = [
-        subprocess.Popen([str(loadgen), *arguments], stdout=subprocess.PIPE, text=True) for _ in range(processes)
+        subprocess.Popen([str(loadgen), *arguments], stdout=subprocess.PIPE, text=True)
+        for _ in range(processes)
     ]
     outputs = [child.communicate(timeout=CASE_TIMEOUT_S * 2)[0] for child in children]
     seconds = time.monotonic() - started
@@ -596,7 +636,14 @@ def measure_ceilings(loadgen: Path, running: RunningBroker, variant: str) -> lis
     create_topic(broker.bootstrap, produce_topic, 1)
     records, seconds, cpu_used = _run_loadgen(
         loadgen,
-        ["produce", broker.bootstrap, produce_topic, "0", str(CEILING_PRODUCE_RECORDS), str(CEILING_PRODUCE_RECORD_BYTES)],
+        [
+            "produce",
+            broker.bootstrap,
+            produce_topic,
+            "0",
+            str(CEILING_PRODUCE_RECORDS),
+            str(CEILING_PRODUCE_RECORD_BYTES),
+        ],
         CEILING_PRODUCERS,
         pid,
     )
@@ -605,7 +652,14 @@ def measure_ceilings(loadgen: Path, running: RunningBroker, variant: str) -> lis
     create_topic(broker.bootstrap, consume_topic, 1)
     _run_loadgen(
         loadgen,
-        ["produce", broker.bootstrap, consume_topic, "0", str(CEILING_CONSUME_RECORDS // 2), str(CEILING_CONSUME_RECORD_BYTES)],
+        [
+            "produce",
+            broker.bootstrap,
+            consume_topic,
+            "0",
+            str(CEILING_CONSUME_RECORDS // 2),
+            str(CEILING_CONSUME_RECORD_BYTES),
+        ],
         2,
         pid,
     )
@@ -655,13 +709,18 @@ def run(arguments: argparse.Namespace) -> Figures:
                             _note_load(figures)
                             cost = measure_request_cost(loadgen, running, kind, variant, work_dir)
                             figures.costs.append(cost)
-                            print(f"{variant:>6} {kind:<9}: {cost.per_s:>9,.0f}/s, broker {cost.cpu_us:6.1f} µs (user {cost.user_us:.1f})", flush=True)
+                            print(
+                                f"{variant:>6} {kind:<9}: {cost.per_s:>9,.0f}/s, broker {cost.cpu_us:6.1f} µs (user {cost.user_us:.1f})",
+                                flush=True,
+                            )
                 if not arguments.skip_e2e:
                     for rate in rates:
                         for case in CLIENT_CASES:
                             for variant, running in order:
                                 _note_load(figures)
-                                result = measure_end_to_end(running, case, rate, arguments.seconds, variant, work_dir)
+                                result = measure_end_to_end(
+                                    running, case, rate, arguments.seconds, variant, work_dir
+                                )
                                 figures.end_to_end.append(result)
                                 print(
                                     f"{variant:>6} {case.name:<30} {rate:>6}/s: p50 {result.percentile(50):7.3f} "
@@ -701,7 +760,11 @@ def render(figures: Figures, arguments: argparse.Namespace) -> str:
         f"Run: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}. Machine: {machine_description()}.",
         f"confluent-kafka {confluent_kafka.version()} (librdkafka {confluent_kafka.libversion()[0]}); the C load"
         " generator links Debian's librdkafka. "
-        + (f"Load average (1 min) during the run: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs." if loads else ""),
+        + (
+            f"Load average (1 min) during the run: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs."
+            if loads
+            else ""
+        ),
     ]
     if arguments.before:
         lines.append(
@@ -714,7 +777,11 @@ def render(figures: Figures, arguments: argparse.Namespace) -> str:
             f"(b) Broker CPU per small request (C load generator, {FRAMES_CONNECTIONS} connections,"
             f" {2 * FRAMES_WINDOW} requests in flight each):",
             "",
-            "| request | " + " | ".join(f"{v} µs (user)" for v in variants) + " | " + " | ".join(f"{v} answers/s" for v in variants) + " |",
+            "| request | "
+            + " | ".join(f"{v} µs (user)" for v in variants)
+            + " | "
+            + " | ".join(f"{v} answers/s" for v in variants)
+            + " |",
             "|---|" + "---:|" * (2 * len(variants)),
         ]
         labels = {
@@ -727,7 +794,9 @@ def render(figures: Figures, arguments: argparse.Namespace) -> str:
             rates_cells = []
             for variant in variants:
                 mine = [cost for cost in figures.costs if cost.kind == kind and cost.variant == variant]
-                cells.append(f"{_median([c.cpu_us for c in mine]):.1f} ({_median([c.user_us for c in mine]):.1f})")
+                cells.append(
+                    f"{_median([c.cpu_us for c in mine]):.1f} ({_median([c.user_us for c in mine]):.1f})"
+                )
                 rates_cells.append(f"{_median([c.per_s for c in mine]):,.0f}")
             lines.append(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(rates_cells) + " |")
         after_costs = {
@@ -754,7 +823,11 @@ def render(figures: Figures, arguments: argparse.Namespace) -> str:
         for rate in sorted({result.rate for result in figures.end_to_end}):
             for case in CLIENT_CASES:
                 for variant in variants:
-                    mine = [r for r in figures.end_to_end if r.rate == rate and r.case == case.name and r.variant == variant]
+                    mine = [
+                        r
+                        for r in figures.end_to_end
+                        if r.rate == rate and r.case == case.name and r.variant == variant
+                    ]
                     if not mine:
                         continue
                     cells = " | ".join(f"{_median([r.percentile(p) for r in mine]):.3f}" for p in PERCENTILES)
@@ -793,7 +866,13 @@ def render(figures: Figures, arguments: argparse.Namespace) -> str:
 def _e2e_bars(figures: Figures) -> str:
     def worst(case_prefix: str, rate: int, percent: float) -> float:
         values = [
-            _median([r.percentile(percent) for r in figures.end_to_end if r.case == case.name and r.rate == rate and r.variant == "after"])
+            _median(
+                [
+                    r.percentile(percent)
+                    for r in figures.end_to_end
+                    if r.case == case.name and r.rate == rate and r.variant == "after"
+                ]
+            )
             for case in CLIENT_CASES
             if case.name.startswith(case_prefix)
         ]
@@ -809,13 +888,19 @@ def _e2e_bars(figures: Figures) -> str:
     fast = [worst(prefix, 50_000, 99) for prefix in ("confluent-kafka, linger.ms=0", "strom")]
     fast = [value for value in fast if value == value]
     if fast:
-        parts.append(f"p99 at 50,000/s ≤ {BAR_P99_FAST_MS:g} ms: **{'met' if max(fast) <= BAR_P99_FAST_MS else 'not met'}** (worst {max(fast):.2f} ms)")
+        parts.append(
+            f"p99 at 50,000/s ≤ {BAR_P99_FAST_MS:g} ms: **{'met' if max(fast) <= BAR_P99_FAST_MS else 'not met'}** (worst {max(fast):.2f} ms)"
+        )
     producer = [
-        r.producer_cpu_share for r in figures.end_to_end if r.case.startswith("strom") and r.rate == 10_000 and r.variant == "after"
+        r.producer_cpu_share
+        for r in figures.end_to_end
+        if r.case.startswith("strom") and r.rate == 10_000 and r.variant == "after"
     ]
     if producer:
         share = _median(producer)
-        parts.append(f"strom producer at 10,000/s ≤ {BAR_PRODUCER_CPU_SHARE:.0%} of a core: **{'met' if share <= BAR_PRODUCER_CPU_SHARE else 'not met'}** ({share:.0%})")
+        parts.append(
+            f"strom producer at 10,000/s ≤ {BAR_PRODUCER_CPU_SHARE:.0%} of a core: **{'met' if share <= BAR_PRODUCER_CPU_SHARE else 'not met'}** ({share:.0%})"
+        )
     return "Bars (after): " + "; ".join(parts) + "." if parts else ""
 
 
@@ -830,9 +915,13 @@ per request much less."""
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rates", default=",".join(map(str, RATES_DEFAULT)), help="records/s for (a)")
-    parser.add_argument("--seconds", type=float, default=MEASURE_S_DEFAULT, help="measured seconds per case of (a)")
+    parser.add_argument(
+        "--seconds", type=float, default=MEASURE_S_DEFAULT, help="measured seconds per case of (a)"
+    )
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every case (medians reported)")
     parser.add_argument("--before", default="", help="also measure this git revision's broker and client")
     parser.add_argument("--skip-e2e", action="store_true", help="leave out (a)")
