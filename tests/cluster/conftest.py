@@ -26,6 +26,7 @@ from strom.cluster.zk_store import SessionEvent, ZkStore
 
 from .cluster_support import CLUSTER_SETTINGS, heal
 from .fault_proxy import Fault, FaultProxy
+from .fault_support import ProxiedCluster, heal_everything
 from .zookeeper_server import ZooKeeperServer
 
 # Session timeout asked for by the test clients: short, so an expiry is quick to provoke.
@@ -95,6 +96,37 @@ def running_cluster(
 def cluster(running_cluster: LocalCluster) -> LocalCluster:
     heal(running_cluster)
     return running_cluster
+
+
+@pytest.fixture(scope="module")
+def running_proxied_cluster(
+    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxiedCluster]:
+    """Three brokers whose links to each other and to ZooKeeper go through a ``FaultProxy``
+    (``fault_support``); each test starts with every link healed and a whole cluster."""
+    with FaultProxy() as proxy:
+        cluster = ProxiedCluster(
+            tmp_path_factory.mktemp("proxied-cluster"),
+            3,
+            settings=CLUSTER_SETTINGS,
+            zookeeper=zookeeper_server,
+            chroot=f"/strom-cluster-{next(_chroots)}",
+            proxy=proxy,
+        )
+        _LIVE_CLUSTERS.append(cluster)
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            _LIVE_CLUSTERS.remove(cluster)
+            proxy.heal()
+            cluster.stop()
+
+
+@pytest.fixture
+def proxied_cluster(running_proxied_cluster: ProxiedCluster) -> ProxiedCluster:
+    heal_everything(running_proxied_cluster)
+    return running_proxied_cluster
 
 
 @pytest.fixture
