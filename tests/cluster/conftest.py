@@ -25,6 +25,8 @@ from strom.cluster.memory_zookeeper import MemoryZkClient, MemoryZooKeeper
 from strom.cluster.zk_store import SessionEvent, ZkStore
 
 from .cluster_support import CLUSTER_SETTINGS, heal
+from .fault_proxy import Fault, FaultProxy
+from .fault_support import ProxiedCluster, heal_everything
 from .zookeeper_server import ZooKeeperServer
 
 # Session timeout asked for by the test clients: short, so an expiry is quick to provoke.
@@ -96,6 +98,37 @@ def cluster(running_cluster: LocalCluster) -> LocalCluster:
     return running_cluster
 
 
+@pytest.fixture(scope="module")
+def running_proxied_cluster(
+    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxiedCluster]:
+    """Three brokers whose links to each other and to ZooKeeper go through a ``FaultProxy``
+    (``fault_support``); each test starts with every link healed and a whole cluster."""
+    with FaultProxy() as proxy:
+        cluster = ProxiedCluster(
+            tmp_path_factory.mktemp("proxied-cluster"),
+            3,
+            settings=CLUSTER_SETTINGS,
+            zookeeper=zookeeper_server,
+            chroot=f"/strom-cluster-{next(_chroots)}",
+            proxy=proxy,
+        )
+        _LIVE_CLUSTERS.append(cluster)
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            _LIVE_CLUSTERS.remove(cluster)
+            proxy.heal()
+            cluster.stop()
+
+
+@pytest.fixture
+def proxied_cluster(running_proxied_cluster: ProxiedCluster) -> ProxiedCluster:
+    heal_everything(running_proxied_cluster)
+    return running_proxied_cluster
+
+
 @pytest.fixture
 def own_zookeeper_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     """A server for one test, which may kill, pause or restart it."""
@@ -114,6 +147,10 @@ class Backend(Protocol):
 
     def expire(self, store: ZkStore) -> None:
         """End ``store``'s session as a server would; returns once the store has a new session."""
+        ...
+
+    def lose_connection(self, store: ZkStore) -> None:
+        """Drop ``store``'s connection (its session lives on); returns once it is connected again."""
         ...
 
     def close(self) -> None: ...
@@ -147,23 +184,40 @@ class MemoryBackend:
         assert isinstance(store, MemoryZkClient)
         self.server.expire(store)
 
+    def lose_connection(self, store: ZkStore) -> None:
+        assert isinstance(store, MemoryZkClient)
+        self.server.disconnect(store)
+        self.server.reconnect(store)
+
     def close(self) -> None:
         pass
 
 
 class RealBackend:
+    """Stores connect through a ``FaultProxy`` (one route per store), so a test can drop one
+    store's connection without touching the server; ``expire`` talks to the server itself."""
+
     name = "real"
 
     def __init__(self, server: ZooKeeperServer, chroot: str) -> None:
         self.server = server
+        self.chroot = chroot
         self.connect_string = ZooKeeperConnect.parse(server.connect_string + chroot)
+        self._proxy = FaultProxy()
+        self._proxy.start()
         self._stores: list[KazooStore] = []
+        self._sources: dict[int, str] = {}
         self._recorders: dict[int, SessionRecorder] = {}
 
     def connect(self, session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS) -> ZkStore:
+        source = f"store-{len(self._stores)}"
+        port = self._proxy.add_route("zookeeper", self.server.port, source=source)
         store = KazooStore.connect(
-            self.connect_string, session_timeout_ms=session_timeout_ms, connect_timeout_ms=10_000
+            ZooKeeperConnect.parse(f"127.0.0.1:{port}{self.chroot}"),
+            session_timeout_ms=session_timeout_ms,
+            connect_timeout_ms=10_000,
         )
+        self._sources[id(store)] = source
         recorder = SessionRecorder()
         store.add_listener(recorder)
         self._recorders[id(store)] = recorder
@@ -185,9 +239,22 @@ class RealBackend:
         wait_until(lambda: recorder.count(SessionEvent.EXPIRED) > expired_before, "the session to expire")
         wait_until(lambda: recorder.count(SessionEvent.CONNECTED) > connected_before, "a new session")
 
+    def lose_connection(self, store: ZkStore) -> None:
+        """Its connection reset and refused until the client noticed; then let through again."""
+        source = self._sources[id(store)]
+        recorder = self._recorders[id(store)]
+        suspended_before = recorder.count(SessionEvent.SUSPENDED)
+        connected_before = recorder.count(SessionEvent.CONNECTED)
+        self._proxy.cut(source, "zookeeper", Fault.REFUSE)
+        wait_until(lambda: recorder.count(SessionEvent.SUSPENDED) > suspended_before, "the connection lost")
+        self._proxy.heal()
+        wait_until(lambda: recorder.count(SessionEvent.CONNECTED) > connected_before, "the connection back")
+        assert recorder.count(SessionEvent.EXPIRED) == 0, "the session expired"
+
     def close(self) -> None:
         for store in self._stores:
             store.close()
+        self._proxy.stop()
 
 
 @pytest.fixture(params=["memory", "real"])

@@ -5,9 +5,7 @@ were told: acknowledged offsets, delivery errors, what a consumer reads back."""
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
@@ -33,129 +31,9 @@ from .cluster_support import (
     view,
     wait_until,
 )
+from .workload import BackgroundProducer, assert_every_acknowledged_record_once_in_order, read_partitions
 
 PARTITIONS = 3
-
-
-@dataclass
-class Deliveries:
-    """What the producer was told, per partition: (offset, value) acknowledged, errors otherwise."""
-
-    acknowledged: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
-    errors: list[KafkaError] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __call__(self, error: KafkaError | None, message: object) -> None:
-        with self.lock:
-            if error is not None:
-                self.errors.append(error)
-            else:
-                self.acknowledged.setdefault(message.partition(), []).append(  # type: ignore[attr-defined]
-                    (message.offset(), message.value())  # type: ignore[attr-defined]
-                )
-
-    @property
-    def count(self) -> int:
-        with self.lock:
-            return sum(len(records) for records in self.acknowledged.values())
-
-
-class BackgroundProducer:
-    """An acks=all idempotent producer sending keyed records from a thread until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, **config: object) -> None:
-        self.topic = topic
-        self.deliveries = Deliveries()
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "message.timeout.ms": 120_000,
-                **config,
-            }
-        )
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.producer.produce(
-                    self.topic,
-                    key=str(self.sent % 1000).encode(),
-                    value=str(self.sent).encode(),
-                    on_delivery=self.deliveries,
-                )
-            except BufferError:
-                self.producer.poll(0.05)
-                continue
-            self.sent += 1
-            if self.sent % 200 == 0:
-                self.producer.poll(0)
-                time.sleep(0.01)  # about 10,000 records a second: the machine is shared
-
-    def __enter__(self) -> BackgroundProducer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._stop.set()
-            self._thread.join()
-        remaining = self.producer.flush(150)
-        assert remaining == 0, f"{remaining} records never got an answer"
-
-
-def read_partitions(
-    bootstrap: str, topic: str, partitions: int, expected: int
-) -> dict[int, list[tuple[int, bytes]]]:
-    """Every record of the topic, from offset 0, by partition (a consumer without a group)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{topic}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.assign([TopicPartition(topic, index, 0) for index in range(partitions)])
-    found: dict[int, list[tuple[int, bytes]]] = {}
-    total = 0
-    deadline = time.monotonic() + 90
-    try:
-        while total < expected and time.monotonic() < deadline:
-            for message in consumer.consume(1000, 1.0):
-                if message.error() is not None:
-                    continue
-                found.setdefault(message.partition(), []).append((message.offset(), message.value()))
-                total += 1
-    finally:
-        consumer.close()
-    return found
-
-
-def assert_every_acknowledged_record_once_in_order(
-    deliveries: Deliveries, found: dict[int, list[tuple[int, bytes]]]
-) -> None:
-    for partition, acknowledged in deliveries.acknowledged.items():
-        read = found.get(partition, [])
-        offsets = [offset for offset, _ in read]
-        assert offsets == sorted(set(offsets)), f"partition {partition}: offsets out of order or repeated"
-        values = [value for _, value in read]
-        assert len(values) == len(set(values)), f"partition {partition}: a record was written twice"
-        at = dict(read)
-        lost = [(offset, value) for offset, value in acknowledged if at.get(offset) != value]
-        assert not lost, f"partition {partition}: {len(lost)} acknowledged records lost, first {lost[:3]}"
-        # One producer, idempotent: its records are in the log in the order it sent them.
-        sent = {int(value) for _, value in acknowledged}
-        log_order = [int(value) for value in values if int(value) in sent]
-        assert log_order == sorted(log_order), f"partition {partition}: records out of send order"
 
 
 def test_a_leader_killed_under_idempotent_acks_all_loses_nothing(cluster: LocalCluster) -> None:

@@ -212,6 +212,36 @@ def test_watches_fire_once_for_the_other_sessions_changes(backend: Backend) -> N
     assert watcher.exists("/w/e") is None
 
 
+def test_watches_fire_again_when_a_lost_connection_comes_back(backend: Backend) -> None:
+    """The server forgets a connection's watches; within the session, every watch set before the
+    connection dropped fires once when it is back (RECONNECTED), so its owner reads again and
+    sees what changed meanwhile; a watch set again fires on the next change as usual."""
+    watcher, writer = backend.connect(), backend.connect()
+    watcher.ensure_path("/lost")
+    watcher.create("/lost/mine", b"", ephemeral=True)
+    seen: list[WatchEvent] = []
+    lock = threading.Lock()
+
+    def record(event: WatchEvent) -> None:
+        with lock:
+            seen.append(event)
+
+    watcher.get_children("/lost", watch=record)
+    watcher.get("/lost/mine", watch=record)
+    assert watcher.exists("/lost/absent", watch=record) is None
+    backend.lose_connection(watcher)
+    wait_until(lambda: len(seen) == 3, "the three watches to fire after the reconnection")
+    assert sorted((event.kind, event.path) for event in seen) == [
+        (WatchKind.RECONNECTED, "/lost"),
+        (WatchKind.RECONNECTED, "/lost/absent"),
+        (WatchKind.RECONNECTED, "/lost/mine"),
+    ]
+    assert watcher.get_children("/lost", watch=record) == ["mine"], "the session, and its ephemeral, live on"
+    writer.create("/lost/new")
+    wait_until(lambda: len(seen) == 4, "the watch set again to fire")
+    assert seen[3] == WatchEvent(WatchKind.CHILDREN, "/lost")
+
+
 def test_snapshot_and_admin_writes(backend: Backend) -> None:
     zk = joined(backend)
     zk.register_broker(registration(1), stale_wait_ms=0)

@@ -29,7 +29,7 @@ from strom.cluster.events import (
     WritesCompleted,
 )
 from strom.cluster.model import TopicAssignment
-from strom.cluster.zk_store import Watch, ZkError
+from strom.cluster.zk_store import Watch, ZkError, zk_error_text
 from strom.cluster.zookeeper import ClusterZooKeeper, ControllerLease, ControllerMovedError
 
 log = logging.getLogger("strom.cluster.controller")
@@ -87,7 +87,7 @@ class ControllerDriver:
                 deletions_watch=self._watch(DELETIONS_WATCH),
             )
         except ZkError as error:
-            self.resign(f"could not read the cluster state: {error}")
+            self.resign(f"could not read the cluster state: {zk_error_text(error)}")
             return False
         self._topics = dict(snapshot.topics)
         self._watch_topics()
@@ -102,7 +102,7 @@ class ControllerDriver:
             try:
                 self._zk.resign_controller(lease)
             except ZkError as error:
-                log.warning("could not remove /controller while resigning: %s", error)
+                log.warning("could not remove /controller while resigning: %s", zk_error_text(error))
 
     def refresh(self, kind: str) -> None:
         """A watch fired: read what it watched (arming it again) and tell the controller."""
@@ -137,7 +137,7 @@ class ControllerDriver:
                     self._topics[name] = assignment
                 self.handle(TopicsChanged(dict(self._topics)))
         except ZkError as error:
-            self.resign(f"ZooKeeper failed while reading after a watch: {error}")
+            self.resign(f"ZooKeeper failed while reading after a watch: {zk_error_text(error)}")
 
     def refresh_topic_config(self, name: str) -> None:
         if self.lease is None:

@@ -10,7 +10,9 @@ chroot is created when missing (kazoo would only warn, and every call would then
 
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -39,6 +41,7 @@ from kazoo.exceptions import (
     SessionExpiredError as KazooSessionExpired,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from strom.base import limits
 from strom.cluster.config import ZooKeeperConnect
@@ -68,6 +71,12 @@ from strom.cluster.zk_store import (
 
 log = logging.getLogger("strom.cluster.zookeeper")
 
+# Reconnecting after a lost connection (see ``reconnect_policy``): the first pause, the longest,
+# and the spread around each pause (so brokers do not all knock at once on a restarted server).
+RECONNECT_DELAY_FIRST_S = 0.1
+RECONNECT_DELAY_MAX_S = 1.0
+RECONNECT_JITTER = 0.4
+
 _WATCH_KINDS = {
     "CREATED": WatchKind.CREATED,
     "DELETED": WatchKind.DELETED,
@@ -94,6 +103,23 @@ def _translate(error: BaseException) -> ZkError:
     return ZkError(f"{type(error).__name__}: {error}")
 
 
+def reconnect_policy(session_timeout_ms: int) -> KazooRetry:
+    """How the client tries the servers again after losing its connection: forever, at most
+    ``RECONNECT_DELAY_MAX_S`` apart (less for a short session timeout). kazoo's own policy doubles
+    the pause up to an hour: a broker cut from ZooKeeper for 10 s came back 6 s after the server
+    did, when its session had expired, so every broker bounced after a ZooKeeper restart. The
+    server keeps a session for a whole session timeout after it starts again; a client that tries
+    again at least every quarter of it keeps its session and its registration."""
+    delay_max_s = min(RECONNECT_DELAY_MAX_S, session_timeout_ms / 1000 / 4)
+    return KazooRetry(
+        max_tries=-1,
+        delay=min(RECONNECT_DELAY_FIRST_S, delay_max_s),
+        backoff=2,
+        max_jitter=RECONNECT_JITTER,
+        max_delay=delay_max_s / (1 + RECONNECT_JITTER),
+    )
+
+
 def _stat(raw: Any) -> Stat:
     return Stat(
         version=int(raw.version),
@@ -112,6 +138,12 @@ class KazooStore:
         self._chroot = chroot or ""
         self._listeners: list[SessionListener] = []
         self._closed = False
+        # Watches set and not yet fired (token -> path, callback), and those lost with a
+        # connection, to fire when it comes back (see ``_on_state``). kazoo's threads touch both.
+        self._armed: dict[int, tuple[str, Watch]] = {}
+        self._lost: dict[int, tuple[str, Watch]] = {}
+        self._watch_tokens = itertools.count()
+        self._watch_lock = threading.Lock()
         client.add_listener(self._on_state)
 
     @classmethod
@@ -123,7 +155,11 @@ class KazooStore:
         connect_timeout_ms: int = 18_000,
     ) -> KazooStore:
         """Open a session, waiting at most ``connect_timeout_ms``; ZkUnavailableError after that."""
-        client = KazooClient(hosts=connect.servers, timeout=session_timeout_ms / 1000)
+        client = KazooClient(
+            hosts=connect.servers,
+            timeout=session_timeout_ms / 1000,
+            connection_retry=reconnect_policy(session_timeout_ms),
+        )
         try:
             client.start(timeout=connect_timeout_ms / 1000)
         except KazooTimeoutError:
@@ -158,6 +194,9 @@ class KazooStore:
         self._listeners.append(listener)
 
     def _on_state(self, state: str) -> None:
+        """kazoo's connection thread. kazoo forgets every watch when the connection drops (and
+        sets none again when it comes back): those armed then are lost; on the next CONNECTED of
+        the same session they fire with RECONNECTED; an expired session drops them."""
         if self._closed:
             return
         event = {
@@ -167,11 +206,31 @@ class KazooStore:
         }.get(state)
         if event is None:
             return
+        restored: list[tuple[str, Watch]] = []
+        with self._watch_lock:
+            if event is SessionEvent.SUSPENDED:
+                self._lost.update(self._armed)
+                self._armed.clear()
+            elif event is SessionEvent.EXPIRED:
+                self._lost.clear()
+                self._armed.clear()
+            else:
+                restored = list(self._lost.values())
+                self._lost.clear()
         for listener in list(self._listeners):
             try:
                 listener(event)
             except Exception:
                 log.exception("ZooKeeper session listener failed on %s", event.value)
+        for path, watch in restored:
+            self._fire(watch, WatchEvent(WatchKind.RECONNECTED, path))
+
+    @staticmethod
+    def _fire(watch: Watch, event: WatchEvent) -> None:
+        try:
+            watch(event)
+        except Exception:
+            log.exception("ZooKeeper watch on %s failed", event.path)
 
     def close(self) -> None:
         if self._closed:
@@ -192,17 +251,32 @@ class KazooStore:
             return path[len(self._chroot) :] or "/"
         return path
 
-    def _wrap(self, watch: Watch) -> Any:
+    def _arm(self, watch: Watch | None, path: str) -> tuple[Any, int]:
+        """kazoo's callback for ``watch`` (None for no watch) and its token, counted as armed from
+        now on (``_disarm`` it if the operation fails: kazoo then sets no watch)."""
+        if watch is None:
+            return None, -1
+        token = next(self._watch_tokens)
+        with self._watch_lock:
+            self._armed[token] = (path, watch)
+
         def relay(event: Any) -> None:
             kind = _WATCH_KINDS.get(event.type)
-            if kind is None:  # a session event delivered to the watch: not a change of the znode
+            if kind is None:
+                # kazoo dropping its watches with the connection (or the session): _on_state
+                # has taken this one among the lost, or dropped it with the session.
                 return
-            try:
-                watch(WatchEvent(kind, self._relative(event.path)))
-            except Exception:
-                log.exception("ZooKeeper watch on %s failed", event.path)
+            with self._watch_lock:
+                fired = self._armed.pop(token, None) or self._lost.pop(token, None)
+            if fired is not None:
+                self._fire(watch, WatchEvent(kind, self._relative(event.path)))
 
-        return relay
+        return relay, token
+
+    def _disarm(self, token: int) -> None:
+        with self._watch_lock:
+            self._armed.pop(token, None)
+            self._lost.pop(token, None)
 
     def _rooted(self, op: Op) -> Op:
         if isinstance(op, Create):
@@ -229,23 +303,29 @@ class KazooStore:
             raise _translate(error) from None
 
     def get(self, path: str, watch: Watch | None = None) -> tuple[bytes, Stat]:
+        relay, token = self._arm(watch, path)
         try:
-            data, raw = self._client.get(self._full(path), watch=self._wrap(watch) if watch else None)
+            data, raw = self._client.get(self._full(path), watch=relay)
         except KazooException as error:
+            self._disarm(token)
             raise _translate(error) from None
         return bytes(data or b""), _stat(raw)
 
     def exists(self, path: str, watch: Watch | None = None) -> Stat | None:
+        relay, token = self._arm(watch, path)
         try:
-            raw = self._client.exists(self._full(path), watch=self._wrap(watch) if watch else None)
+            raw = self._client.exists(self._full(path), watch=relay)
         except KazooException as error:
+            self._disarm(token)
             raise _translate(error) from None
         return None if raw is None else _stat(raw)
 
     def get_children(self, path: str, watch: Watch | None = None) -> list[str]:
+        relay, token = self._arm(watch, path)
         try:
-            children = self._client.get_children(self._full(path), watch=self._wrap(watch) if watch else None)
+            children = self._client.get_children(self._full(path), watch=relay)
         except KazooException as error:
+            self._disarm(token)
             raise _translate(error) from None
         return sorted(str(child) for child in children)
 

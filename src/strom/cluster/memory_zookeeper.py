@@ -7,7 +7,9 @@ all or nothing); creation zxids; ephemeral znodes deleted when their session end
 znodes; one-shot data and child watches, delivered after the operation that triggered them, to
 watchers of other sessions as well. Tests drive failures by hand: ``expire(client)`` ends a
 session (its listener sees EXPIRED, then CONNECTED on a fresh session, as kazoo reconnects),
-``disconnect(client)`` makes its calls fail with ConnectionLossError until ``reconnect(client)``.
+``disconnect(client)`` makes its calls fail with ConnectionLossError until ``reconnect(client)``,
+when the watches it had fire with RECONNECTED (as ``KazooStore`` does: the server forgets a
+connection's watches).
 What it does not model: ACLs, quotas, the server's own timing.
 """
 
@@ -108,10 +110,25 @@ class MemoryZooKeeper:
         client._on_expired()
 
     def disconnect(self, client: MemoryZkClient) -> None:
+        """The connection drops (the session lives on): the server forgets its watches."""
+        if client._connected:
+            client._lost_watches.extend(self._take_watches(client.session_id))
         client._set_connected(False)
 
     def reconnect(self, client: MemoryZkClient) -> None:
+        """The connection is back within the session: the watches it lost fire (RECONNECTED)."""
         client._set_connected(True)
+        lost, client._lost_watches = client._lost_watches, []
+        for path, watch in lost:
+            watch(WatchEvent(WatchKind.RECONNECTED, path))
+
+    def _take_watches(self, session_id: int) -> list[tuple[str, Watch]]:
+        taken: list[tuple[str, Watch]] = []
+        for table in (self._data_watches, self._child_watches):
+            for path, watches in table.items():
+                taken += [(path, watch) for owner, watch in watches if owner == session_id]
+                watches[:] = [(owner, watch) for owner, watch in watches if owner != session_id]
+        return taken
 
     def _end_session(self, session_id: int) -> None:
         self._clients.pop(session_id, None)
@@ -253,6 +270,8 @@ class MemoryZkClient:
         self._connected = True
         self._closed = False
         self._session_id = server._open_session(self)
+        # Watches the server forgot when the connection dropped: they fire when it is back.
+        self._lost_watches: list[tuple[str, Watch]] = []
 
     # ---- session ------------------------------------------------------------------------------
 
@@ -268,6 +287,7 @@ class MemoryZkClient:
             listener(event)
 
     def _on_expired(self) -> None:
+        self._lost_watches = []
         self._notify(SessionEvent.EXPIRED)
         if not self._closed:
             self._session_id = self._server._open_session(self)

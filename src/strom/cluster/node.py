@@ -39,7 +39,7 @@ from strom.cluster.controller import Controller
 from strom.cluster.controller_driver import ControllerDriver
 from strom.cluster.events import ControllerEvent, Tick
 from strom.cluster.model import BrokerRegistration
-from strom.cluster.zk_store import SessionEvent, Watch, WatchEvent, ZkError, ZkStore
+from strom.cluster.zk_store import SessionEvent, Watch, WatchEvent, ZkError, ZkStore, zk_error_text
 from strom.cluster.zookeeper import ClusterZooKeeper
 
 log = logging.getLogger("strom.cluster.node")
@@ -149,7 +149,7 @@ class ClusterNode:
                 self.driver.resign("this broker is stopping")
             self.zk.deregister_broker(self.node_id)
         except ZkError as error:
-            log.warning("leaving the cluster: %s", error)
+            log.warning("leaving the cluster: %s", zk_error_text(error))
         finally:
             self.store.close()
 
@@ -185,10 +185,15 @@ class ClusterNode:
             if kind == "stop":
                 self._leave()
                 return
+            was_controller = self.driver.lease is not None
             try:
                 self._handle(kind, item)
             except Exception:
                 log.exception("the cluster thread failed on %s", kind)
+            if was_controller and self.driver.lease is None and not self._session_lost and not self._stopping:
+                # Resigned after a failed ZooKeeper call, perhaps without removing /controller
+                # (still ours while the session lives): compete again soon, whatever the watch does.
+                self._retry_later("elect")
             self._report_controller()
 
     def _handle(self, kind: str, item: Any) -> None:
@@ -221,7 +226,7 @@ class ClusterNode:
         try:
             self.driver.elect()
         except ZkError as error:
-            log.warning("competing for the controllership failed (%s); trying again", error)
+            log.warning("competing for the controllership failed (%s); trying again", zk_error_text(error))
             self._retry_later("elect")
 
     def _retry_later(self, kind: str) -> None:
@@ -246,7 +251,9 @@ class ClusterNode:
                 self._config_changes_seen, watch=self._watch(CONFIG_CHANGES_WATCH)
             ).last
         except ZkError as error:
-            log.warning("registering again after the session expired failed (%s); trying again", error)
+            log.warning(
+                "registering again after the session expired failed (%s); trying again", zk_error_text(error)
+            )
             self._retry_later("rejoin")
             return
         self._session_lost = False
@@ -264,7 +271,7 @@ class ClusterNode:
                 return
             configs = self.zk.read_topic_configs(list(changes.topics))
         except ZkError as error:
-            log.warning("reading topic config changes failed: %s", error)
+            log.warning("reading topic config changes failed: %s", zk_error_text(error))
             return
         self._outputs.topic_configs({topic: configs.get(topic, {}) for topic in changes.topics})
         for topic in changes.topics:

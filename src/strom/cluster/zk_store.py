@@ -9,6 +9,10 @@ against either, and unit tests need no server.
 Errors are the ones ZooKeeper defines, as exceptions of this module whatever the implementation.
 Watches are one-shot, as in ZooKeeper: a callback fires once, from the client's event thread (the
 caller of the operation with the in-memory stand-in), and must not block; re-reading re-arms.
+A watch outlives a lost connection as long as the session lives: when the connection comes back,
+every watch set before it was lost fires once with ``RECONNECTED`` (ZooKeeper's server forgets the
+watches of a connection, and kazoo does not set them again), so its owner reads again. A watch
+dies with its session (after EXPIRED the owner starts over anyway).
 """
 
 from __future__ import annotations
@@ -21,6 +25,13 @@ from typing import Protocol
 
 class ZkError(Exception):
     """A ZooKeeper operation failed."""
+
+
+def zk_error_text(error: ZkError) -> str:
+    """The error for a log line or an answer: its kind, and its message when it has one (kazoo's
+    session expiry has none)."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 class NoNodeError(ZkError):
@@ -112,6 +123,9 @@ class WatchKind(Enum):
     DELETED = "deleted"
     CHANGED = "changed"
     CHILDREN = "children"
+    # The connection was lost and came back within the session: the server forgot the watch
+    # with the connection, so it fires now; what it watched may have changed meanwhile.
+    RECONNECTED = "reconnected"
 
 
 @dataclass(frozen=True)

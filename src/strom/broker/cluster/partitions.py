@@ -66,6 +66,7 @@ class PartitionRoles:
         # ISR changes to send to the controller, newest per partition.
         self.alter_isr_proposals: dict[TopicPartition, tuple[uuid.UUID, AlterIsrProposal]] = {}
         self._isr_changes_total = {"shrink": 0, "expand": 0}
+        self._proposals_logged: dict[TopicPartition, tuple[int, int, tuple[int, ...]]] = {}
 
     # ---- becoming leader, follower, nothing ---------------------------------------------------------
 
@@ -143,6 +144,7 @@ class PartitionRoles:
         entry = self.led.pop(tp, None)
         if entry is None:
             return
+        self._proposals_logged.pop(tp, None)
         entry.log.become_follower()
         self.alter_isr_proposals.pop(tp, None)
         self._answer(entry.leader.resign())
@@ -222,7 +224,16 @@ class PartitionRoles:
             proposal = ready.alter_isr
             kind = "expand" if len(proposal.new_isr) > len(entry.leader.isr) else "shrink"
             self._isr_changes_total[kind] += 1
-            log.info(
+            # The same proposal again (refused, or the controller unreachable, and proposed again
+            # at the next check) is logged once: a deposed leader cut off from the others, or a
+            # replica waiting to register, would otherwise log it twice a second.
+            said = (proposal.leader_epoch, proposal.partition_epoch, tuple(proposal.new_isr))
+            level = (
+                logging.DEBUG if self._proposals_logged.get(entry.topic_partition) == said else logging.INFO
+            )
+            self._proposals_logged[entry.topic_partition] = said
+            log.log(
+                level,
                 "%s: proposing ISR %s (was %s) to the controller",
                 entry.topic_partition,
                 list(proposal.new_isr),

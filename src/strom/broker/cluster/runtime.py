@@ -70,6 +70,7 @@ from strom.cluster.model import (
 from strom.cluster.node import ClusterNode, NodeOutputs
 from strom.cluster.placement import PlacementError, assign_replicas, validate_assignment
 from strom.cluster.replica import fence_leader_epoch
+from strom.cluster.zk_store import ZkError, zk_error_text
 from strom.cluster.zookeeper import ClusterZooKeeper, ConcurrentChangeError
 from strom.cluster.zookeeper import TopicExistsError as ZkTopicExistsError
 from strom.coordinator import OFFSETS_TOPIC, partition_for_group
@@ -243,6 +244,8 @@ class ClusterReplication:
         # Set once this broker is registered and knows its broker epoch: a command of the
         # controller can arrive before (the controller sees the registration at once), and waits.
         self._joined = asyncio.Event()
+        # Set (and replaced) whenever this broker learns a new broker epoch of its own.
+        self._registered = asyncio.Event()
         self._stopping = False
 
     # ---- starting and stopping -----------------------------------------------------------------------
@@ -415,6 +418,27 @@ class ClusterReplication:
     def _on_registered(self, registration: BrokerRegistration) -> None:
         self.registration = registration
         self.control.broker_epoch = registration.epoch
+        registered, self._registered = self._registered, asyncio.Event()
+        registered.set()
+
+    async def _ready_for(self, broker_epoch: int) -> None:
+        """Wait until this broker can judge a command for ``broker_epoch``: it has joined, and it
+        knows that epoch if it is newer than its own. After a session expiry the cluster thread
+        registers again and tells the loop; the controller sees the new registration in ZooKeeper
+        at the same moment and its first command may arrive before the loop has heard: refused
+        as STALE_BROKER_EPOCH, it would be lost (the controller does not resend it), and a
+        deposed leader would never learn it was. Epochs only grow (czxids), so a newer one is a
+        registration of this broker the loop is about to learn; it waits at most a session
+        timeout, then the command is fenced as usual."""
+        await self._joined.wait()
+        deadline = asyncio.get_running_loop().time() + self.settings.session_timeout_ms / 1000
+        while broker_epoch > self.control.broker_epoch:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._registered.wait()
 
     def _on_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
         for topic, overrides in configs.items():
@@ -455,7 +479,7 @@ class ClusterReplication:
         return await self.on_stop_replica(command)
 
     async def on_leader_and_isr(self, command: LeaderAndIsrCommand) -> CommandOutcome:
-        await self._joined.wait()
+        await self._ready_for(command.broker_epoch)
         async with self._apply_lock:
             hosted = [
                 (TopicPartition(topic, partition), topic_id)
@@ -468,7 +492,7 @@ class ClusterReplication:
         return outcome
 
     async def on_update_metadata(self, command: UpdateMetadataCommand) -> ErrorCode:
-        await self._joined.wait()
+        await self._ready_for(command.broker_epoch)
         error = self.control.on_update_metadata(command)
         if error == ErrorCode.NONE:
             for info in command.partitions:
@@ -479,7 +503,7 @@ class ClusterReplication:
         return error
 
     async def on_stop_replica(self, command: StopReplicaCommand) -> CommandOutcome:
-        await self._joined.wait()
+        await self._ready_for(command.broker_epoch)
         async with self._apply_lock:
             outcome = self.control.on_stop_replica(command)
             if outcome.error == ErrorCode.NONE:
@@ -611,7 +635,15 @@ class ClusterReplication:
         node = self.node
         if node is None:
             raise Refused(ErrorCode.BROKER_NOT_AVAILABLE, "this broker is not connected to the cluster")
-        return await asyncio.wrap_future(node.submit(work))
+        try:
+            return await asyncio.wrap_future(node.submit(work))
+        except ZkError as error:
+            # ZooKeeper unreachable, or the session expired under the request: the change may or
+            # may not have been made (a lost connection), so the client is told to try again.
+            raise Refused(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"ZooKeeper did not complete the request ({zk_error_text(error)})",
+            ) from None
 
     # ---- requests to the controller ---------------------------------------------------------------------
 

@@ -186,9 +186,11 @@ async def handle_delete_topics(context: RequestContext, request: DeleteTopicsReq
             if version >= 6:
                 result.topic_id = found.topic_id
             try:
-                await state.replication.delete_topic(found.name)
-            except StorageError as error:
-                refused = _refusal(error)
+                try:
+                    await state.replication.delete_topic(found.name)
+                except StorageError as error:
+                    raise _refusal(error) from None
+            except Refused as refused:  # a cluster's ZooKeeper may refuse too
                 result.error_code = refused.error
                 if version >= 5:
                     result.error_message = refused.message
