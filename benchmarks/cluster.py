@@ -42,6 +42,7 @@ import datetime
 import functools
 import itertools
 import multiprocessing
+import os
 import signal
 import statistics
 import sys
@@ -77,9 +78,19 @@ CLUSTER_SETTINGS = {
     "auto.leader.rebalance.enable": "false",
 }
 SETTLE_TIMEOUT_S = 120.0
-# The probe: acks=all, one record at a time; librdkafka resends what the old leader refused after
-# retry.backoff.ms (default 100, growing to retry.backoff.max.ms 1000) and asks for metadata every
-# topic.metadata.refresh.fast.interval.ms (default 100) while a leader is unknown.
+# Over benchmarks.run's producer settings, for every case: at most 5 requests in flight per
+# connection, the default of Kafka's Java producer (the one Kafka's figure was measured with).
+# librdkafka's own default (1,000,000) sends a request every linger.ms whatever is in flight; a
+# broker answers a connection's requests one at a time (as Kafka does), so with acks=all the
+# requests queue up linger-sized, each waiting for its own round of replication. With 5 in flight
+# a request carries what accumulated while the earlier ones were answered, as with the Java client.
+THROUGHPUT_CONFIG: dict[str, object] = {"max.in.flight.requests.per.connection": 5}
+# The probe: acks=all, one record at a time. Its librdkafka settings keep the client's own waits
+# short, so the figures are the cluster's: it resends what the old leader refused after
+# retry.backoff.ms (default 100, growing to retry.backoff.max.ms 1000), asks for metadata every
+# topic.metadata.refresh.fast.interval.ms (default 100) while a leader is unknown, and tries a dead
+# broker again after reconnect.backoff.ms growing to reconnect.backoff.max.ms (default 10000: a
+# leader that died is noticed to be replaced only at one of those attempts).
 PROBE_CONFIG: dict[str, object] = {
     "acks": "all",
     "enable.idempotence": True,
@@ -88,6 +99,7 @@ PROBE_CONFIG: dict[str, object] = {
     "retry.backoff.ms": 10,
     "retry.backoff.max.ms": 100,
     "topic.metadata.refresh.fast.interval.ms": 10,
+    "reconnect.backoff.max.ms": 100,
 }
 PROBE_WARM_ACKS = 50  # acknowledgements before each try, so the probe is in its steady state
 TRY_TIMEOUT_S = 60.0
@@ -169,7 +181,7 @@ def measure_produce(
     start = context.Event()
     out = context.Queue()
     share = count // producers
-    config = {"acks": acks}
+    config = {"acks": acks, **THROUGHPUT_CONFIG}
     workers = [
         context.Process(
             target=_produce_worker,
@@ -401,6 +413,18 @@ def run_unavailability(cluster: LocalCluster, tries: int) -> tuple[list[Try], li
 # -- the report -------------------------------------------------------------------------------------
 
 
+def machine_load() -> str:
+    """How busy the machine is (others' work included): load average, CPU pressure."""
+    load = os.getloadavg()
+    text = f"load average {load[0]:.1f}"
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
+        text += f", tasks waiting for a CPU {some[2].split('=')[1]}% of the last minute"
+    except (OSError, IndexError):
+        pass
+    return text
+
+
 def distribution(values: Sequence[float]) -> str:
     ordered = sorted(values)
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
@@ -415,6 +439,7 @@ def render(
     producers: int,
     rounds: int,
     quick: bool,
+    loads: tuple[str, str],
 ) -> str:
     versions = f"confluent-kafka {confluent_kafka.version()}, librdkafka {confluent_kafka.libversion()[0]}"
     command = "python -m benchmarks.cluster" + (" --quick" if quick else "")
@@ -433,9 +458,11 @@ def render(
         f"Machine: {machine_description()}. **Two cores shared by everything**: ZooKeeper, the three",
         "brokers of the cluster, the single broker, the producer processes, and whatever else the",
         "machine's other users run at the same time; the cases are compared within this one run.",
+        f"Machine load at the start: {loads[0]}; at the end: {loads[1]} (2 would be both cores busy).",
         f"Clients: {versions}; {producers} producer process(es), {records:,} records of"
         f" {RECORD_BYTES} B per case, {PARTITIONS} partitions, linger 5 ms, 1 MiB batches, no"
-        f" compression; median of {rounds} round(s), each running every case once.",
+        " compression, at most 5 requests in flight per connection (Kafka's Java producer's"
+        f" default); median of {rounds} round(s), each running every case once.",
         "",
         "| case | records/s (median) | every round | broker CPU µs/record (all brokers) | vs one broker acks=1 |",
         "|---|---:|---|---:|---:|",
@@ -499,6 +526,7 @@ def main() -> int:
     count = 300_000 if arguments.quick else 2_000_000
     rounds = 1 if arguments.quick else arguments.rounds
     tries = 3 if arguments.quick else arguments.tries
+    load_at_start = machine_load()
     with tempfile.TemporaryDirectory(prefix="strom-bench-cluster-") as temp:
         work_dir = Path(temp)
         (work_dir / "single").mkdir()
@@ -521,7 +549,8 @@ def main() -> int:
         finally:
             cluster.stop()
             single.stop()
-    text = render(throughput, killed, stopped, errors, arguments.producers, rounds, arguments.quick)
+    loads = (load_at_start, machine_load())
+    text = render(throughput, killed, stopped, errors, arguments.producers, rounds, arguments.quick, loads)
     print(text)
     if not arguments.no_write:
         replace_section(Path(arguments.output), "cluster", text)
