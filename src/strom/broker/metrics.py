@@ -25,7 +25,7 @@ import resource
 import struct
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,8 @@ from strom.protocol.errors import ErrorCode
 if TYPE_CHECKING:
     from strom.broker.connection_budget import ConnectionBudget
     from strom.broker.state import BrokerState
+    from strom.cluster.metadata_image import MetadataImage
+    from strom.cluster.replica import PartitionLeader
 
 log = logging.getLogger("strom.broker.metrics")
 
@@ -208,16 +210,26 @@ class TopicCounters:
 
 @dataclass(frozen=True)
 class ReplicationGauges:
-    """What Kafka's ReplicaManager and KafkaController gauges say; one node leads everything."""
+    """What Kafka's ReplicaManager, ReplicaFetcherManager and KafkaController metrics say.
+
+    The controller's figures (offline partitions, topics and partitions of the cluster, preferred
+    replica imbalance, unclean elections) are reported by the active controller and 0 elsewhere, as
+    in Kafka, so a sum over every broker counts each once."""
 
     partitions: int  # replicas this broker holds (PartitionCount)
     leaders: int  # partitions it leads (LeaderCount)
     under_replicated: int  # led partitions with fewer in-sync replicas than replicas
     under_min_isr: int  # led partitions with fewer in-sync replicas than min.insync.replicas
-    offline_partitions: int  # partitions without a leader (the controller reports it, others 0)
+    at_min_isr: int  # led partitions with exactly min.insync.replicas in-sync replicas
+    offline_partitions: int  # partitions without a live leader (the controller reports it, others 0)
     active_controller: int  # 1 on the controller
     global_topics: int  # topics in the cluster (the controller reports it, others 0)
     global_partitions: int
+    preferred_replica_imbalance: int = 0  # partitions not led by their first replica (controller)
+    isr_shrinks: int = 0  # counters: ISR changes of partitions led here since the broker started
+    isr_expands: int = 0
+    replica_max_lag: int = 0  # records the furthest-behind followed partition lacks (MaxLag)
+    unclean_leader_elections: int = 0  # counter: elections this broker made as controller
 
 
 def single_node_replication(state: BrokerState) -> ReplicationGauges:
@@ -228,10 +240,82 @@ def single_node_replication(state: BrokerState) -> ReplicationGauges:
         leaders=partitions,
         under_replicated=0,
         under_min_isr=0,
+        at_min_isr=0,
         offline_partitions=0,
         active_controller=1,
         global_topics=len(state.logs.topic_names()),
         global_partitions=partitions,
+    )
+
+
+def cluster_replication_gauges(
+    leaders: Iterable[PartitionLeader],
+    followed: int,
+    metadata: MetadataImage,
+    *,
+    is_controller: bool,
+    isr_changes_total: Mapping[str, int],
+    replica_max_lag: int,
+    unclean_leader_elections: int,
+) -> ReplicationGauges:
+    """A broker of a cluster: its own partitions from the replica state of those it leads
+    (``PartitionLeader``: replicas, ISR, min.insync.replicas) and the count it follows; the
+    cluster's from the controller's metadata image, when this broker is the controller.
+
+    A pending ISR change does not count until the controller agreed to it, as in Kafka."""
+    leaders_count = under_replicated = under_min_isr = at_min_isr = 0
+    for leader in leaders:
+        leaders_count += 1
+        in_sync = len(leader.isr)
+        if in_sync < len(leader.replicas):
+            under_replicated += 1
+        if in_sync < leader.min_insync_replicas:
+            under_min_isr += 1
+        elif in_sync == leader.min_insync_replicas:
+            at_min_isr += 1
+    offline = topics = partitions = imbalance = 0
+    if is_controller:
+        live = metadata.brokers
+        for topic in metadata.topics.values():
+            topics += 1
+            for info in topic.partitions.values():
+                partitions += 1
+                if info.leader not in live:
+                    offline += 1
+                elif info.replicas and info.leader != info.replicas[0]:
+                    imbalance += 1
+    return ReplicationGauges(
+        partitions=leaders_count + followed,
+        leaders=leaders_count,
+        under_replicated=under_replicated,
+        under_min_isr=under_min_isr,
+        at_min_isr=at_min_isr,
+        offline_partitions=offline,
+        active_controller=1 if is_controller else 0,
+        global_topics=topics,
+        global_partitions=partitions,
+        preferred_replica_imbalance=imbalance,
+        isr_shrinks=isr_changes_total.get("shrink", 0),
+        isr_expands=isr_changes_total.get("expand", 0),
+        replica_max_lag=replica_max_lag,
+        unclean_leader_elections=unclean_leader_elections,
+    )
+
+
+def broker_replication(state: BrokerState) -> ReplicationGauges:
+    """The replication figures of this broker: a single node's constants, or its cluster's view."""
+    cluster = state.cluster
+    if cluster is None:
+        return single_node_replication(state)
+    roles = cluster.roles
+    return cluster_replication_gauges(
+        (entry.leader for entry in roles.led.values()),
+        len(roles.followed),
+        cluster.control.metadata,
+        is_controller=cluster.is_controller,
+        isr_changes_total=roles.isr_changes_total,
+        replica_max_lag=roles.replica_max_lag(),
+        unclean_leader_elections=len(cluster.unclean_elections),
     )
 
 
@@ -315,8 +399,8 @@ class BrokerMetrics:
         self.connections_total = 0
         self.connections_closed_total: dict[str, int] = defaultdict(int)  # by reason: idle, slow request
         self.connection_budget: ConnectionBudget | None = None  # the server's, read when scraped
-        # The replication gauges; the cluster replaces this with its own view.
-        self.replication: Callable[[BrokerState], ReplicationGauges] = single_node_replication
+        # The replication figures, computed when scraped (a single node's or its cluster's).
+        self.replication: Callable[[BrokerState], ReplicationGauges] = broker_replication
         self.started_wall_s = time.time()
 
     # -- counting (on the event loop) ----------------------------------------------------------------
@@ -625,46 +709,97 @@ class BrokerMetrics:
         self, lines: list[str], family: Callable[[str, str, str], None], state: BrokerState
     ) -> None:
         gauges = self.replication(state)
-        for name, value, help_text in (
+        for name, kind, value, help_text in (
             (
                 "kafka_server_replicamanager_partitioncount",
+                "gauge",
                 gauges.partitions,
-                "Partitions this broker holds.",
+                "Partitions this broker holds a replica of (ReplicaManager PartitionCount).",
             ),
-            ("kafka_server_replicamanager_leadercount", gauges.leaders, "Partitions this broker leads."),
+            (
+                "kafka_server_replicamanager_leadercount",
+                "gauge",
+                gauges.leaders,
+                "Partitions this broker leads (ReplicaManager LeaderCount).",
+            ),
             (
                 "kafka_server_replicamanager_underreplicatedpartitions",
+                "gauge",
                 gauges.under_replicated,
-                "Led partitions with fewer in-sync replicas than replicas.",
+                "Partitions led here with fewer in-sync replicas than replicas.",
             ),
             (
                 "kafka_server_replicamanager_underminisrpartitioncount",
+                "gauge",
                 gauges.under_min_isr,
-                "Led partitions with fewer in-sync replicas than min.insync.replicas.",
+                "Partitions led here with fewer in-sync replicas than min.insync.replicas.",
+            ),
+            (
+                "kafka_server_replicamanager_atminisrpartitioncount",
+                "gauge",
+                gauges.at_min_isr,
+                "Partitions led here with exactly min.insync.replicas in-sync replicas.",
+            ),
+            (
+                "kafka_server_replicamanager_isrshrinks_total",
+                "counter",
+                gauges.isr_shrinks,
+                "ISR shrinks of partitions led here (ReplicaManager IsrShrinksPerSec).",
+            ),
+            (
+                "kafka_server_replicamanager_isrexpands_total",
+                "counter",
+                gauges.isr_expands,
+                "ISR expansions of partitions led here (ReplicaManager IsrExpandsPerSec).",
             ),
             (
                 "kafka_controller_kafkacontroller_activecontrollercount",
+                "gauge",
                 gauges.active_controller,
                 "1 on the active controller, else 0.",
             ),
             (
                 "kafka_controller_kafkacontroller_offlinepartitionscount",
+                "gauge",
                 gauges.offline_partitions,
-                "Partitions without a leader (reported by the active controller).",
+                "Partitions without a live leader (reported by the active controller).",
+            ),
+            (
+                "kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
+                "gauge",
+                gauges.preferred_replica_imbalance,
+                "Partitions not led by their preferred (first) replica (reported by the active controller).",
             ),
             (
                 "kafka_controller_kafkacontroller_globaltopiccount",
+                "gauge",
                 gauges.global_topics,
                 "Topics in the cluster (reported by the active controller).",
             ),
             (
                 "kafka_controller_kafkacontroller_globalpartitioncount",
+                "gauge",
                 gauges.global_partitions,
                 "Partitions in the cluster (reported by the active controller).",
             ),
+            (
+                "kafka_controller_controllerstats_uncleanleaderelections_total",
+                "counter",
+                gauges.unclean_leader_elections,
+                "Unclean leader elections this broker made as controller (UncleanLeaderElectionsPerSec).",
+            ),
         ):
-            family(name, "gauge", help_text)
+            family(name, kind, help_text)
             lines.append(f"{name} {value}")
+        family(
+            "kafka_server_replicafetchermanager_maxlag",
+            "gauge",
+            "Records the furthest-behind partition this broker follows lacks below its leader's high"
+            " watermark (ReplicaFetcherManager MaxLag).",
+        )
+        lines.append(
+            f'kafka_server_replicafetchermanager_maxlag{{clientId="Replica"}} {gauges.replica_max_lag}'
+        )
 
     def _render_groups(
         self, lines: list[str], family: Callable[[str, str, str], None], state: BrokerState

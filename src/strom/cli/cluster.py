@@ -61,6 +61,13 @@ def register(commands: Any) -> None:
         help="ZooKeeper's port (default 2181; 0: free)",
     )
     up.add_argument(
+        "--metrics-base-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="broker N serves Prometheus metrics at http://127.0.0.1:PORT+N-1/metrics (default off; 0: free ports)",
+    )
+    up.add_argument(
         "--set",
         action="append",
         metavar="KEY=VALUE",
@@ -89,6 +96,7 @@ def _up(arguments: argparse.Namespace) -> int:
             settings=settings,
             base_port=arguments.base_port,
             zookeeper_port=arguments.zookeeper_port,
+            metrics_base_port=arguments.metrics_base_port,
         )
     except ZooKeeperMissingError as error:
         raise CliError(f"{error} (or: make cluster)") from None
@@ -99,7 +107,8 @@ def _up(arguments: argparse.Namespace) -> int:
             raise CliError(str(error)) from None
         print(f"ZooKeeper  {cluster.zookeeper_connect}  (pid {cluster.zookeeper.pid})")
         for node_id, broker in cluster.brokers.items():
-            print(f"broker {node_id}   {broker.address}  (pid {broker.pid}, log {broker.log_path})")
+            metrics = f", metrics {broker.metrics_url}" if broker.metrics_url else ""
+            print(f"broker {node_id}   {broker.address}  (pid {broker.pid}, log {broker.log_path}{metrics})")
         print(f"bootstrap servers: {cluster.bootstrap}")
         print("Ctrl-C stops them all.", flush=True)
         while True:

@@ -39,6 +39,7 @@ class BrokerProcess:
         log_path: Path,
         zookeeper_connect: str,
         settings: Mapping[str, str] | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         self.node_id = node_id
         self.port = port
@@ -46,6 +47,7 @@ class BrokerProcess:
         self.log_path = log_path
         self.zookeeper_connect = zookeeper_connect
         self.settings = dict(settings or {})
+        self.metrics_port = metrics_port  # serves /metrics there when set
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
@@ -54,11 +56,17 @@ class BrokerProcess:
         command += ["--zookeeper", self.zookeeper_connect, "--node-id", str(self.node_id)]
         for key, value in self.settings.items():
             command += ["--set", f"{key}={value}"]
+        if self.metrics_port is not None:
+            command += ["--metrics-port", str(self.metrics_port)]
         return command
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        return None if self.metrics_port is None else f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
     def pid(self) -> int:
@@ -149,7 +157,9 @@ class LocalCluster:
         zookeeper_port: int = 0,
         zookeeper: ZooKeeperServer | None = None,
         chroot: str = "",
+        metrics_base_port: int | None = None,
     ) -> None:
+        """``metrics_base_port``: broker N serves ``/metrics`` on it + N - 1 (0: free ports; None: off)."""
         self.work_dir = work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
         self._own_zookeeper = zookeeper is None
@@ -158,6 +168,9 @@ class LocalCluster:
         self.brokers: dict[int, BrokerProcess] = {}
         for node_id in range(1, broker_count + 1):
             port = base_port + node_id - 1 if base_port else free_port()
+            metrics_port = None
+            if metrics_base_port is not None:
+                metrics_port = metrics_base_port + node_id - 1 if metrics_base_port else free_port()
             self.brokers[node_id] = BrokerProcess(
                 node_id,
                 port,
@@ -165,6 +178,7 @@ class LocalCluster:
                 work_dir / f"broker-{node_id}.log",
                 self.zookeeper_connect,
                 settings,
+                metrics_port,
             )
 
     @property

@@ -209,7 +209,8 @@ def describe_report(
         replication_factor = max((len(partition.replicas) for partition in description.partitions), default=0)
         partitions: list[dict[str, Any]] = []
         for partition in description.partitions:
-            start, end = offsets.get((name, partition.partition), (-1, -1))
+            # Unknown (None) when the offsets could not be asked: the leader is down, say.
+            start, end = offsets.get((name, partition.partition), (None, None))
             size = (sizes or {}).get((name, partition.partition))
             partitions.append(
                 {
@@ -257,7 +258,9 @@ def describe_report(
                         row["isr"],
                         row["log_start_offset"],
                         row["log_end_offset"],
-                        max(row["log_end_offset"] - row["log_start_offset"], 0),
+                        None
+                        if row["log_end_offset"] is None
+                        else max(row["log_end_offset"] - row["log_start_offset"], 0),
                         _human_bytes(row["size_bytes"]),
                     ]
                     for row in partitions
@@ -302,16 +305,29 @@ def _human_bytes(size: int | None) -> str:
 
 def _describe(arguments: argparse.Namespace) -> int:
     from strom.client.admin import ConfigResource, ConfigResourceType
+    from strom.client.errors import KafkaError
 
+    notes: list[str] = []
     with open_admin(arguments) as admin:
         names = list(arguments.names) or admin.list_topics()
         descriptions = admin.describe_topics(names) if names else {}
-        offsets = _partition_offsets(admin, descriptions)
-        sizes = (
-            {(tp.topic, tp.partition): size for tp, size in admin.log_dir_sizes(names).items()}
-            if names
-            else {}
-        )
+        # Leaders, replicas and ISRs come from metadata (any live broker); offsets and sizes from
+        # the leaders and every broker: with a broker down (until its ZooKeeper session expires,
+        # metadata still names it) they may not come, and the rest is still worth printing.
+        try:
+            offsets = _partition_offsets(admin, descriptions)
+        except KafkaError as error:
+            offsets = {}
+            notes.append(f"log offsets unknown: {error}")
+        try:
+            sizes: dict[tuple[str, int], int] | None = (
+                {(tp.topic, tp.partition): size for tp, size in admin.log_dir_sizes(names).items()}
+                if names
+                else {}
+            )
+        except KafkaError as error:
+            sizes = None
+            notes.append(f"sizes unknown: {error}")
         described = (
             admin.describe_configs(ConfigResource(ConfigResourceType.TOPIC, name) for name in names)
             if names
@@ -319,6 +335,7 @@ def _describe(arguments: argparse.Namespace) -> int:
         )
     configs = {resource.name: entries for resource, entries in described.items()}
     report = describe_report(descriptions, offsets, configs, sizes)
+    report.notes.extend(notes)
     if not names:
         report.notes.append("no topics")
     write_report(report, arguments.output)

@@ -58,6 +58,7 @@ class FollowedPartition:
     log: PartitionLog
     follower: PartitionFollower
     delayed_until_ms: int = 0
+    lag: int = 0  # the leader's high watermark minus our log end, at the last fetch (metrics)
 
 
 def whole_batches(data: bytes | bytearray | memoryview) -> tuple[list[BatchHeader], int]:
@@ -338,6 +339,7 @@ class ReplicaFetcher:
                 )
                 self._delay(partition)
                 return
+        partition.lag = max(data.high_watermark - partition_log.log_end_offset, 0)
         high_watermark = partition.follower.on_fetch_response(
             data.high_watermark, partition_log.log_end_offset
         )

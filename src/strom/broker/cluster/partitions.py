@@ -124,12 +124,14 @@ class PartitionRoles:
         entry = self.led.get(info.topic_partition)
         if entry is None or entry.leader.leader_epoch != info.leader_epoch:
             return
+        before = entry.leader.isr
         if entry.leader.on_partition_state(
             leader_epoch=info.leader_epoch,
             partition_epoch=info.partition_epoch,
             isr=info.isr,
             replicas=info.replicas,
         ):
+            self._count_isr_change(before, entry.leader.isr)
             self._carry_out(entry)
 
     def stop(self, tp: TopicPartition) -> None:
@@ -222,8 +224,6 @@ class PartitionRoles:
             self._wake_readers(tp.topic, tp.partition)
         if ready.alter_isr is not None:
             proposal = ready.alter_isr
-            kind = "expand" if len(proposal.new_isr) > len(entry.leader.isr) else "shrink"
-            self._isr_changes_total[kind] += 1
             # The same proposal again (refused, or the controller unreachable, and proposed again
             # at the next check) is logged once: a deposed leader cut off from the others, or a
             # replica waiting to register, would otherwise log it twice a second.
@@ -255,14 +255,32 @@ class PartitionRoles:
         entry = self.led.get(tp)
         if entry is None or entry.leader.leader_epoch != proposal.leader_epoch:
             return
+        before = entry.leader.isr
         entry.leader.on_alter_isr_response(
             error, leader_epoch=leader_epoch, isr=isr, partition_epoch=partition_epoch
         )
+        self._count_isr_change(before, entry.leader.isr)
         self._carry_out(entry)
+
+    def _count_isr_change(self, before: tuple[int, ...], after: tuple[int, ...]) -> None:
+        """The ISR of a partition led here changed (the controller agreed to a proposal, or
+        changed it itself: a follower gone or shutting down): Kafka's IsrShrinks / IsrExpands."""
+        if before == after:
+            return
+        if any(replica not in after for replica in before):
+            self._isr_changes_total["shrink"] += 1
+        if any(replica not in before for replica in after):
+            self._isr_changes_total["expand"] += 1
 
     @property
     def isr_changes_total(self) -> dict[str, int]:
+        """ISR shrinks and expands of the partitions led here, since the broker started."""
         return dict(self._isr_changes_total)
+
+    def replica_max_lag(self) -> int:
+        """Records the furthest-behind followed partition lacks below its leader's high watermark
+        (Kafka's ReplicaFetcherManager MaxLag), as of each partition's last fetch."""
+        return max((followed.lag for followed in self.followed.values()), default=0)
 
     def _after_follower_append(self, followed: FollowedPartition) -> None:
         """A follower appended what it fetched (nothing to do yet: consumers read leaders)."""
