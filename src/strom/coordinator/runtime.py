@@ -54,9 +54,9 @@ class GroupTable(dict[str, Group]):
         super().__delitem__(group_id)
         self._forget(group_id)
 
-    def pop(self, group_id: str, default: Any = None) -> Any:
+    def pop(self, group_id: str, *default: Any) -> Any:
         if group_id not in self:
-            return default
+            return super().pop(group_id, *default)  # the default, or KeyError as dict's
         group = super().pop(group_id)
         self._forget(group_id)
         return group
