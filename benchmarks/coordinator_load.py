@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import os
 import platform
 import statistics
 import sys
@@ -196,13 +197,14 @@ def measure(groups: int, partitions: int, offsets: int, commits: int, rounds: in
     )
 
 
-def render(results: list[LoadResult], rounds: int) -> str:
+def render(results: list[LoadResult], rounds: int, load_before: float, load_after: float) -> str:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "## Coordinator load (`python -m benchmarks.coordinator_load`)",
         "",
         f"Run: {now}. Python {platform.python_version()} on {platform.machine()}, "
-        f"median of {rounds} rounds, one broker process's event loop (no other work).",
+        f"{os.cpu_count()} CPUs, load average {load_before:.1f} before and {load_after:.1f} after "
+        f"(the machine is shared); median of {rounds} rounds, one process's event loop doing the load.",
         "",
         "| groups | offsets partitions led | offsets per group | commits per offset | records replayed "
         "| log MiB | load time, s | CPU, s | records/s |",
@@ -237,6 +239,7 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="print only")
     arguments = parser.parse_args()
     results = []
+    load_before = os.getloadavg()[0]
     for commits in (int(value) for value in arguments.commits.split(",")):
         for partitions in (1, 50):
             result = measure(arguments.groups, partitions, arguments.offsets, commits, arguments.rounds)
@@ -247,7 +250,7 @@ def main() -> int:
                 flush=True,
             )
             results.append(result)
-    section = render(results, arguments.rounds)
+    section = render(results, arguments.rounds, load_before, os.getloadavg()[0])
     print(section)
     if not arguments.no_write:
         replace_section(Path(arguments.output), "coordinator-load", section)
