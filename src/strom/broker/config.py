@@ -218,6 +218,13 @@ _KEYS = [
     ),
     ConfigKey("offsets.topic.num.partitions", "int", "50", "Partitions of __consumer_offsets."),
     ConfigKey(
+        "offsets.commit.timeout.ms",
+        "int",
+        "5000",
+        "In a cluster: how long an offset commit or group write waits for the in-sync replicas of its"
+        " __consumer_offsets partition before the client is told to retry.",
+    ),
+    ConfigKey(
         "group.initial.rebalance.delay.ms", "long", "3000", "Delay before the first rebalance of a new group."
     ),
     ConfigKey(
@@ -318,7 +325,8 @@ _KEYS = [
         "offsets.topic.replication.factor",
         "int",
         "3",
-        "Replicas of each __consumer_offsets partition (capped by the live brokers when it is created).",
+        "Replicas of each __consumer_offsets partition; it is created once this many brokers are alive"
+        " (COORDINATOR_NOT_AVAILABLE until then).",
     ),
     ConfigKey(
         "producer.id.expiration.ms",
@@ -672,6 +680,7 @@ class BrokerConfig:
             offsets_retention_check_interval_ms=self.get_int("offsets.retention.check.interval.ms"),
             offset_metadata_max_bytes=self.get_int("offset.metadata.max.bytes"),
             offsets_topic_num_partitions=self.get_int("offsets.topic.num.partitions"),
+            offsets_commit_timeout_ms=self.get_int("offsets.commit.timeout.ms"),
         )
 
     def cluster_id(self) -> str:

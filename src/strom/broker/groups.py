@@ -4,20 +4,31 @@
 The coordinator (``strom.coordinator``) is a pure object: requests and time go in, responses and
 records come out. This module joins it to storage through the small writer interface the
 coordinator defines, and replays the topic through the same ``replay()`` live handling uses.
+
+On a single node a write counts once it is in the log file (as every produce there). A broker of a
+cluster writes only to the offsets partitions it leads, and a write counts once it is below the
+partition's high watermark — every in-sync replica has it (seed 003 §3.5.1): the writer waits
+through the same ``Replication.wait_for_acks`` as an acks=all produce, for at most
+``offsets.commit.timeout.ms``, and the coordinator turns a failure into what Kafka tells the client
+(``strom.coordinator.records``: COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) so it retries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from strom.base.clock import Clock
+from strom.broker.refused import Refused
 from strom.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
+from strom.coordinator.records import CorruptCoordinatorRecord, compacted_replay_order
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import BatchBuilder, CorruptBatchError, iter_batches, parse_batch_header
-from strom.storage import LogManager, StorageError
+from strom.storage import LogManager, PartitionLog, StorageError
 
 log = logging.getLogger("strom.broker.groups")
 
@@ -25,6 +36,22 @@ log = logging.getLogger("strom.broker.groups")
 OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 # How much of a partition is read per step while loading, between which the loop serves others.
 LOAD_CHUNK_BYTES = 1024 * 1024
+# Records replayed between two turns of the loop while loading (others are served meanwhile).
+LOAD_REPLAY_STEP_RECORDS = 20_000
+LOAD_ERRORS_LOGGED_MAX = 10
+# acks=all: the coordinator's writes in a cluster wait for every in-sync replica.
+ACKS_ALL = -1
+
+
+class ReplicatedWrites(Protocol):
+    """What the writer uses of a cluster's ``Replication``: the partition's log if this broker
+    leads it (else ``Refused``), and the wait until the in-sync replicas have an append."""
+
+    def writable(self, topic: str, partition: int, acks: int) -> PartitionLog: ...
+
+    def wait_for_acks(
+        self, appended: Sequence[tuple[PartitionLog, int]], timeout_ms: int
+    ) -> Awaitable[list[ErrorCode]]: ...
 
 
 class TimerHandle(Protocol):
@@ -108,7 +135,15 @@ class AsyncioTimer:
 
 
 class OffsetsTopicWriter:
-    """Appends coordinator records to ``__consumer_offsets`` (one batch per call)."""
+    """Appends coordinator records to ``__consumer_offsets`` (one batch per call).
+
+    Alone (``replicated`` None) the write completes once appended (and flushed when the flush
+    policy says so), as today. In a cluster (``replicate_through``) it appends only as the
+    partition's leader and completes once the in-sync replicas have the batch, or with the error
+    the replication gives (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
+    REQUEST_TIMED_OUT after ``commit_timeout_ms``). Completions of one partition are delivered in
+    the order of the appends, so the coordinator applies its records in log order.
+    """
 
     def __init__(
         self,
@@ -121,6 +156,17 @@ class OffsetsTopicWriter:
         self._clock = clock
         self._notify_append = notify_append
         self._flush = flush
+        self.replicated: ReplicatedWrites | None = None
+        self.commit_timeout_ms = 0
+        # Per partition, the replicated writes not yet delivered, oldest first:
+        # [on_complete, its answer once known].
+        self._in_flight: dict[int, collections.deque[list[Any]]] = {}
+        self._waits: set[asyncio.Task[ErrorCode]] = set()
+
+    def replicate_through(self, replicated: ReplicatedWrites, commit_timeout_ms: int) -> None:
+        """A broker of a cluster: writes go to the partitions it leads and count once replicated."""
+        self.replicated = replicated
+        self.commit_timeout_ms = commit_timeout_ms
 
     def append(
         self,
@@ -128,22 +174,16 @@ class OffsetsTopicWriter:
         records: list[tuple[bytes, bytes | None]],
         on_complete: Callable[[ErrorCode], None],
     ) -> None:
+        if self.replicated is not None:
+            self._append_replicated(self.replicated, partition, records, on_complete)
+            return
         partition_log = self._logs.log(OFFSETS_TOPIC, partition)
         if partition_log is None:
             on_complete(ErrorCode.NOT_COORDINATOR)
             return
         now_ms = self._clock.wall_ms()
-        builder = BatchBuilder()
-        for key, value in records:
-            builder.append(now_ms, key, value)
-        data = bytearray(builder.build())
-        try:
-            partition_log.append(data, [parse_batch_header(data)], now_ms)
-        except StorageError as error:
-            log.error("writing to %s-%d failed: %s", OFFSETS_TOPIC, partition, error)
-            on_complete(ErrorCode.KAFKA_STORAGE_ERROR)
+        if not self._append_batch(partition_log, partition, records, now_ms, on_complete):
             return
-        self._notify_append(OFFSETS_TOPIC, partition)
         pending = self._flush(partition) if partition_log.needs_flush(now_ms) else None
         if pending is None:
             on_complete(ErrorCode.NONE)
@@ -153,6 +193,85 @@ class OffsetsTopicWriter:
                     ErrorCode.NONE if done.exception() is None else ErrorCode.KAFKA_STORAGE_ERROR
                 )
             )
+
+    def _append_batch(
+        self,
+        partition_log: PartitionLog,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        now_ms: int,
+        on_complete: Callable[[ErrorCode], None],
+    ) -> bool:
+        builder = BatchBuilder()
+        for key, value in records:
+            builder.append(now_ms, key, value)
+        data = bytearray(builder.build())
+        try:
+            partition_log.append(data, [parse_batch_header(data)], now_ms)
+        except StorageError as error:
+            log.error("writing to %s-%d failed: %s", OFFSETS_TOPIC, partition, error)
+            on_complete(ErrorCode.KAFKA_STORAGE_ERROR)
+            return False
+        self._notify_append(OFFSETS_TOPIC, partition)
+        return True
+
+    def _append_replicated(
+        self,
+        replicated: ReplicatedWrites,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        on_complete: Callable[[ErrorCode], None],
+    ) -> None:
+        try:
+            partition_log = replicated.writable(OFFSETS_TOPIC, partition, ACKS_ALL)
+        except Refused as refused:
+            on_complete(refused.error)
+            return
+        now_ms = self._clock.wall_ms()
+        if not self._append_batch(partition_log, partition, records, now_ms, on_complete):
+            return
+        entry: list[Any] = [on_complete, None]
+        self._in_flight.setdefault(partition, collections.deque()).append(entry)
+        flushed = self._flush(partition) if partition_log.needs_flush(now_ms) else None
+        acknowledged = replicated.wait_for_acks(
+            [(partition_log, partition_log.log_end_offset)], self.commit_timeout_ms
+        )
+        task = asyncio.get_running_loop().create_task(self._replicated(acknowledged, flushed))
+        self._waits.add(task)
+        task.add_done_callback(lambda done: self._answered(partition, entry, done))
+
+    @staticmethod
+    async def _replicated(
+        acknowledged: Awaitable[list[ErrorCode]], flushed: asyncio.Future[None] | None
+    ) -> ErrorCode:
+        (error,) = await acknowledged
+        if flushed is not None:
+            try:
+                await flushed
+            except Exception:
+                return ErrorCode.KAFKA_STORAGE_ERROR
+        return error
+
+    def _answered(self, partition: int, entry: list[Any], task: asyncio.Task[ErrorCode]) -> None:
+        self._waits.discard(task)
+        if task.cancelled():
+            entry[1] = ErrorCode.NOT_COORDINATOR
+        elif task.exception() is not None:
+            log.error("waiting for %s-%d's replicas failed: %s", OFFSETS_TOPIC, partition, task.exception())
+            entry[1] = ErrorCode.NOT_COORDINATOR
+        else:
+            entry[1] = task.result()
+        queue = self._in_flight.get(partition)
+        while queue and queue[0][1] is not None:
+            on_complete, error = queue.popleft()
+            on_complete(error)
+        if queue is not None and not queue:
+            del self._in_flight[partition]
+
+    def cancel_all(self) -> None:
+        """Stopping: writes still waiting for replicas are answered NOT_COORDINATOR."""
+        for task in list(self._waits):
+            task.cancel()
 
 
 class GroupService:
@@ -177,6 +296,11 @@ class GroupService:
     @property
     def partitions(self) -> int:
         return self.config.offsets_topic_num_partitions
+
+    def replicate_through(self, replicated: ReplicatedWrites) -> None:
+        """A broker of a cluster: the coordinator's writes count once its offsets partition's
+        in-sync replicas have them (at most ``offsets.commit.timeout.ms``)."""
+        self.writer.replicate_through(replicated, self.config.offsets_commit_timeout_ms)
 
     def partition_for(self, group_id: str) -> int:
         from strom.coordinator import partition_for_group
@@ -217,8 +341,15 @@ class GroupService:
         log.info("loaded %s: %d records replayed", OFFSETS_TOPIC, records_total)
 
     async def _load_partition(self, partition: int) -> int:
-        """Replay one partition of ``__consumer_offsets`` into the coordinator; the records replayed."""
+        """Replay one partition of ``__consumer_offsets`` into the coordinator; the records read.
+
+        The partition is read once, keeping the latest value of each key (what compaction would
+        keep), and only those are decoded and replayed (``compacted_replay_order``): a log where
+        every offset was committed many times costs one decode per offset. The loop serves other
+        requests between chunks of the log and steps of the replay. A record that does not decode
+        is skipped with an error line (the rest of the partition still loads)."""
         records_total = 0
+        latest: dict[bytes, bytes | None] = {}
         partition_log = self._logs.log(OFFSETS_TOPIC, partition)
         offset = partition_log.log_start_offset if partition_log is not None else 0
         while partition_log is not None and offset < partition_log.log_end_offset:
@@ -227,18 +358,33 @@ class GroupService:
                 break
             try:
                 for batch in iter_batches(data):
-                    if batch.header.is_control:
-                        offset = batch.header.last_offset + 1
-                        continue
-                    for record in batch.absolute_records():
-                        if record.offset >= offset and record.key is not None:
-                            self.coordinator.replay(partition, record.key, record.value)
-                            records_total += 1
-                    offset = batch.header.last_offset + 1
+                    header = batch.header
+                    if not header.is_control:
+                        base_offset = header.base_offset
+                        for record in batch.records:
+                            key = record.key
+                            if key is not None and base_offset + record.offset_delta >= offset:
+                                latest[key] = record.value
+                                records_total += 1
+                    offset = header.last_offset + 1
             except CorruptBatchError as error:
                 log.error("%s-%d: stopped loading at offset %d: %s", OFFSETS_TOPIC, partition, offset, error)
                 break
             await asyncio.sleep(0)
+        skipped = 0
+        for index, (key, value) in enumerate(compacted_replay_order(latest), 1):
+            try:
+                self.coordinator.replay(partition, key, value)
+            except CorruptCoordinatorRecord as error:
+                skipped += 1
+                if skipped <= LOAD_ERRORS_LOGGED_MAX:
+                    log.error(
+                        "%s-%d: skipped a record that does not decode: %s", OFFSETS_TOPIC, partition, error
+                    )
+            if index % LOAD_REPLAY_STEP_RECORDS == 0:
+                await asyncio.sleep(0)
+        if skipped:
+            log.error("%s-%d: %d record(s) skipped while loading", OFFSETS_TOPIC, partition, skipped)
         self.coordinator.finish_loading(partition)
         return records_total
 
@@ -251,13 +397,24 @@ class GroupService:
         self.coordinator.begin_loading(partition)
         task = asyncio.get_running_loop().create_task(self._load_partition(partition))
         self._partition_loads[partition] = task
-        task.add_done_callback(lambda done: self._loaded(partition, done))
+        started = time.perf_counter()
+        task.add_done_callback(lambda done: self._loaded(partition, done, started))
 
-    def _loaded(self, partition: int, task: asyncio.Task[int]) -> None:
+    def loading_partitions(self) -> list[int]:
+        """The offsets partitions this broker leads whose groups are still being loaded."""
+        return sorted(self._partition_loads)
+
+    def _loaded(self, partition: int, task: asyncio.Task[int], started: float) -> None:
         if self._partition_loads.get(partition) is task:
             del self._partition_loads[partition]
         if not task.cancelled() and task.exception() is None:
-            log.debug("coordinating %s-%d: %d records replayed", OFFSETS_TOPIC, partition, task.result())
+            log.info(
+                "coordinating %s-%d: loaded from %d records in %.0f ms",
+                OFFSETS_TOPIC,
+                partition,
+                task.result(),
+                (time.perf_counter() - started) * 1000,
+            )
         elif not task.cancelled():
             log.error("loading %s-%d failed: %s", OFFSETS_TOPIC, partition, task.exception())
 
@@ -279,4 +436,5 @@ class GroupService:
         for task in self._partition_loads.values():
             task.cancel()
         self.coordinator.shutdown()
+        self.writer.cancel_all()
         self.timer.cancel_all()

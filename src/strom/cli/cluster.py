@@ -83,6 +83,9 @@ def _up(arguments: argparse.Namespace) -> int:
     if not 1 <= arguments.brokers <= 64:
         raise CliError(f"--brokers must be between 1 and 64, not {arguments.brokers}")
     settings = dict(DEV_SETTINGS)
+    # __consumer_offsets is made only once offsets.topic.replication.factor brokers are alive
+    # (Kafka's default 3): a smaller development cluster replicates it on every broker it has.
+    settings["offsets.topic.replication.factor"] = str(min(3, arguments.brokers))
     for assignment in arguments.set:
         key, separator, value = assignment.partition("=")
         if not separator or not key.strip():

@@ -15,6 +15,9 @@ class CoordinatorConfig:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     offsets_topic_num_partitions: int = 50
+    # How long a write to a replicated __consumer_offsets partition may wait for its in-sync
+    # replicas before the client is told to retry (Kafka's offsets.commit.timeout.ms).
+    offsets_commit_timeout_ms: int = 5000
 
     @property
     def offsets_retention_ms(self) -> int:

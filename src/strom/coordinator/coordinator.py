@@ -48,6 +48,7 @@ class GroupCoordinator:
         if partition in self._runtime.partitions:
             self.unload(partition)
         self._runtime.partitions[partition] = PartitionStatus.LOADING
+        self._runtime.partition_epochs[partition] = self._runtime.partition_epochs.get(partition, 0) + 1
 
     def replay(self, partition: int, key: bytes, value: bytes | None) -> None:
         """One record of the partition, in log order (``value`` None for a tombstone)."""
@@ -74,11 +75,7 @@ class GroupCoordinator:
         return self._runtime.partition_of(group_id) in self._runtime.partitions
 
     def _groups_of(self, partition: int) -> list[Group]:
-        return [
-            group
-            for group_id, group in self._runtime.groups.items()
-            if self._runtime.partition_of(group_id) == partition
-        ]
+        return self._runtime.groups.of_partition(partition)
 
     def _drop_group(self, group: Group, error: ErrorCode) -> None:
         if group.state is not GroupState.DEAD:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 from strom.base.clock import Clock
 from strom.coordinator.config import CoordinatorConfig
@@ -34,6 +35,49 @@ class PartitionStatus(Enum):
     ACTIVE = "active"
 
 
+class GroupTable(dict[str, Group]):
+    """The groups by id, indexed by their ``__consumer_offsets`` partition as well, so that loading
+    and unloading a partition touch only its own groups (a broker holds tens of thousands). Only
+    the mutations the coordinator uses are allowed: item assignment, ``del``, ``pop``."""
+
+    def __init__(self, partition_of: Callable[[str], int]) -> None:
+        super().__init__()
+        self._partition_of = partition_of
+        self._by_partition: dict[int, set[str]] = {}
+
+    def __setitem__(self, group_id: str, group: Group) -> None:
+        if group_id not in self:
+            self._by_partition.setdefault(self._partition_of(group_id), set()).add(group_id)
+        super().__setitem__(group_id, group)
+
+    def __delitem__(self, group_id: str) -> None:
+        super().__delitem__(group_id)
+        self._forget(group_id)
+
+    def pop(self, group_id: str, *default: Any) -> Any:
+        if group_id not in self:
+            return super().pop(group_id, *default)  # the default, or KeyError as dict's
+        group = super().pop(group_id)
+        self._forget(group_id)
+        return group
+
+    def _forget(self, group_id: str) -> None:
+        partition = self._partition_of(group_id)
+        members = self._by_partition.get(partition)
+        if members is not None:
+            members.discard(group_id)
+            if not members:
+                del self._by_partition[partition]
+
+    def of_partition(self, partition: int) -> list[Group]:
+        return [self[group_id] for group_id in self._by_partition.get(partition, ())]
+
+    def _refuse(self, *arguments: object, **keywords: object) -> Any:
+        raise TypeError("GroupTable changes only by item assignment, del and pop")
+
+    setdefault = update = popitem = clear = __ior__ = _refuse
+
+
 class CoordinatorRuntime:
     def __init__(
         self, config: CoordinatorConfig, clock: Clock, timer: Timer, writer: CoordinatorLogWriter
@@ -42,8 +86,11 @@ class CoordinatorRuntime:
         self.clock = clock
         self.timer = timer
         self.writer = writer
-        self.groups: dict[str, Group] = {}
+        self.groups = GroupTable(self.partition_of)
         self.partitions: dict[int, PartitionStatus] = {}
+        # Bumped each time a partition starts loading: a write issued before the partition moved
+        # away (and perhaps came back, loaded afresh from the log) must not be applied on top.
+        self.partition_epochs: dict[int, int] = {}
         # Rebalances started since this coordinator was built (a monotonic count for metrics).
         self.rebalances_total = 0
 
@@ -70,9 +117,14 @@ class CoordinatorRuntime:
     def write(self, group_id: str, records: list[Record], on_complete: Callable[[ErrorCode], None]) -> None:
         """Append records to the group's partition; on success apply them (the replay path) first."""
         partition = self.partition_of(group_id)
+        epoch = self.partition_epochs.get(partition)
 
         def completed(error: ErrorCode) -> None:
-            if error == ErrorCode.NONE and self.partitions.get(partition) is PartitionStatus.ACTIVE:
+            if (
+                error == ErrorCode.NONE
+                and self.partitions.get(partition) is PartitionStatus.ACTIVE
+                and self.partition_epochs.get(partition) == epoch
+            ):
                 for key, value in records:
                     self.apply_record(key, value, loading=False)
             on_complete(error)
@@ -83,7 +135,7 @@ class CoordinatorRuntime:
     def apply_record(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
         decoded_key = decode_key(key)
         if isinstance(decoded_key, OffsetKey):
-            self._apply_offset(decoded_key, value)
+            self._apply_offset(decoded_key, value, loading=loading)
         else:
             assert isinstance(decoded_key, GroupKey)
             if value is None:
@@ -93,11 +145,15 @@ class CoordinatorRuntime:
             else:
                 self._confirm_group(decoded_key.group_id, decode_group_value(value))
 
-    def _apply_offset(self, key: OffsetKey, value: bytes | None) -> None:
+    def _apply_offset(self, key: OffsetKey, value: bytes | None, *, loading: bool) -> None:
         group = self.groups.get(key.group_id)
         if value is None:
             if group is not None:
                 group.offsets.pop((key.topic, key.partition), None)
+                if loading and not group.offsets and group.protocol_type is None and not group.members:
+                    # Loading: a group known only by offsets, all deleted since, is no group (as
+                    # if the log had been compacted: the load gives the same state either way).
+                    del self.groups[key.group_id]
             return
         if group is None:
             # Offsets without group metadata: a group committing with manual assignment.

@@ -26,13 +26,19 @@ class FakeLog:
         self.partitions: dict[int, list[Record]] = {}
         self.fail_with: ErrorCode = ErrorCode.NONE
         self.defer = False
+        # With ``defer``: the records are in the log at once and only the answer waits (a broker
+        # of a cluster waiting for the replicas), instead of both waiting.
+        self.append_before_answer = False
         self.deferred: list[Callable[[], None]] = []
 
     def append(self, partition: int, records: list[Record], on_complete: Callable[[ErrorCode], None]) -> None:
         error = self.fail_with
+        appended = self.append_before_answer and error == ErrorCode.NONE
+        if appended:
+            self.partitions.setdefault(partition, []).extend(records)
 
         def complete() -> None:
-            if error == ErrorCode.NONE:
+            if error == ErrorCode.NONE and not appended:
                 self.partitions.setdefault(partition, []).extend(records)
             on_complete(error)
 

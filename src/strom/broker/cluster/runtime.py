@@ -247,6 +247,9 @@ class ClusterReplication:
         # Set (and replaced) whenever this broker learns a new broker epoch of its own.
         self._registered = asyncio.Event()
         self._stopping = False
+        # The group coordinator's writes count once the in-sync replicas of their offsets
+        # partition have them (acks=all through this broker's PartitionRoles).
+        state.groups.replicate_through(self)
 
     # ---- starting and stopping -----------------------------------------------------------------------
 
@@ -868,6 +871,16 @@ class ClusterReplication:
     def find_coordinator(self, group_id: str, listener: str) -> BrokerView | Refused:
         metadata = self.control.metadata
         if metadata.topic(OFFSETS_TOPIC) is None:
+            live = len(metadata.brokers)
+            wanted = self.settings.offsets_topic_replication_factor
+            if live < wanted:
+                # As Kafka: the offsets topic is made with its full replication factor or not at
+                # all (a commit must survive the loss of a broker); clients retry meanwhile.
+                return Refused(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"{live} broker(s) alive, offsets.topic.replication.factor is {wanted}: "
+                    f"{OFFSETS_TOPIC} is created once enough brokers are up",
+                )
             self._create_offsets_topic()
             return Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
         partition = partition_for_group(group_id, self._state.groups.partitions)
@@ -882,10 +895,9 @@ class ClusterReplication:
         if self._creating_offsets_topic:
             return
         self._creating_offsets_topic = True
+        replication_factor = self.settings.offsets_topic_replication_factor
 
         async def create() -> None:
-            live = len(self.control.metadata.brokers) or 1
-            replication_factor = min(self.settings.offsets_topic_replication_factor, live)
             try:
                 await self.create_topic(
                     OFFSETS_TOPIC,
