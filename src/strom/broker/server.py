@@ -26,7 +26,9 @@ import logging
 import signal
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+import types
+from collections.abc import Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, cast
 
 from strom.base import limits
 from strom.base.clock import Clock, SystemClock
@@ -94,6 +96,20 @@ class CloseConnection(Exception):
     """The peer sent something we cannot answer; the connection is closed (after a log line)."""
 
 
+class _PendingAnswers:
+    """Answer frames (as buffers) made but not yet written, and their size in bytes."""
+
+    __slots__ = ("answers", "bytes")
+
+    def __init__(self) -> None:
+        self.answers: list[Blob] = []
+        self.bytes = 0
+
+    def clear(self) -> None:
+        self.answers.clear()
+        self.bytes = 0
+
+
 class _OpenConnection:
     """What the periodic connection check needs to know about a connection, and to close it."""
 
@@ -106,6 +122,28 @@ class _OpenConnection:
         self.transport = transport
         self.decoder = decoder
         self.client_host = client_host
+
+
+@types.coroutine
+def _resume(handling: Coroutine[Any, Any, Any], suspended_on: Any) -> Generator[Any, Any, Any]:
+    """Go on awaiting a coroutine that was started by hand and suspended on ``suspended_on``:
+    what the task sends or throws in is passed on, as ``await`` would."""
+    while True:
+        try:
+            value = yield suspended_on
+        except GeneratorExit:
+            handling.close()
+            raise
+        except BaseException as error:
+            try:
+                suspended_on = handling.throw(error)
+            except StopIteration as finished:
+                return finished.value
+        else:
+            try:
+                suspended_on = handling.send(value)
+            except StopIteration as finished:
+                return finished.value
 
 
 def join_cluster(state: BrokerState) -> ClusterReplication:
@@ -313,6 +351,13 @@ class BrokerServer:
         times = ConnectionTimes()
         bind_connection_times(times)
         clock = time.perf_counter
+        pending = _PendingAnswers()
+
+        def flush() -> None:
+            """A request's handler is about to wait: the answers made before it go out now."""
+            if pending.answers:
+                self._send_answers(writer, pending, times)
+
         try:
             while True:
                 # Within the reserve a connection is never muted; the budget is asked only above it
@@ -331,36 +376,43 @@ class BrokerServer:
                 while frames:
                     account.handling = True
                     # The answers to the requests in one read go out in one write: pipelining
-                    # clients (heartbeats, metadata) then cost one syscall per read, not per request.
-                    # Answers already made are written before a request that may wait (a long poll,
-                    # a parked join, an fsync), so no answer waits behind a later request; and
-                    # before such a request, or once a reserve's worth of answers piled up, the
-                    # connection's budget is checked: it may have to drain first, and a Fetch is
-                    # cut to what it may still buffer.
-                    outgoing: list[Blob] = []
-                    outgoing_bytes = 0  # in outgoing (written out at every check)
+                    # clients (heartbeats, metadata, one-record produces) then cost one syscall per
+                    # read, not per request. Answers already made are written before a request
+                    # actually waits (a long poll, a parked join, an fsync: its handler suspends),
+                    # so no answer waits behind a later request. Before a request that may wait,
+                    # or once a reserve's worth of answers piled up, the connection's budget is
+                    # checked (counting the answers not yet written as unsent): it may have to
+                    # drain first, and a Fetch is cut to what it may still buffer.
+                    pending.clear()
                     allowance = bounds.connection_unsent_bytes_max  # only a Fetch uses it, after a check
                     try:
                         for frame in frames:
-                            if (
-                                frame[0] << 8 | frame[1]
-                            ) in MAY_WAIT_API_KEYS or outgoing_bytes > reserved_bytes:
-                                if outgoing:
-                                    self._send_answers(writer, outgoing, outgoing_bytes, times)
-                                outgoing_bytes = 0
-                                if budget.must_drain(account, unsent_bytes()):
+                            may_wait = (frame[0] << 8 | frame[1]) in MAY_WAIT_API_KEYS
+                            if may_wait or pending.bytes > reserved_bytes:
+                                if pending.bytes > reserved_bytes:
+                                    self._send_answers(writer, pending, times)
+                                if budget.must_drain(account, unsent_bytes() + pending.bytes):
+                                    if pending.answers:
+                                        self._send_answers(writer, pending, times)
                                     await self._drain(writer, account)
                                 allowance = budget.response_allowance(account)
                             response = await self._dispatch(
-                                frame, client_host, connection_id, allowance, listener, received, times
+                                frame,
+                                client_host,
+                                connection_id,
+                                allowance,
+                                listener,
+                                received,
+                                times,
+                                flush,
                             )
                             if response is not None:
-                                outgoing.extend(response)
-                                outgoing_bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE_BYTES
+                                pending.answers.extend(response)
+                                pending.bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE_BYTES
                     finally:
                         # Requests answered before one that closes the connection still get their answers.
-                        if outgoing:
-                            self._send_answers(writer, outgoing, outgoing_bytes, times)
+                        if pending.answers:
+                            self._send_answers(writer, pending, times)
                     account.handling = False
                     if len(frames) < frames_max:
                         break
@@ -420,20 +472,21 @@ class BrokerServer:
             budget.must_drain(account, transport.get_write_buffer_size())  # records what is left
 
     def _send_answers(
-        self, writer: asyncio.StreamWriter, outgoing: list[Blob], outgoing_bytes: int, times: ConnectionTimes
+        self, writer: asyncio.StreamWriter, pending: _PendingAnswers, times: ConnectionTimes
     ) -> None:
-        """Write the answers collected so far (``outgoing_bytes`` in all) in one call and empty the list."""
+        """Write the answers collected so far in one call and empty ``pending``."""
+        outgoing = pending.answers
         if writer.is_closing():
             # The peer reset the connection while its request was handled (a parked join, a long
             # poll): nobody is left to answer, and writing would raise.
-            outgoing.clear()
+            pending.clear()
             times.unsent.clear()
             raise ConnectionResetError("the peer closed the connection")
         sending = time.perf_counter()
         writer.writelines(outgoing)
         sent = time.perf_counter()
-        self.metrics.bytes_out_total += outgoing_bytes
-        outgoing.clear()
+        self.metrics.bytes_out_total += pending.bytes
+        pending.clear()
         for request_metrics, received, started, ended, remote in times.unsent:
             request_metrics.observe(received, started, ended, remote, sending, sent)
         times.unsent.clear()
@@ -509,10 +562,12 @@ class BrokerServer:
         listener: str = "PLAINTEXT",
         received: float | None = None,
         times: ConnectionTimes | None = None,
+        before_wait: Callable[[], None] | None = None,
     ) -> list[Blob] | None:
         """Handle one request frame; the response frame as buffers, or None when there is none.
         ``received`` is when the read that completed the frame returned; the request's times are
-        kept in ``times`` until its answer is written (``_send_answers``)."""
+        kept in ``times`` until its answer is written (``_send_answers``). ``before_wait`` is called
+        if the handler does not finish at once (it waits on something) before it is awaited."""
         try:
             header, body_offset = decode_request_header(frame)
         except DecodeError as error:
@@ -567,7 +622,21 @@ class BrokerServer:
         started = time.perf_counter()
         if received is None:
             received = started
-        response = await handler.handle(context, request)
+        # The handler is driven by hand: most finish without ever suspending, and only one that
+        # does has to be awaited (and the answers made before it written first).
+        handling = cast("Coroutine[Any, Any, Any]", handler.handle(context, request))
+        try:
+            suspended_on = handling.send(None)
+        except StopIteration as finished:
+            response = finished.value
+        else:
+            try:
+                if before_wait is not None:
+                    before_wait()
+            except BaseException:
+                handling.close()
+                raise
+            response = await _resume(handling, suspended_on)
         ended = time.perf_counter()
         metrics.count_response(state, request_metrics, api_key, version, request, response)
         if log.isEnabledFor(logging.DEBUG) and handler.api_key not in QUIET_API_KEYS:
