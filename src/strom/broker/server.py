@@ -59,9 +59,9 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameDecoder, FrameTooLargeError
 from strom.protocol.headers import (
     decode_request_body,
-    decode_request_header,
     encode_response,
     encode_response_buffers,
+    read_request_header,
 )
 from strom.protocol.messages.api_versions import ApiVersionsRequest
 from strom.protocol.primitives import Blob, DecodeError
@@ -569,14 +569,9 @@ class BrokerServer:
         kept in ``times`` until its answer is written (``_send_answers``). ``before_wait`` is called
         if the handler does not finish at once (it waits on something) before it is awaited."""
         try:
-            header, body_offset = decode_request_header(frame)
+            api_key, version, correlation_id, client_id, body_offset = read_request_header(frame)
         except DecodeError as error:
             raise CloseConnection(f"malformed request header: {error}") from None
-        api_key, version, correlation_id = (
-            header.request_api_key,
-            header.request_api_version,
-            header.correlation_id,
-        )
         handler = self.handlers.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
             return self._unsupported(api_key, version, correlation_id)
@@ -594,15 +589,15 @@ class BrokerServer:
                 trailing_bytes,
             )
         context = RequestContext(
-            broker=self.state,
-            api_key=api_key,
-            api_version=version,
-            correlation_id=correlation_id,
-            client_id=header.client_id,
-            client_host=client_host,
-            connection_id=connection_id,
-            response_bytes_max=response_bytes_max,
-            listener=listener,
+            self.state,
+            api_key,
+            version,
+            correlation_id,
+            client_id,
+            client_host,
+            connection_id,
+            response_bytes_max,
+            listener,
         )
         state = self.state
         name = handler.name

@@ -444,8 +444,9 @@ class Writer:
 
     __slots__ = ("_buffer", "_chunks", "_chunks_bytes")
 
-    def __init__(self) -> None:
-        self._buffer = bytearray()
+    def __init__(self, start: bytes = b"") -> None:
+        """``start``: bytes already written (a pre-encoded header)."""
+        self._buffer = bytearray(start)
         self._chunks: list[Blob] = []
         self._chunks_bytes = 0
 
