@@ -404,7 +404,7 @@ class BrokerServer:
                                 listener,
                                 received,
                                 times,
-                                flush,
+                                flush if may_wait else None,
                             )
                             if response is not None:
                                 pending.answers.extend(response)
@@ -566,8 +566,9 @@ class BrokerServer:
     ) -> list[Blob] | None:
         """Handle one request frame; the response frame as buffers, or None when there is none.
         ``received`` is when the read that completed the frame returned; the request's times are
-        kept in ``times`` until its answer is written (``_send_answers``). ``before_wait`` is called
-        if the handler does not finish at once (it waits on something) before it is awaited."""
+        kept in ``times`` until its answer is written (``_send_answers``). ``before_wait`` (given for
+        the APIs that may wait) is called if the handler does not finish at once, before it is
+        awaited."""
         try:
             api_key, version, correlation_id, client_id, body_offset = read_request_header(frame)
         except DecodeError as error:
@@ -617,21 +618,24 @@ class BrokerServer:
         started = time.perf_counter()
         if received is None:
             received = started
-        # The handler is driven by hand: most finish without ever suspending, and only one that
-        # does has to be awaited (and the answers made before it written first).
-        handling = cast("Coroutine[Any, Any, Any]", handler.handle(context, request))
-        try:
-            suspended_on = handling.send(None)
-        except StopIteration as finished:
-            response = finished.value
+        if before_wait is None:
+            response = await handler.handle(context, request)
         else:
+            # The handler of a request that may wait is driven by hand: most finish without ever
+            # suspending, and only one that does is awaited, after the answers made before it
+            # are written.
+            handling = cast("Coroutine[Any, Any, Any]", handler.handle(context, request))
             try:
-                if before_wait is not None:
+                suspended_on = handling.send(None)
+            except StopIteration as finished:
+                response = finished.value
+            else:
+                try:
                     before_wait()
-            except BaseException:
-                handling.close()
-                raise
-            response = await _resume(handling, suspended_on)
+                except BaseException:
+                    handling.close()
+                    raise
+                response = await _resume(handling, suspended_on)
         ended = time.perf_counter()
         metrics.count_response(state, request_metrics, api_key, version, request, response)
         if log.isEnabledFor(logging.DEBUG) and handler.api_key not in QUIET_API_KEYS:
