@@ -85,6 +85,9 @@ CONNECTION_CHECK_INTERVAL_MS_MIN = 10
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 _FRAME_SIZE = struct.Struct(">i")  # the size prefix of every answer frame (which does not count itself)
 _FRAME_SIZE_BYTES = _FRAME_SIZE.size
+# Answers of a read up to this size are joined into one buffer before they are written (copying
+# them costs less than handing the transport many small buffers); larger ones go by reference.
+_JOIN_ANSWERS_BYTES_MAX = 256 * 1024
 # APIs whose handler may wait before answering: Produce (fsync), Fetch (long poll), OffsetCommit
 # (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete.
 MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47})
@@ -483,7 +486,11 @@ class BrokerServer:
             times.unsent.clear()
             raise ConnectionResetError("the peer closed the connection")
         sending = time.perf_counter()
-        writer.writelines(outgoing)
+        if pending.bytes <= _JOIN_ANSWERS_BYTES_MAX:
+            # One buffer is much cheaper for the transport than many small ones.
+            writer.write(b"".join(outgoing))
+        else:
+            writer.writelines(outgoing)  # the large blobs (fetched batches) are not copied
         sent = time.perf_counter()
         self.metrics.bytes_out_total += pending.bytes
         pending.clear()
