@@ -172,8 +172,15 @@ def _produce_child(
             producer.list_topics(topic, timeout=30)
             produce = producer.produce
 
+            poll = producer.poll
+
             def send(value: bytes) -> None:
-                produce(topic, value, partition=0)
+                while True:
+                    try:
+                        produce(topic, value, partition=0)
+                        return
+                    except BufferError:  # librdkafka's queue is full: the broker is behind
+                        poll(0.001)
 
             def finish() -> int:
                 return int(producer.flush(30))
@@ -339,7 +346,9 @@ def scrape_requests(metrics_port: int) -> dict[str, int]:
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
         text = answer.read().decode()
     totals: dict[str, int] = {}
-    for match in re.finditer(r'^strom_requests_total\{api="([^"]+)",version="\d+"\} (\d+)$', text, re.M):
+    for match in re.finditer(
+        r'^kafka_network_requestmetrics_requests_total\{request="([^"]+)",version="\d+"\} (\d+)$', text, re.M
+    ):
         totals[match.group(1)] = totals.get(match.group(1), 0) + int(match.group(2))
     return totals
 

@@ -26,7 +26,9 @@ import logging
 import signal
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+import types
+from collections.abc import Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, cast
 
 from strom.base import limits
 from strom.base.clock import Clock, SystemClock
@@ -57,9 +59,9 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameDecoder, FrameTooLargeError
 from strom.protocol.headers import (
     decode_request_body,
-    decode_request_header,
     encode_response,
     encode_response_buffers,
+    read_request_header,
 )
 from strom.protocol.messages.api_versions import ApiVersionsRequest
 from strom.protocol.primitives import Blob, DecodeError
@@ -83,6 +85,9 @@ CONNECTION_CHECK_INTERVAL_MS_MIN = 10
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 _FRAME_SIZE = struct.Struct(">i")  # the size prefix of every answer frame (which does not count itself)
 _FRAME_SIZE_BYTES = _FRAME_SIZE.size
+# Answers of a read up to this size are joined into one buffer before they are written (copying
+# them costs less than handing the transport many small buffers); larger ones go by reference.
+_JOIN_ANSWERS_BYTES_MAX = 256 * 1024
 # APIs whose handler may wait before answering: Produce (fsync), Fetch (long poll), OffsetCommit
 # (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete.
 MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47})
@@ -92,6 +97,20 @@ QUIET_API_KEYS = frozenset({0, 1})
 
 class CloseConnection(Exception):
     """The peer sent something we cannot answer; the connection is closed (after a log line)."""
+
+
+class _PendingAnswers:
+    """Answer frames (as buffers) made but not yet written, and their size in bytes."""
+
+    __slots__ = ("answers", "bytes")
+
+    def __init__(self) -> None:
+        self.answers: list[Blob] = []
+        self.bytes = 0
+
+    def clear(self) -> None:
+        self.answers.clear()
+        self.bytes = 0
 
 
 class _OpenConnection:
@@ -106,6 +125,28 @@ class _OpenConnection:
         self.transport = transport
         self.decoder = decoder
         self.client_host = client_host
+
+
+@types.coroutine
+def _resume(handling: Coroutine[Any, Any, Any], suspended_on: Any) -> Generator[Any, Any, Any]:
+    """Go on awaiting a coroutine that was started by hand and suspended on ``suspended_on``:
+    what the task sends or throws in is passed on, as ``await`` would."""
+    while True:
+        try:
+            value = yield suspended_on
+        except GeneratorExit:
+            handling.close()
+            raise
+        except BaseException as error:
+            try:
+                suspended_on = handling.throw(error)
+            except StopIteration as finished:
+                return finished.value
+        else:
+            try:
+                suspended_on = handling.send(value)
+            except StopIteration as finished:
+                return finished.value
 
 
 def join_cluster(state: BrokerState) -> ClusterReplication:
@@ -313,6 +354,13 @@ class BrokerServer:
         times = ConnectionTimes()
         bind_connection_times(times)
         clock = time.perf_counter
+        pending = _PendingAnswers()
+
+        def flush() -> None:
+            """A request's handler is about to wait: the answers made before it go out now."""
+            if pending.answers:
+                self._send_answers(writer, pending, times)
+
         try:
             while True:
                 # Within the reserve a connection is never muted; the budget is asked only above it
@@ -331,36 +379,43 @@ class BrokerServer:
                 while frames:
                     account.handling = True
                     # The answers to the requests in one read go out in one write: pipelining
-                    # clients (heartbeats, metadata) then cost one syscall per read, not per request.
-                    # Answers already made are written before a request that may wait (a long poll,
-                    # a parked join, an fsync), so no answer waits behind a later request; and
-                    # before such a request, or once a reserve's worth of answers piled up, the
-                    # connection's budget is checked: it may have to drain first, and a Fetch is
-                    # cut to what it may still buffer.
-                    outgoing: list[Blob] = []
-                    outgoing_bytes = 0  # in outgoing (written out at every check)
+                    # clients (heartbeats, metadata, one-record produces) then cost one syscall per
+                    # read, not per request. Answers already made are written before a request
+                    # actually waits (a long poll, a parked join, an fsync: its handler suspends),
+                    # so no answer waits behind a later request. Before a request that may wait,
+                    # or once a reserve's worth of answers piled up, the connection's budget is
+                    # checked (counting the answers not yet written as unsent): it may have to
+                    # drain first, and a Fetch is cut to what it may still buffer.
+                    pending.clear()
                     allowance = bounds.connection_unsent_bytes_max  # only a Fetch uses it, after a check
                     try:
                         for frame in frames:
-                            if (
-                                frame[0] << 8 | frame[1]
-                            ) in MAY_WAIT_API_KEYS or outgoing_bytes > reserved_bytes:
-                                if outgoing:
-                                    self._send_answers(writer, outgoing, outgoing_bytes, times)
-                                outgoing_bytes = 0
-                                if budget.must_drain(account, unsent_bytes()):
+                            may_wait = (frame[0] << 8 | frame[1]) in MAY_WAIT_API_KEYS
+                            if may_wait or pending.bytes > reserved_bytes:
+                                if pending.bytes > reserved_bytes:
+                                    self._send_answers(writer, pending, times)
+                                if budget.must_drain(account, unsent_bytes() + pending.bytes):
+                                    if pending.answers:
+                                        self._send_answers(writer, pending, times)
                                     await self._drain(writer, account)
                                 allowance = budget.response_allowance(account)
                             response = await self._dispatch(
-                                frame, client_host, connection_id, allowance, listener, received, times
+                                frame,
+                                client_host,
+                                connection_id,
+                                allowance,
+                                listener,
+                                received,
+                                times,
+                                flush if may_wait else None,
                             )
                             if response is not None:
-                                outgoing.extend(response)
-                                outgoing_bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE_BYTES
+                                pending.answers.extend(response)
+                                pending.bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE_BYTES
                     finally:
                         # Requests answered before one that closes the connection still get their answers.
-                        if outgoing:
-                            self._send_answers(writer, outgoing, outgoing_bytes, times)
+                        if pending.answers:
+                            self._send_answers(writer, pending, times)
                     account.handling = False
                     if len(frames) < frames_max:
                         break
@@ -420,20 +475,25 @@ class BrokerServer:
             budget.must_drain(account, transport.get_write_buffer_size())  # records what is left
 
     def _send_answers(
-        self, writer: asyncio.StreamWriter, outgoing: list[Blob], outgoing_bytes: int, times: ConnectionTimes
+        self, writer: asyncio.StreamWriter, pending: _PendingAnswers, times: ConnectionTimes
     ) -> None:
-        """Write the answers collected so far (``outgoing_bytes`` in all) in one call and empty the list."""
+        """Write the answers collected so far in one call and empty ``pending``."""
+        outgoing = pending.answers
         if writer.is_closing():
             # The peer reset the connection while its request was handled (a parked join, a long
             # poll): nobody is left to answer, and writing would raise.
-            outgoing.clear()
+            pending.clear()
             times.unsent.clear()
             raise ConnectionResetError("the peer closed the connection")
         sending = time.perf_counter()
-        writer.writelines(outgoing)
+        if pending.bytes <= _JOIN_ANSWERS_BYTES_MAX:
+            # One buffer is much cheaper for the transport than many small ones.
+            writer.write(b"".join(outgoing))
+        else:
+            writer.writelines(outgoing)  # the large blobs (fetched batches) are not copied
         sent = time.perf_counter()
-        self.metrics.bytes_out_total += outgoing_bytes
-        outgoing.clear()
+        self.metrics.bytes_out_total += pending.bytes
+        pending.clear()
         for request_metrics, received, started, ended, remote in times.unsent:
             request_metrics.observe(received, started, ended, remote, sending, sent)
         times.unsent.clear()
@@ -509,19 +569,17 @@ class BrokerServer:
         listener: str = "PLAINTEXT",
         received: float | None = None,
         times: ConnectionTimes | None = None,
+        before_wait: Callable[[], None] | None = None,
     ) -> list[Blob] | None:
         """Handle one request frame; the response frame as buffers, or None when there is none.
         ``received`` is when the read that completed the frame returned; the request's times are
-        kept in ``times`` until its answer is written (``_send_answers``)."""
+        kept in ``times`` until its answer is written (``_send_answers``). ``before_wait`` (given for
+        the APIs that may wait) is called if the handler does not finish at once, before it is
+        awaited."""
         try:
-            header, body_offset = decode_request_header(frame)
+            api_key, version, correlation_id, client_id, body_offset = read_request_header(frame)
         except DecodeError as error:
             raise CloseConnection(f"malformed request header: {error}") from None
-        api_key, version, correlation_id = (
-            header.request_api_key,
-            header.request_api_version,
-            header.correlation_id,
-        )
         handler = self.handlers.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
             return self._unsupported(api_key, version, correlation_id)
@@ -539,15 +597,15 @@ class BrokerServer:
                 trailing_bytes,
             )
         context = RequestContext(
-            broker=self.state,
-            api_key=api_key,
-            api_version=version,
-            correlation_id=correlation_id,
-            client_id=header.client_id,
-            client_host=client_host,
-            connection_id=connection_id,
-            response_bytes_max=response_bytes_max,
-            listener=listener,
+            self.state,
+            api_key,
+            version,
+            correlation_id,
+            client_id,
+            client_host,
+            connection_id,
+            response_bytes_max,
+            listener,
         )
         state = self.state
         name = handler.name
@@ -567,7 +625,24 @@ class BrokerServer:
         started = time.perf_counter()
         if received is None:
             received = started
-        response = await handler.handle(context, request)
+        if before_wait is None:
+            response = await handler.handle(context, request)
+        else:
+            # The handler of a request that may wait is driven by hand: most finish without ever
+            # suspending, and only one that does is awaited, after the answers made before it
+            # are written.
+            handling = cast("Coroutine[Any, Any, Any]", handler.handle(context, request))
+            try:
+                suspended_on = handling.send(None)
+            except StopIteration as finished:
+                response = finished.value
+            else:
+                try:
+                    before_wait()
+                except BaseException:
+                    handling.close()
+                    raise
+                response = await _resume(handling, suspended_on)
         ended = time.perf_counter()
         metrics.count_response(state, request_metrics, api_key, version, request, response)
         if log.isEnabledFor(logging.DEBUG) and handler.api_key not in QUIET_API_KEYS:

@@ -26,6 +26,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "encode_response_buffers",
+    "read_request_header",
     "request_header_version",
     "response_header_version",
 ]
@@ -44,18 +45,90 @@ def _is_flexible(api_key: int, api_version: int) -> bool:
     return flexible_min is not None and api_version >= flexible_min
 
 
-def request_header_version(api_key: int, api_version: int) -> int:
-    """The request header version a request of this API version carries (0, 1 or 2)."""
+def _header_versions() -> dict[tuple[int, int], tuple[int, int]]:
+    """(request header version, response header version) of every API version of the specification."""
+    table: dict[tuple[int, int], tuple[int, int]] = {}
+    for api_key, request_class in REQUESTS.items():
+        for api_version in range(request_class.MIN_VERSION, request_class.MAX_VERSION + 1):
+            table[api_key, api_version] = (
+                _request_header_version(api_key, api_version),
+                _response_header_version(api_key, api_version),
+            )
+    return table
+
+
+def _request_header_version(api_key: int, api_version: int) -> int:
     if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
         return 0
     return 2 if _is_flexible(api_key, api_version) else 1
 
 
-def response_header_version(api_key: int, api_version: int) -> int:
-    """The response header version the answer to such a request carries (0 or 1)."""
+def _response_header_version(api_key: int, api_version: int) -> int:
     if api_key == API_VERSIONS_KEY:
         return 0
     return 1 if _is_flexible(api_key, api_version) else 0
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """The request header version a request of this API version carries (0, 1 or 2)."""
+    known = _HEADER_VERSIONS.get((api_key, api_version))
+    return known[0] if known is not None else _request_header_version(api_key, api_version)
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """The response header version the answer to such a request carries (0 or 1)."""
+    known = _HEADER_VERSIONS.get((api_key, api_version))
+    return known[1] if known is not None else _response_header_version(api_key, api_version)
+
+
+# Looked up once per request: a table of every version the specification has (a fixed size, so a
+# peer sending made-up keys and versions cannot grow it), the rule itself for anything else.
+_HEADER_VERSIONS = _header_versions()
+# The fixed start of request header v1 and v2: api key, api version, correlation id, client id length.
+_REQUEST_HEADER_START = struct.Struct(">hhih")
+_REQUEST_HEADER_START_BYTES = _REQUEST_HEADER_START.size
+_NULL_CLIENT_ID = -1
+# The start of an answer frame: its size (patched once known) and the correlation id.
+_RESPONSE_START = struct.Struct(">ii")
+_NO_TAGGED_FIELDS = b"\x00"
+
+
+def read_request_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int, str | None, int]:
+    """What the broker needs of a request header: (api key, api version, correlation id, client id,
+    where the body starts). The same answers and errors as ``decode_request_header``, without
+    building a header object: the common headers (v1, and v2 without tagged fields) are read in
+    one step, anything else by the generated codec."""
+    if len(frame) >= _REQUEST_HEADER_START_BYTES:
+        api_key, api_version, correlation_id, client_id_bytes = _REQUEST_HEADER_START.unpack_from(frame)
+        versions = _HEADER_VERSIONS.get((api_key, api_version))
+        header_version = versions[0] if versions is not None else 1 if api_key not in REQUESTS else -1
+        if header_version >= 1:
+            position = _REQUEST_HEADER_START_BYTES
+            client_id: str | None = None
+            if client_id_bytes >= 0:
+                position += client_id_bytes
+                if position <= len(frame):
+                    try:
+                        client_id = str(frame[_REQUEST_HEADER_START_BYTES:position], "utf-8")
+                    except UnicodeDecodeError:
+                        position = -1  # the codec says what is wrong
+                else:
+                    position = -1
+            elif client_id_bytes != _NULL_CLIENT_ID:
+                position = -1
+            if position >= 0:
+                if header_version == 1:
+                    return api_key, api_version, correlation_id, client_id, position
+                if position < len(frame) and frame[position] == 0:  # no tagged fields
+                    return api_key, api_version, correlation_id, client_id, position + 1
+    header, body_offset = decode_request_header(frame)
+    return (
+        header.request_api_key,
+        header.request_api_version,
+        header.correlation_id,
+        header.client_id,
+        body_offset,
+    )
 
 
 def decode_request_header(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, int]:
@@ -116,9 +189,11 @@ def encode_response(
 def encode_response_buffers(correlation_id: int, api_key: int, api_version: int, response: Any) -> list[Blob]:
     """A whole response frame as buffers for ``writelines``: large records fields are passed by
     reference, not copied (the fetch path serves megabytes of batches this way)."""
-    writer = Writer()
-    writer.int32(0)  # the size, patched below once it is known
-    ResponseHeader(correlation_id=correlation_id).write(writer, response_header_version(api_key, api_version))
+    # The size is patched below once it is known; response header v1 is v0 and no tagged fields.
+    start = _RESPONSE_START.pack(0, correlation_id)
+    if response_header_version(api_key, api_version) >= 1:
+        start += _NO_TAGGED_FIELDS
+    writer = Writer(start)
     response.write(writer, api_version)
     buffers = writer.getbuffers()
     first = buffers[0]

@@ -255,27 +255,60 @@ class Reader:
         except UnicodeDecodeError as error:
             raise DecodeError(f"string at byte {pos} is not valid UTF-8: {error.reason}") from None
 
+    def _utf8_at(self, pos: int, size: int) -> str:
+        """The string of ``size`` bytes at ``pos`` (``size`` not negative), read past."""
+        end = pos + size
+        if end > self.end:
+            raise DecodeError(f"need {size} bytes at byte {pos}, only {self.end - pos} left")
+        self.pos = end
+        try:
+            return str(self._buffer[pos:end], "utf-8")
+        except UnicodeDecodeError as error:
+            raise DecodeError(f"string at byte {pos} is not valid UTF-8: {error.reason}") from None
+
+    # The string readers are on every request's path: the length is read in place, not by a call.
+
     def string(self) -> str:
-        size = self.int16()
+        pos = self.pos
+        if pos + 2 > self.end:
+            raise DecodeError(f"need 2 bytes at byte {pos}, only {self.end - pos} left")
+        size: int = _int16_unpack(self._buffer, pos)[0]
         if size < 0:
+            self.pos = pos + 2
             raise DecodeError(f"null or negative string length {size} where a string is required")
-        return self._utf8(size)
+        return self._utf8_at(pos + 2, size)
 
     def nullable_string(self) -> str | None:
-        size = self.int16()
-        if size == _NULL_LENGTH:
-            return None
+        pos = self.pos
+        if pos + 2 > self.end:
+            raise DecodeError(f"need 2 bytes at byte {pos}, only {self.end - pos} left")
+        size: int = _int16_unpack(self._buffer, pos)[0]
         if size < 0:
+            self.pos = pos + 2
+            if size == _NULL_LENGTH:
+                return None
             raise DecodeError(f"negative string length {size}")
-        return self._utf8(size)
+        return self._utf8_at(pos + 2, size)
 
     def compact_string(self) -> str:
+        pos = self.pos
+        if pos < self.end and (first := self._buffer[pos]) < 0x80:
+            if first == 0:
+                self.pos = pos + 1
+                raise DecodeError("null compact string where a string is required")
+            return self._utf8_at(pos + 1, first - 1)
         size = self.unsigned_varint() - 1
         if size < 0:
             raise DecodeError("null compact string where a string is required")
         return self._utf8(size)
 
     def compact_nullable_string(self) -> str | None:
+        pos = self.pos
+        if pos < self.end and (first := self._buffer[pos]) < 0x80:
+            if first == 0:
+                self.pos = pos + 1
+                return None
+            return self._utf8_at(pos + 1, first - 1)
         size = self.unsigned_varint() - 1
         if size < 0:
             return None
@@ -399,6 +432,10 @@ class Reader:
 
     def tagged_fields(self) -> dict[int, bytes]:
         """Reads a whole tagged-field section, keeping every field as raw bytes by tag."""
+        pos = self.pos
+        if pos < self.end and self._buffer[pos] == 0:  # almost always: none
+            self.pos = pos + 1
+            return {}
         fields: dict[int, bytes] = {}
         for _ in range(self.tagged_field_count()):
             tag = self.unsigned_varint()
@@ -444,8 +481,9 @@ class Writer:
 
     __slots__ = ("_buffer", "_chunks", "_chunks_bytes")
 
-    def __init__(self) -> None:
-        self._buffer = bytearray()
+    def __init__(self, start: bytes = b"") -> None:
+        """``start``: bytes already written (a pre-encoded header)."""
+        self._buffer = bytearray(start)
         self._chunks: list[Blob] = []
         self._chunks_bytes = 0
 

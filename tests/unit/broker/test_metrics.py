@@ -73,6 +73,11 @@ def test_records_are_counted_from_batch_headers() -> None:
     assert records_in(None) == 0
     # A truncated last batch (a fetch cut at its limit) still counts the header it has.
     assert records_in(data[:-5]) == 6
+    # Data that is not a batch (acks=0 answers nothing, so it is counted unchecked) ends the count.
+    first = batch([b"a", b"b", b"c"])
+    garbage = bytearray(first + batch([b"d"]))
+    garbage[len(first) + 8 : len(first) + 12] = (-64891).to_bytes(4, "big", signed=True)
+    assert records_in(garbage) == 3
     assert records_in(data[:30]) == 0
 
 

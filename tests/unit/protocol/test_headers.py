@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from strom.protocol.headers import (
     decode_request_body,
@@ -12,6 +14,7 @@ from strom.protocol.headers import (
     decode_response_header,
     encode_request,
     encode_response,
+    read_request_header,
     request_header_version,
     response_header_version,
 )
@@ -99,3 +102,49 @@ def test_request_body_cut_short_still_raises() -> None:
     _, body_offset = decode_request_header(frame)
     with pytest.raises(DecodeError):
         decode_request_body(MetadataRequest, frame, body_offset, 12)
+
+
+def _read_either(frame: bytes) -> object:
+    """What decode_request_header makes of a frame, in read_request_header's terms (or the error)."""
+    try:
+        header, offset = decode_request_header(frame)
+    except DecodeError as error:
+        return ("error", str(error))
+    return (
+        header.request_api_key,
+        header.request_api_version,
+        header.correlation_id,
+        header.client_id,
+        offset,
+    )
+
+
+def _read_fast(frame: bytes) -> object:
+    try:
+        return read_request_header(frame)
+    except DecodeError as error:
+        return ("error", str(error))
+
+
+_HEADER_STARTS = st.tuples(
+    st.sampled_from([0, 1, 3, 7, 12, 18, 60, 999, -1]),
+    st.integers(-2, 20),
+    st.integers(-(2**31), 2**31 - 1),
+)
+
+
+@given(start=_HEADER_STARTS, client_id=st.one_of(st.none(), st.text(max_size=8)), tail=st.binary(max_size=6))
+def test_read_request_header_answers_as_the_codec_does(
+    start: tuple[int, int, int], client_id: str | None, tail: bytes
+) -> None:
+    api_key, api_version, correlation_id = start
+    encoded = (
+        b"\xff\xff" if client_id is None else struct.pack(">h", len(client_id.encode())) + client_id.encode()
+    )
+    frame = struct.pack(">hhi", api_key, api_version, correlation_id) + encoded + tail
+    assert _read_fast(frame) == _read_either(frame)
+
+
+@given(frame=st.binary(max_size=24))
+def test_read_request_header_refuses_what_the_codec_refuses(frame: bytes) -> None:
+    assert _read_fast(frame) == _read_either(frame)
