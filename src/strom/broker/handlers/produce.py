@@ -5,10 +5,11 @@ is checked completely once, as Kafka's log validator does (``strom.protocol.reco
 records parse to the end of the batch, counts and offset deltas agree, the codec is known,
 compressed batches decompress within their bound, keys are present on a compacted topic), a run of
 alike records at a time with numpy rather than a record at a time. Then the log assigns offsets
-by rewriting each batch's base offset, and the bytes are appended as they came. A partition whose
-records fail any check gets CORRUPT_MESSAGE (bad CRC, unknown codec, undecompressable data) or
-INVALID_RECORD (the rest, with the culprit records listed where Kafka lists them) and none of its
-records are appended. Which partitions this broker may append to, and whether acks=-1 waits for
+by rewriting the batch's base offset, and the bytes are appended as they came. A partition's
+records are one batch, as Kafka requires of Produce v3 and later (none, or several, are
+INVALID_RECORD). A partition whose records fail any check gets CORRUPT_MESSAGE (bad CRC, unknown
+codec, undecompressable data) or INVALID_RECORD (the rest, with the culprit records listed where
+Kafka lists them) and none of its records are appended. Which partitions this broker may append to, and whether acks=-1 waits for
 other replicas, is the ``Replication``'s to say: a single node's append is all there is (acks=-1
 like acks=1); in a cluster only the leader appends and acks=-1 waits until the in-sync replicas
 have the batch.
@@ -60,7 +61,10 @@ async def _append(
 ) -> Partition:
     state = context.broker
     if data is None or len(data) == 0:
-        raise Refused(ErrorCode.CORRUPT_MESSAGE, "no records in the request")
+        raise Refused(
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {context.api_version} must have at least one record batch per partition",
+        )
     if len(data) > MAGIC_OFFSET and data[MAGIC_OFFSET] != 2:
         raise Refused(
             ErrorCode.INVALID_RECORD,
@@ -73,6 +77,13 @@ async def _append(
         headers = validate_batches(records)
     except CorruptBatchError as error:
         raise Refused(ErrorCode.CORRUPT_MESSAGE, str(error)) from None
+    if len(headers) > 1:
+        # Kafka's rule for Produce v3+ (ProduceRequest.validateRecords); no client sends more.
+        raise Refused(
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {context.api_version} are only allowed to contain "
+            "exactly one record batch per partition",
+        )
     config = partition_log.config
     for header in headers:
         if header.size_bytes > config.max_message_bytes:

@@ -14,8 +14,9 @@ magic and CRC before):
   recordCount records fill it to its last byte, each ending where its length says: varints of at
   most 5 bytes holding an int32 (10 bytes and an int64 for the timestamp delta), key and value
   lengths -1 or more and within the record, a header count of 0 or more, header keys of 0 or more
-  bytes of UTF-8 (strom's readers decode them), header values of -1 or more bytes, offset deltas
-  0, 1, 2, ... in order, and every timestamp (baseTimestamp + delta) an int64;
+  bytes (any bytes: Kafka does not check that they are UTF-8 when it appends, and its readers
+  decode them leniently, as strom's do), header values of -1 or more bytes, offset deltas 0, 1,
+  2, ... in order, and every timestamp (baseTimestamp + delta) an int64;
 - keys present on a compacted topic (the keyless records are listed, as Kafka lists them);
 - a CreateTime batch whose maxTimestamp is not its largest record timestamp gets it set (and its
   CRC recomputed), as Kafka's validator does: the time index and time-based retention trust it.
@@ -1024,10 +1025,6 @@ def _skip_headers(data: Payload, at: int, record_end: int, index: int, layout: l
         key_end = at + (unsigned >> 1)
         if key_end > record_end:
             raise InvalidRecordError(f"record {index} has a header key longer than the record")
-        try:
-            bytes(data[at:key_end]).decode()
-        except UnicodeDecodeError:
-            raise InvalidRecordError(f"record {index} has a header key that is not UTF-8") from None
         at = key_end
         unsigned, at = _read_varint(data, at, 5)
         if layout is not None:

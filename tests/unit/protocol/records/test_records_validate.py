@@ -129,7 +129,6 @@ BAD_RECORDS = {
         lambda i: raw_record(b"\x00\x00" + _od(i) + b"\x01\x01" + encode_varint(-2)),
         "negative header count",
     ),
-    "header-key-not-utf8": (lambda i: record(i, headers=[(b"\xc3", None)]), "not UTF-8"),
     "fields-shorter-than-the-length": (lambda i: raw_record(record(i)[1:] + b"\x00\x00"), "its length says"),
     "length-below-six": (
         lambda i: raw_record(b"\x00\x00" + _od(i) + b"\x01")[: 5 + len(_od(i))],
@@ -219,6 +218,27 @@ def test_a_decompression_bomb_is_refused_within_the_cap() -> None:
     with pytest.raises(CorruptBatchError, match="exceeds"):
         _validate(batch, decompressed_bytes_max=len(payload) - 1)
     assert _validate(batch, decompressed_bytes_max=len(payload))
+
+
+# ---- header keys ----------------------------------------------------------------------------------
+
+
+@TUNINGS
+def test_header_keys_that_are_not_utf8_pass_as_kafka_lets_them(tuning: Tuning) -> None:
+    """Kafka appends them unchecked (its validator skips header keys) and its readers decode them
+    leniently: refusing them would refuse what Kafka accepts. Alike records (runs), varied ones
+    and few ones."""
+    alike = b"".join(record(index, headers=[(b"\xff\xfe", b"v")]) for index in range(200))
+    varied = b"".join(
+        record(index, value=os.urandom(index % 37), headers=[(b"k\xc3", None), (b"\x80" * (index % 5), b"")])
+        for index in range(200)
+    )
+    for payload in (alike, varied, record(0, headers=[(b"\xc3", None)])):
+        count = 1 if len(payload) < 100 else 200
+        batch = assemble(payload, count=count)
+        assert _validate(batch, tuning)
+        decoded = decode_batch(batch)
+        assert all("\ufffd" in record.headers[0][0] for record in decoded.records)
 
 
 def test_keyless_records_on_a_compacted_topic_are_listed() -> None:
