@@ -73,6 +73,8 @@ def records_in(data: bytes | bytearray | memoryview | None) -> int:
     count = 0
     while end - position >= _BATCH_HEADER_BYTES:
         length, records = unpack(data, position)
+        if length < _BATCH_HEADER_BYTES - _LOG_OVERHEAD_BYTES:
+            break  # no batch (an acks=0 produce is counted whatever it holds): nothing more to count
         count += records
         position += length + _LOG_OVERHEAD_BYTES
     return count
