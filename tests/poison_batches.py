@@ -174,11 +174,6 @@ POISONS: tuple[Poison, ...] = (
         INVALID,
     ),
     Poison(
-        "header-key-not-utf8",
-        lambda: assemble(records(2) + record(2, headers=[(b"\xff\xfe", b"v")]), count=3),
-        INVALID,
-    ),
-    Poison(
         "header-value-longer-than-the-record",
         lambda: assemble(
             records(2) + raw_record(b"\x00\x00\x04\x01\x01\x02\x02h" + encode_varint(40) + b"v"), count=3

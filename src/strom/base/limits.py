@@ -64,6 +64,27 @@ record_batch_header_bytes = 61
 # Largest decompressed size accepted for one batch, so a zip bomb cannot exhaust memory.
 decompressed_batch_bytes_max = 256 * 1024 * 1024
 
+# ---- produce validation off the event loop (see strom.broker.produce_validation) ---------------
+# Checking a produced batch costs about its decompressed size in bytes and its record count in
+# vector steps (up to ~0.5 µs a record for records of varied layouts, and gzip inflates at a few
+# hundred MB/s): a batch that decompresses to the cap held the loop for seconds. A partition's
+# records are checked on the loop only while they stay within both bounds below; anything larger
+# is checked in a worker thread while the loop serves everyone else. The bounds keep the work done
+# on the loop to a few milliseconds (below ``loop_stall_warning_ms`` on the loaded 2-core test
+# machine) and above what producers batch by default (librdkafka: batch.size 1,000,000 bytes;
+# Java clients and kafka-python: 16 KiB), so their batches take no thread hop.
+produce_validation_inline_bytes_max = 2 * 1024 * 1024
+produce_validation_inline_records_max = 16_384
+# Threads that check the larger batches: the machine's two cores (codecs and numpy release the
+# GIL for most of the work).
+produce_validation_threads = 2
+# Decompressed bytes those threads may hold at once. A compressed batch reserves the cap
+# (``decompressed_batch_bytes_max``: what it may decompress to) before it decompresses and keeps
+# what it really decompressed to until it is checked; a batch that finds the budget spent waits
+# for it. One batch at the cap and room for others beside it: two zip bombs are not decompressed at
+# once. (Joining the decompressed pieces briefly needs as much again.)
+produce_validation_bytes_in_flight_max = decompressed_batch_bytes_max + 128 * 1024 * 1024
+
 # Culprit records a refused produce lists per partition (record_errors, Produce v8+): Kafka lists
 # every one, which for a batch of a million keyless records sent to a compacted topic is a response
 # of tens of megabytes; the first thousand say as much.

@@ -75,8 +75,8 @@ def records_in(data: bytes | bytearray | memoryview | None) -> int:
     count = 0
     while end - position >= _BATCH_HEADER_BYTES:
         length, records = unpack(data, position)
-        if length < 0:  # not a batch (acks=0 data is counted whether or not it was appended)
-            break
+        if length < _BATCH_HEADER_BYTES - _LOG_OVERHEAD_BYTES:
+            break  # no batch (an acks=0 produce is counted whatever it holds): nothing more to count
         count += records
         position += length + _LOG_OVERHEAD_BYTES
     return count

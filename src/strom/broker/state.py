@@ -32,6 +32,7 @@ from strom.base.clock import Clock
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.groups import GroupService
 from strom.broker.metrics import BrokerMetrics, add_remote_wait
+from strom.broker.produce_validation import ProduceValidation
 from strom.broker.registry import HANDLERS, Handler
 from strom.broker.replication import Replication, SingleNode
 from strom.cluster.model import Endpoint
@@ -119,6 +120,8 @@ class BrokerState:
         # what was deleted (removing a directory takes milliseconds on some disks, so a topic of
         # thousands of partitions takes many seconds).
         self._background_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-background")
+        # Produced records too large to check on the loop are checked in its threads.
+        self.produce_validation = ProduceValidation()
         self._topic_locks = _KeyedLocks()
         self._stopping = threading.Event()
         self._collector_holds = 0
@@ -170,6 +173,7 @@ class BrokerState:
         # work under way finishes, so no file is left half-written.
         self._admin_executor.shutdown(wait=True, cancel_futures=True)
         self._background_executor.shutdown(wait=True, cancel_futures=True)
+        self.produce_validation.close()
         self._disk_executor.shutdown(wait=True)
         try:
             self.logs.close()

@@ -3,8 +3,11 @@
 Every message codec in `strom.protocol.messages` is straight-line code calling these methods. The
 reader trusts nothing: each read checks the bytes left first, negative lengths are refused (Python
 slices would silently accept them), array counts larger than the bytes left are refused before
-anything is allocated, strings must be valid UTF-8. Every such failure raises the one error type
-`DecodeError`, so the broker has a single boundary where peer mistakes become a closed connection.
+anything is allocated. Every such failure raises the one error type `DecodeError`, so the broker
+has a single boundary where peer mistakes become a closed connection. Strings that are not valid
+UTF-8 are no such mistake: Kafka reads them as Java does (``new String(bytes, UTF_8)``: what is not
+UTF-8 becomes U+FFFD) and answers the request (a topic name so read is then refused as a name),
+and so does strom.
 
 Encodings (big-endian throughout):
 
@@ -250,10 +253,7 @@ class Reader:
 
     def _utf8(self, size: int) -> str:
         pos = self._advance(size)
-        try:
-            return str(self._buffer[pos : pos + size], "utf-8")
-        except UnicodeDecodeError as error:
-            raise DecodeError(f"string at byte {pos} is not valid UTF-8: {error.reason}") from None
+        return str(self._buffer[pos : pos + size], "utf-8", "replace")
 
     def _utf8_at(self, pos: int, size: int) -> str:
         """The string of ``size`` bytes at ``pos`` (``size`` not negative), read past."""

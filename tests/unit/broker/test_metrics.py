@@ -79,6 +79,11 @@ def test_records_are_counted_from_batch_headers() -> None:
     garbage[len(first) + 8 : len(first) + 12] = (-64891).to_bytes(4, "big", signed=True)
     assert records_in(garbage) == 3
     assert records_in(data[:30]) == 0
+    # Garbage (an acks=0 produce is counted whether it was appended or not): a length too small
+    # for a batch ends the count instead of stepping backwards.
+    garbage = bytearray(data)
+    garbage[8:12] = (-64_891).to_bytes(4, "big", signed=True)
+    assert records_in(bytes(garbage)) == 0
 
 
 def test_error_codes_are_found_where_the_version_has_them() -> None:

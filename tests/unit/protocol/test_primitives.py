@@ -112,8 +112,6 @@ def test_large_blobs_are_kept_by_reference() -> None:
         (b"\xff\xfe", Reader.nullable_string),  # negative length other than -1
         (b"\xff\xff\xff\xfe", Reader.nullable_bytes),
         (b"\x00\x00\x00\x10abc", Reader.bytes_),
-        (b"\x00\x02\xc3\x28", Reader.string),  # invalid UTF-8
-        (b"\x03\xff\xfe", Reader.compact_string),  # invalid UTF-8
         (b"\x00", Reader.compact_string),  # null compact string where not nullable
         (b"\x80\x80\x80\x80\x80\x01", Reader.unsigned_varint),  # too long
         (b"\x80", Reader.unsigned_varint),  # truncated
@@ -127,6 +125,23 @@ def test_large_blobs_are_kept_by_reference() -> None:
 def test_malformed_input_raises_decode_error(data: bytes, read: object) -> None:
     with pytest.raises(DecodeError):
         read(Reader(data))  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("data", "read"),
+    [
+        (b"\x00\x02\xc3\x28", Reader.string),
+        (b"\x00\x02\xc3\x28", Reader.nullable_string),
+        (b"\x03\xff\x28", Reader.compact_string),
+        (b"\x03\xff\x28", Reader.compact_nullable_string),
+    ],
+)
+def test_strings_that_are_not_utf8_are_read_as_kafka_reads_them(data: bytes, read: object) -> None:
+    """Kafka decodes request strings with Java's lenient UTF-8 (bad bytes become U+FFFD) and
+    answers the request; refusing them would close a connection Kafka keeps."""
+    reader = Reader(data)
+    assert read(reader) == "\ufffd("  # type: ignore[operator]
+    assert reader.remaining == 0
 
 
 def test_nullable_array_length_minus_one_is_null() -> None:

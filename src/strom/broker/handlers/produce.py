@@ -1,31 +1,33 @@
 """Produce 3-11 (record batch format v2; acks 0, 1 and -1).
 
-The hot path does per-batch work: the batch headers and CRC-32C are validated, then every batch
+The hot path does per-batch work: the batch headers and CRC-32C are validated, then the batch
 is checked completely once, as Kafka's log validator does (``strom.protocol.records.validate``:
 records parse to the end of the batch, counts and offset deltas agree, the codec is known,
 compressed batches decompress within their bound, keys are present on a compacted topic), a run of
-alike records at a time with numpy rather than a record at a time. Then the log assigns offsets
-by rewriting each batch's base offset, and the bytes are appended as they came. A partition whose
-records fail any check gets CORRUPT_MESSAGE (bad CRC, unknown codec, undecompressable data) or
-INVALID_RECORD (the rest, with the culprit records listed where Kafka lists them) and none of its
-records are appended. Which partitions this broker may append to, and whether acks=-1 waits for
-other replicas, is the ``Replication``'s to say: a single node's append is all there is (acks=-1
-like acks=1); in a cluster only the leader appends and acks=-1 waits until the in-sync replicas
-have the batch.
+alike records at a time with numpy rather than a record at a time; a batch too large to check on
+the event loop is checked in a worker thread, its partition's later produces queued behind it
+(``strom.broker.produce_validation``). Then the log assigns offsets by rewriting the batch's base
+offset, and the bytes are appended as they came. A partition's records are one batch, as Kafka
+requires of Produce v3 and later (none, or several, are INVALID_RECORD). A partition whose records
+fail any check gets CORRUPT_MESSAGE (bad CRC, unknown codec, undecompressable data or more of it
+than ``limits.decompressed_batch_bytes_max``) or INVALID_RECORD (the rest, with the culprit records
+listed where Kafka lists them) and none of its records are appended. Which partitions this broker
+may append to, and whether acks=-1 waits for other replicas, is the ``Replication``'s to say: a
+single node's append is all there is (acks=-1 like acks=1); in a cluster only the leader appends
+and acks=-1 waits until the in-sync replicas have the batch.
 """
 
 from __future__ import annotations
 
 import logging
 
-from strom.base import limits
 from strom.broker.context import RequestContext
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 from strom.protocol.records.header import MAGIC_OFFSET, CorruptBatchError, validate_batches
-from strom.protocol.records.validate import InvalidRecordError, validate_produced_batches
+from strom.protocol.records.validate import InvalidRecordError
 from strom.storage import (
     DuplicateSequenceError,
     InvalidProducerEpochError,
@@ -56,11 +58,17 @@ class _RefusedRecords(Refused):
 
 
 async def _append(
-    context: RequestContext, partition_log: PartitionLog, data: bytes | bytearray | memoryview | None
+    context: RequestContext,
+    partition_log: PartitionLog,
+    data: bytes | bytearray | memoryview | None,
+    acks: int,
 ) -> Partition:
     state = context.broker
     if data is None or len(data) == 0:
-        raise Refused(ErrorCode.CORRUPT_MESSAGE, "no records in the request")
+        raise Refused(
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {context.api_version} must have at least one record batch per partition",
+        )
     if len(data) > MAGIC_OFFSET and data[MAGIC_OFFSET] != 2:
         raise Refused(
             ErrorCode.INVALID_RECORD,
@@ -73,6 +81,13 @@ async def _append(
         headers = validate_batches(records)
     except CorruptBatchError as error:
         raise Refused(ErrorCode.CORRUPT_MESSAGE, str(error)) from None
+    if len(headers) > 1:
+        # Kafka's rule for Produce v3+ (ProduceRequest.validateRecords); no client sends more.
+        raise Refused(
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {context.api_version} are only allowed to contain "
+            "exactly one record batch per partition",
+        )
     config = partition_log.config
     for header in headers:
         if header.size_bytes > config.max_message_bytes:
@@ -87,35 +102,41 @@ async def _append(
             ErrorCode.RECORD_LIST_TOO_LARGE,
             f"{len(records)} bytes of records exceed segment.bytes {config.segment_bytes}",
         )
+    topic, index = partition_log.topic, partition_log.partition
     try:
-        headers = validate_produced_batches(
-            records,
-            headers,
-            keys_required=config.requires_keys,
-            decompressed_bytes_max=limits.decompressed_batch_bytes_max,
+        turn = await state.produce_validation.check(
+            (topic, index), records, headers, keys_required=config.requires_keys
         )
     except InvalidRecordError as error:
         raise _RefusedRecords(str(error), error.record_errors) from None
     except CorruptBatchError as error:
         raise Refused(ErrorCode.CORRUPT_MESSAGE, str(error)) from None
-    now_ms = state.clock.wall_ms()
     try:
-        result = partition_log.append(records, headers, now_ms)
-    except DuplicateSequenceError as duplicate:
-        # A retry of a batch already in the log: answered with where it went the first time.
-        return Partition(
-            error_code=ErrorCode.NONE,
-            base_offset=duplicate.base_offset,
-            log_start_offset=partition_log.log_start_offset,
-        )
-    except OutOfOrderSequenceError as error:
-        raise Refused(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, str(error)) from None
-    except InvalidProducerEpochError as error:
-        raise Refused(ErrorCode.INVALID_PRODUCER_EPOCH, str(error)) from None
-    except UnknownProducerIdError as error:
-        raise Refused(ErrorCode.UNKNOWN_PRODUCER_ID, str(error)) from None
-    except RecordTooLargeError as error:
-        raise Refused(ErrorCode.MESSAGE_TOO_LARGE, str(error)) from None
+        # After a wait the partition may be gone or led elsewhere: asked again.
+        if turn.waited and state.replication.writable(topic, index, acks) is not partition_log:
+            raise Refused(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} changed while its records were checked"
+            )
+        now_ms = state.clock.wall_ms()
+        try:
+            result = partition_log.append(records, turn.headers, now_ms)
+        except DuplicateSequenceError as duplicate:
+            # A retry of a batch already in the log: answered with where it went the first time.
+            return Partition(
+                error_code=ErrorCode.NONE,
+                base_offset=duplicate.base_offset,
+                log_start_offset=partition_log.log_start_offset,
+            )
+        except OutOfOrderSequenceError as error:
+            raise Refused(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, str(error)) from None
+        except InvalidProducerEpochError as error:
+            raise Refused(ErrorCode.INVALID_PRODUCER_EPOCH, str(error)) from None
+        except UnknownProducerIdError as error:
+            raise Refused(ErrorCode.UNKNOWN_PRODUCER_ID, str(error)) from None
+        except RecordTooLargeError as error:
+            raise Refused(ErrorCode.MESSAGE_TOO_LARGE, str(error)) from None
+    finally:
+        turn.done()
     state.notify_append(partition_log.topic, partition_log.partition)
     if partition_log.needs_flush(now_ms):
         await state.flush(partition_log)
@@ -148,7 +169,7 @@ async def handle_produce(context: RequestContext, request: ProduceRequest) -> Pr
                         ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {request.acks}"
                     )
                 partition_log = replication.writable(topic_data.name, index, request.acks)
-                partition = await _append(context, partition_log, partition_data.records)
+                partition = await _append(context, partition_log, partition_data.records, request.acks)
                 if replicated is not None:
                     replicated.append((partition_log, partition_log.log_end_offset, partition))
             except Refused as refused:

@@ -569,10 +569,9 @@ def decode_record_headers(data: bytes, pos: int, end: int, count: int) -> tuple[
         key_bytes, pos = read_varint(data, pos, end)
         if key_bytes < 0 or key_bytes > end - pos:
             raise CorruptBatchError(f"record header key length {key_bytes} is out of bounds")
-        try:
-            header_key = data[pos : pos + key_bytes].decode()
-        except UnicodeDecodeError as error:
-            raise CorruptBatchError("record header key is not UTF-8") from error
+        # Keys are meant to be UTF-8 but nothing checks it on the way in (Kafka neither): bytes that
+        # are not read as U+FFFD, as Kafka's clients read them.
+        header_key = data[pos : pos + key_bytes].decode(errors="replace")
         pos += key_bytes
         value_bytes, pos = read_varint(data, pos, end)
         if value_bytes == -1:

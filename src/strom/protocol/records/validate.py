@@ -14,8 +14,9 @@ magic and CRC before):
   recordCount records fill it to its last byte, each ending where its length says: varints of at
   most 5 bytes holding an int32 (10 bytes and an int64 for the timestamp delta), key and value
   lengths -1 or more and within the record, a header count of 0 or more, header keys of 0 or more
-  bytes of UTF-8 (strom's readers decode them), header values of -1 or more bytes, offset deltas
-  0, 1, 2, ... in order, and every timestamp (baseTimestamp + delta) an int64;
+  bytes (any bytes: Kafka does not check that they are UTF-8 when it appends, and its readers
+  decode them leniently, as strom's do), header values of -1 or more bytes, offset deltas 0, 1,
+  2, ... in order, and every timestamp (baseTimestamp + delta) an int64;
 - keys present on a compacted topic (the keyless records are listed, as Kafka lists them);
 - a CreateTime batch whose maxTimestamp is not its largest record timestamp gets it set (and its
   CRC recomputed), as Kafka's validator does: the time index and time-based retention trust it.
@@ -23,6 +24,13 @@ magic and CRC before):
 Anything wrong raises ``CorruptBatchError`` (answered CORRUPT_MESSAGE: an unknown codec, data the
 codec cannot read, too much of it) or its subclass ``InvalidRecordError`` (answered INVALID_RECORD:
 what Kafka's validator throws for everything else).
+
+A check costs about the decompressed bytes and the records of the batches. Given a ``WorkBound``,
+``validate_produced_batches`` takes on no more than it allows: it raises ``ValidationTooCostly``
+(having decided nothing) for batches that would take more, which the broker then checks in a
+worker thread rather than on its event loop (``strom.broker.produce_validation``). A compressed
+batch's decompressed size is known only by decompressing it: it is decompressed up to the bound,
+and found too costly if there is more.
 
 How it stays fast (the broker is a per-batch machine; see DESIGN.md):
 
@@ -48,7 +56,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import crc32c as _crc32c
@@ -56,7 +64,13 @@ import numpy as np
 import numpy.typing as npt
 
 from strom.base import limits
-from strom.protocol.records.compression import CompressionType, decompress
+from strom.protocol.records.compression import (
+    CompressionType,
+    DecompressedTooLargeError,
+    MappedOutput,
+    decompress,
+    decompress_mapped,
+)
 from strom.protocol.records.header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -74,6 +88,8 @@ __all__ = [
     "InvalidRecordError",
     "RecordsSummary",
     "Tuning",
+    "ValidationTooCostly",
+    "WorkBound",
     "validate_produced_batches",
     "validate_records",
 ]
@@ -136,6 +152,20 @@ class InvalidRecordError(CorruptBatchError):
 
 
 @dataclass(frozen=True, slots=True)
+class WorkBound:
+    """The most checking one call may take on: decompressed (or uncompressed) bytes of records, and
+    records, over all its batches."""
+
+    bytes_max: int
+    records_max: int
+
+
+class ValidationTooCostly(Exception):
+    """The batches would take more checking than the ``WorkBound`` allows; nothing was decided
+    about them (a batch found wrong before is reported as such instead)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RecordsSummary:
     """What the records of one batch told: the range of their timestamp deltas, how many have no
     key and the indexes of the first of those (at most the ``keyless_listed_max`` asked for)."""
@@ -158,6 +188,9 @@ def validate_produced_batches(
     decompressed_bytes_max: int = limits.decompressed_batch_bytes_max,
     record_errors_max: int = limits.produce_record_errors_max,
     tuning: Tuning = DEFAULT_TUNING,
+    work_bound: WorkBound | None = None,
+    on_decompressed: Callable[[int], None] | None = None,
+    mapped: bool = False,
 ) -> list[BatchHeader]:
     """Check every batch in ``records`` completely (see the module docs); return their headers.
 
@@ -167,9 +200,21 @@ def validate_produced_batches(
     place. Raises ``InvalidRecordError`` or ``CorruptBatchError`` for the first batch that fails,
     and then nothing of ``records`` may be stored. ``keys_required`` (a compacted topic) refuses
     keyless records, listing at most ``record_errors_max`` of them.
+
+    With ``work_bound``, raises ``ValidationTooCostly`` rather than take on more records or bytes
+    than it allows (a call that returns has checked everything). ``on_decompressed`` is told the
+    size of each batch's records once decompressed (before they are checked). ``mapped``: records
+    are decompressed into memory mappings (``decompress_mapped``), for large batches checked in a
+    worker thread.
     """
     if headers is None:
         headers = validate_batches(records)
+    if work_bound is not None:
+        _check_work(headers, len(records), work_bound)
+        if work_bound.bytes_max < decompressed_bytes_max:
+            decompressed_bytes_max = work_bound.bytes_max
+        else:
+            work_bound = None  # the bytes bound is the cap itself: nothing can be too costly
     view = memoryview(records)
     checked: list[BatchHeader] = []
     position = 0
@@ -180,16 +225,41 @@ def validate_produced_batches(
         end = position + header.size_bytes
         compression = header.attributes & COMPRESSION_MASK
         payload: Payload
+        output: MappedOutput | None = None
         if compression == CompressionType.NONE:
             payload = view[start:end]
         else:
-            payload = decompress(compression, view[start:end], decompressed_bytes_max)
-        summary = validate_records(
-            payload,
-            header.record_count,
-            keyless_listed_max=record_errors_max if keys_required else 0,
-            tuning=tuning,
-        )
+            try:
+                if mapped:
+                    output = decompress_mapped(compression, view[start:end], decompressed_bytes_max)
+                    payload = output.view()
+                else:
+                    payload = decompress(compression, view[start:end], decompressed_bytes_max)
+            except DecompressedTooLargeError:
+                if work_bound is None:
+                    raise
+                raise ValidationTooCostly(
+                    f"a batch decompresses to more than {work_bound.bytes_max} bytes"
+                ) from None
+            if on_decompressed is not None:
+                on_decompressed(len(payload))
+        try:
+            summary = validate_records(
+                payload,
+                header.record_count,
+                keyless_listed_max=record_errors_max if keys_required else 0,
+                tuning=tuning,
+            )
+        except InvalidRecordError as error:
+            if output is not None:
+                # Its traceback (and that of what it was raised from) holds views of the payload,
+                # which would keep the mapping from closing.
+                error.__traceback__ = error.__context__ = error.__cause__ = None
+            raise
+        finally:
+            if output is not None:
+                del payload
+                output.close()
         if keys_required and summary.keyless_count:
             raise _keyless_records_error(summary, first_record_index)
         header = _check_timestamps(records, position, header, summary)
@@ -197,6 +267,17 @@ def validate_produced_batches(
         position = end
         first_record_index += header.record_count
     return checked
+
+
+def _check_work(headers: Sequence[BatchHeader], records_bytes: int, bound: WorkBound) -> None:
+    """Raise ``ValidationTooCostly`` for batches that are too many records or bytes for ``bound``
+    already by their headers (a compressed batch may still be found too costly once decompressed:
+    it holds at least as many bytes as it takes compressed, and usually more)."""
+    records = sum(header.record_count for header in headers)
+    if records > bound.records_max:
+        raise ValidationTooCostly(f"{records} records, more than {bound.records_max}")
+    if records_bytes > bound.bytes_max:
+        raise ValidationTooCostly(f"{records_bytes} bytes, more than {bound.bytes_max}")
 
 
 def _check_header(header: BatchHeader) -> None:
@@ -1024,10 +1105,6 @@ def _skip_headers(data: Payload, at: int, record_end: int, index: int, layout: l
         key_end = at + (unsigned >> 1)
         if key_end > record_end:
             raise InvalidRecordError(f"record {index} has a header key longer than the record")
-        try:
-            bytes(data[at:key_end]).decode()
-        except UnicodeDecodeError:
-            raise InvalidRecordError(f"record {index} has a header key that is not UTF-8") from None
         at = key_end
         unsigned, at = _read_varint(data, at, 5)
         if layout is not None:

@@ -308,7 +308,6 @@ def test_record_count_impossible_for_the_payload_is_refused_before_decoding() ->
         (b"\x0c\x00\x00\x00\x01\x05\x00", "negative record value length"),
         (b"\x0c\x00\x00\x00\x01\x01\x03", "header count"),
         (b"\x10\x00\x00\x00\x01\x01\x02\x03\x00", "header key length"),
-        (b"\x10\x00\x00\x00\x01\x01\x02\x02\xff\x01", "not UTF-8"),
         (b"\x04\x00\x00\x00\x00\x00\x00", "record length 2 is out of bounds"),
         (b"\x0e\x00\x00\x00\x01\x01\x00\x00", "record length does not match"),
     ],
@@ -317,6 +316,14 @@ def test_malformed_record_fields_are_named(record: bytes, message: str) -> None:
     built = build_batch([Record(0, 0, None, None, [])])
     with pytest.raises(CorruptBatchError, match=message):
         decode_batch(_with_fields(built, record, 1))
+
+
+def test_a_header_key_that_is_not_utf8_is_read_as_kafkas_clients_read_it() -> None:
+    """Nothing checks header keys on the way in (Kafka neither): bytes that are not UTF-8 are read
+    as U+FFFD, as Java's String does, rather than making the batch unreadable."""
+    built = build_batch([Record(0, 0, None, None, [])])
+    decoded = decode_batch(_with_fields(built, b"\x14\x00\x00\x00\x01\x01\x02\x04a\xff\x01", 1))
+    assert decoded.records[0].headers == [("a\ufffd", None)]
 
 
 def test_set_base_offset_does_not_break_the_crc() -> None:

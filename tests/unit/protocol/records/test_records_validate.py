@@ -23,11 +23,14 @@ from strom.protocol.records import (
     parse_batch_header,
 )
 from strom.protocol.records.batch import build_batch_from_rows
+from strom.protocol.records.compression import DecompressedTooLargeError, MappedOutput
 from strom.protocol.records.validate import (
     DEFAULT_TUNING,
     KEYLESS_REASON,
     InvalidRecordError,
     Tuning,
+    ValidationTooCostly,
+    WorkBound,
     validate_produced_batches,
     validate_records,
 )
@@ -129,7 +132,6 @@ BAD_RECORDS = {
         lambda i: raw_record(b"\x00\x00" + _od(i) + b"\x01\x01" + encode_varint(-2)),
         "negative header count",
     ),
-    "header-key-not-utf8": (lambda i: record(i, headers=[(b"\xc3", None)]), "not UTF-8"),
     "fields-shorter-than-the-length": (lambda i: raw_record(record(i)[1:] + b"\x00\x00"), "its length says"),
     "length-below-six": (
         lambda i: raw_record(b"\x00\x00" + _od(i) + b"\x01")[: 5 + len(_od(i))],
@@ -219,6 +221,133 @@ def test_a_decompression_bomb_is_refused_within_the_cap() -> None:
     with pytest.raises(CorruptBatchError, match="exceeds"):
         _validate(batch, decompressed_bytes_max=len(payload) - 1)
     assert _validate(batch, decompressed_bytes_max=len(payload))
+
+
+@pytest.mark.parametrize("codec", [CompressionType.ZSTD, CompressionType.GZIP, CompressionType.LZ4])
+def test_a_bomb_beyond_the_cap_is_corrupt_and_one_within_it_passes_whatever_the_codec(
+    codec: CompressionType,
+) -> None:
+    payload = records(300, value=bytes(30_000))
+    batch = assemble(compress(codec, payload), count=300, attributes=codec)
+    with pytest.raises(DecompressedTooLargeError, match="exceeds"):
+        _validate(batch, decompressed_bytes_max=len(payload) - 1)
+    sizes: list[int] = []
+    assert _validate(batch, decompressed_bytes_max=len(payload), on_decompressed=sizes.append)
+    assert sizes == [len(payload)]
+
+
+# ---- how much work a call may take on (the broker's event loop gives it a bound) ---------------
+
+SMALL_BOUND = WorkBound(bytes_max=4096, records_max=50)
+
+
+@pytest.mark.parametrize(
+    ("batch", "why"),
+    [
+        (lambda: assemble(records(51), count=51), "51 records"),
+        (lambda: assemble(records(10, value=bytes(500)), count=10), "bytes, more than 4096"),
+        (
+            lambda: assemble(
+                compress(CompressionType.ZSTD, records(20, value=bytes(500))), count=20, attributes=4
+            ),
+            "decompresses to more than 4096",
+        ),
+        (  # a gzip bomb whose records would be refused: too costly to find out within the bound
+            lambda: assemble(compress(CompressionType.GZIP, bytes(100_000)), count=5, attributes=1),
+            "decompresses to more than 4096",
+        ),
+    ],
+    ids=["records", "uncompressed-bytes", "decompressed-bytes", "decompressed-poison"],
+)
+def test_batches_beyond_the_work_bound_are_left_undecided(batch: object, why: str) -> None:
+    built = batch()  # type: ignore[operator]
+    with pytest.raises(ValidationTooCostly, match=why):
+        _validate(built, work_bound=SMALL_BOUND)
+    # Without the bound (in a worker thread) the same batches are decided.
+    with contextlib.suppress(InvalidRecordError):
+        _validate(built)
+
+
+def test_batches_within_the_work_bound_are_decided_as_without_it() -> None:
+    good = assemble(compress(CompressionType.LZ4, records(40, value=b"v" * 50)), count=40, attributes=3)
+    assert _validate(good, work_bound=SMALL_BOUND) == _validate(good)
+    poison = assemble(records(2) + record(3), count=3)
+    with pytest.raises(InvalidRecordError, match="offset delta"):
+        _validate(poison, work_bound=SMALL_BOUND)
+    unknown_codec = assemble(records(3), count=3, attributes=6)
+    with pytest.raises(CorruptBatchError, match="codec"):
+        _validate(unknown_codec, work_bound=SMALL_BOUND)
+
+
+def test_a_work_bound_at_the_cap_leaves_the_cap_to_answer() -> None:
+    payload = records(20, value=bytes(500))
+    batch = assemble(compress(CompressionType.ZSTD, payload), count=20, attributes=4)
+    with pytest.raises(DecompressedTooLargeError):
+        _validate(
+            batch,
+            decompressed_bytes_max=len(payload) - 1,
+            work_bound=WorkBound(bytes_max=len(payload) - 1, records_max=100),
+        )
+
+
+@pytest.mark.parametrize(
+    "codec", [CompressionType.GZIP, CompressionType.LZ4, CompressionType.ZSTD, CompressionType.SNAPPY]
+)
+def test_payloads_decompressed_into_mappings_are_checked_alike_and_unmapped(
+    monkeypatch: pytest.MonkeyPatch, codec: CompressionType
+) -> None:
+    """Worker threads decompress into memory mappings: same answers, and each mapping is unmapped
+    when its batch is decided, even when a record is refused (whose traceback held views of it)."""
+    unmapped: list[bool] = []
+    close = MappedOutput.close
+
+    def counted_close(output: MappedOutput) -> bool:
+        unmapped.append(close(output))
+        return unmapped[-1]
+
+    monkeypatch.setattr(MappedOutput, "close", counted_close)
+    good = build_batch_from_rows(
+        [(BASE_TIMESTAMP_MS + index, None, VALUE, ()) for index in range(3000)], compression=codec
+    )
+    assert _validate(good, mapped=True) == _validate(good)
+    chooser = random.Random(9)
+    for fault in ("cut-short", "offset-delta-skips-one", "length-varint-too-long", "negative-key-length"):
+        build, says = BAD_RECORDS[fault]
+        for neighbours in ("alike", "varied"):
+            parts = [
+                record(index, value=VALUE if neighbours == "alike" else os.urandom(chooser.randint(0, 200)))
+                for index in range(500)
+            ]
+            parts.append(build(500))
+            count = 501 if fault == "cut-short" else 600
+            if fault != "cut-short":
+                parts += [record(index, value=VALUE) for index in range(501, 600)]
+            batch = assemble(compress(codec, b"".join(parts)), count=count, attributes=codec)
+            with pytest.raises(InvalidRecordError, match="record 500 ") as raised:
+                _validate(batch, mapped=True)
+            assert says in str(raised.value)
+    assert len(unmapped) == 9 and all(unmapped), unmapped
+
+
+# ---- header keys ----------------------------------------------------------------------------------
+
+
+@TUNINGS
+def test_header_keys_that_are_not_utf8_pass_as_kafka_lets_them(tuning: Tuning) -> None:
+    """Kafka appends them unchecked (its validator skips header keys) and its readers decode them
+    leniently: refusing them would refuse what Kafka accepts. Alike records (runs), varied ones
+    and few ones."""
+    alike = b"".join(record(index, headers=[(b"\xff\xfe", b"v")]) for index in range(200))
+    varied = b"".join(
+        record(index, value=os.urandom(index % 37), headers=[(b"k\xc3", None), (b"\x80" * (index % 5), b"")])
+        for index in range(200)
+    )
+    for payload in (alike, varied, record(0, headers=[(b"\xc3", None)])):
+        count = 1 if len(payload) < 100 else 200
+        batch = assemble(payload, count=count)
+        assert _validate(batch, tuning)
+        decoded = decode_batch(batch)
+        assert all("\ufffd" in record.headers[0][0] for record in decoded.records)
 
 
 def test_keyless_records_on_a_compacted_topic_are_listed() -> None:
