@@ -261,10 +261,8 @@ class Reader:
         if end > self.end:
             raise DecodeError(f"need {size} bytes at byte {pos}, only {self.end - pos} left")
         self.pos = end
-        try:
-            return str(self._buffer[pos:end], "utf-8")
-        except UnicodeDecodeError as error:
-            raise DecodeError(f"string at byte {pos} is not valid UTF-8: {error.reason}") from None
+        # Kafka reads strings with Java's lenient UTF-8: bad bytes become U+FFFD, the request is answered.
+        return str(self._buffer[pos:end], "utf-8", "replace")
 
     # The string readers are on every request's path: the length is read in place, not by a call.
 

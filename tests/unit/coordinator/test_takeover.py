@@ -16,6 +16,7 @@ from strom.coordinator import GroupCoordinator, ManualTimer, partition_for_group
 from strom.coordinator.records import (
     CommittedOffset,
     CorruptCoordinatorRecord,
+    OffsetKey,
     Record,
     _decode_group_value_generated,
     _decode_key_generated,
@@ -94,13 +95,15 @@ def test_other_layouts_go_to_the_generated_decoders_and_corrupt_records_say_so()
     # Offset value v0 (no leader epoch, no expiry) is read by the generated decoder.
     v0 = struct.pack(">h", 0) + OffsetCommitValue(offset=5, metadata="m", commit_timestamp=7).encode(0)
     assert decode_offset_value(v0) == CommittedOffset(5, -1, "m", 7, -1)
-    # Trailing bytes, lengths past the end, bad UTF-8, unknown versions: the generated decoder's
-    # verdict (a CorruptCoordinatorRecord), never a wrong value.
+    # Bad UTF-8 is read as Kafka reads strings (U+FFFD for each bad byte), by either decoder.
+    bad_text = struct.pack(">hh", 1, 2) + b"\xff\xfe" + struct.pack(">h", 0) + b"\x00\x00\x00\x01"
+    assert decode_key(bad_text) == OffsetKey("\ufffd\ufffd", "", 1)
+    # Trailing bytes, lengths past the end, unknown versions: the generated decoder's verdict (a
+    # CorruptCoordinatorRecord), never a wrong value.
     good_key = offset_key_bytes("g", "t", 1)
     for broken in (
         good_key[:-1],
         good_key[:4] + b"\xff\xfe" + good_key[6:],
-        struct.pack(">hh", 1, 2) + b"\xff\xfe" + struct.pack(">h", 0) + b"\x00\x00\x00\x01",
         struct.pack(">h", 9) + b"rest",
         b"\x00",
     ):
