@@ -14,7 +14,7 @@ from strom.base.clock import SystemClock
 from strom.cluster import znodes
 from strom.cluster.actions import ControllerWrite
 from strom.cluster.config import ZooKeeperConnect
-from strom.cluster.kazoo_store import KazooStore
+from strom.cluster.kazoo_store import RECONNECT_DELAY_MAX_S, KazooStore, reconnect_policy
 from strom.cluster.model import BrokerRegistration, Endpoint, LeaderAndIsr, TopicAssignment
 from strom.cluster.zk_store import (
     BadVersionError,
@@ -369,3 +369,14 @@ def _reads(store: ZkStore) -> bool:
     except Exception:
         return False
     return True
+
+
+def test_the_client_tries_the_servers_again_at_least_every_quarter_session() -> None:
+    """kazoo's own policy doubles the pause up to an hour: after a ZooKeeper outage of a few
+    seconds the brokers came back only once their sessions had expired."""
+    for session_timeout_ms in (1_000, 4_000, 18_000, 60_000):
+        policy = reconnect_policy(session_timeout_ms)
+        longest_pause_s = policy.max_delay * (1 + policy.max_jitter)
+        assert policy.max_tries == -1
+        assert longest_pause_s <= min(RECONNECT_DELAY_MAX_S, session_timeout_ms / 1000 / 4) + 1e-9
+        assert policy.delay <= longest_pause_s

@@ -106,8 +106,8 @@ def _translate(error: BaseException) -> ZkError:
 def reconnect_policy(session_timeout_ms: int) -> KazooRetry:
     """How the client tries the servers again after losing its connection: forever, at most
     ``RECONNECT_DELAY_MAX_S`` apart (less for a short session timeout). kazoo's own policy doubles
-    the pause up to an hour: a broker cut from ZooKeeper for 10 s came back 6 s after the server
-    did, when its session had expired, so every broker bounced after a ZooKeeper restart. The
+    the pause up to an hour: after a 6 s ZooKeeper outage the brokers tried again up to 6 s after
+    the server was back, when their sessions had expired, so every broker bounced. The
     server keeps a session for a whole session timeout after it starts again; a client that tries
     again at least every quarter of it keeps its session and its registration."""
     delay_max_s = min(RECONNECT_DELAY_MAX_S, session_timeout_ms / 1000 / 4)
