@@ -306,6 +306,7 @@ def _check(
         findings.lost = checker.lost_records(evidence.acked, log)
         findings.duplicates = checker.duplicated_values(log)
         findings.consumption_gaps = checker.consumption_gaps(evidence.processed)
+        findings.unprocessed = checker.unprocessed_records(evidence.acked, evidence.processed)
         findings.commit_regressions = checker.commit_regressions(
             evidence.committed, evidence.observed_commits
         )
@@ -450,6 +451,7 @@ def summary(outcome: Outcome) -> str:
         f"| lost | {len(findings.lost)} |",
         f"| duplicates | {len(findings.duplicates)} |",
         f"| consumption gaps | {len(findings.consumption_gaps)} |",
+        f"| acknowledged but never processed | {len(findings.unprocessed)} |",
         f"| committed offset regressions | {len(findings.commit_regressions)} |",
         f"| double ownerships | {len(findings.double_ownerships)} |",
         f"| converged after the faults (s) | {'no' if outcome.converge_s is None else f'{outcome.converge_s:.1f}'} |",

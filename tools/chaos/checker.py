@@ -20,6 +20,7 @@ class Findings:
     lost: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     consumption_gaps: list[str] = field(default_factory=list)
+    unprocessed: list[str] = field(default_factory=list)
     commit_regressions: list[str] = field(default_factory=list)
     double_ownerships: list[str] = field(default_factory=list)
     not_converged: list[str] = field(default_factory=list)
@@ -32,6 +33,7 @@ class Findings:
             "lost": self.lost,
             "duplicates": self.duplicates,
             "consumption gaps": self.consumption_gaps,
+            "acknowledged but never processed": self.unprocessed,
             "commit regressions": self.commit_regressions,
             "double ownerships": self.double_ownerships,
             "not converged": self.not_converged,
@@ -53,6 +55,16 @@ def duplicated_values(log: Mapping[int, Mapping[int, bytes]]) -> list[str]:
     keep a retried batch from being written twice)."""
     counts = Counter(value for records in log.values() for value in records.values())
     return [f"{value!r} x{count}" for value, count in counts.items() if count > 1]
+
+
+def unprocessed_records(acked: Iterable[Acked], processed: Iterable[Processed]) -> list[str]:
+    """Acknowledged records the group never processed (it runs until it has caught up)."""
+    seen = {(record.partition, record.offset) for record in processed}
+    return [
+        f"partition {record.partition} offset {record.offset}"
+        for record in acked
+        if (record.partition, record.offset) not in seen
+    ]
 
 
 def consumption_gaps(processed: Sequence[Processed]) -> list[str]:

@@ -50,6 +50,10 @@ def test_consumption_must_be_contiguous_within_an_owner_and_between_owners() -> 
     assert checker.consumption_gaps(skipped) == ["A processed partition 0 offset 3 after 1"]
     started_past = processed("A", 1, 0, [0, 1], 0.0) + processed("B", 1, 0, [5, 6], 1.0)
     assert checker.consumption_gaps(started_past) == ["B started partition 0 at 5, only 1 processed before"]
+    acked = [Acked(0, offset, b"", 0.0) for offset in range(8)]
+    assert checker.unprocessed_records(acked, started_past) == [
+        f"partition 0 offset {o}" for o in (2, 3, 4, 7)
+    ]
 
 
 def test_committed_offsets_never_go_backwards() -> None:
