@@ -343,12 +343,15 @@ def consumer_subscribed_topics(subscription: bytes) -> frozenset[str] | None:
         return None
 
 
-# Kafka's mapping of a failed __consumer_offsets append to what the client is told.
+# Kafka's mapping of a failed __consumer_offsets append to what the client is told: that of the
+# group coordinator of a ZooKeeper-mode Kafka (up to 3.9, the Kafka strom's cluster is), whose
+# writes wait for the in-sync replicas as strom's do. The cases differ only in a write that timed
+# out waiting for them: a commit says REQUEST_TIMED_OUT (the client retries it), a group record
+# REBALANCE_IN_PROGRESS (the members rejoin, and the rebalance writes the group again).
 _COORDINATOR_MOVED_OR_UNAVAILABLE: dict[ErrorCode, ErrorCode] = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
 }
@@ -361,11 +364,14 @@ def group_write_error(error: ErrorCode) -> ErrorCode:
     """What a JoinGroup/SyncGroup member is told when writing its group's record failed."""
     if error in _TOO_LARGE:
         return ErrorCode.UNKNOWN_SERVER_ERROR
+    if error == ErrorCode.REQUEST_TIMED_OUT:
+        return ErrorCode.REBALANCE_IN_PROGRESS
     return _COORDINATOR_MOVED_OR_UNAVAILABLE.get(error, error)
 
 
 def offset_write_error(error: ErrorCode) -> ErrorCode:
-    """What an OffsetCommit partition is told when writing its offset failed."""
+    """What an OffsetCommit partition is told when writing its offset failed (REQUEST_TIMED_OUT
+    stays itself)."""
     if error in _TOO_LARGE:
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     return _COORDINATOR_MOVED_OR_UNAVAILABLE.get(error, error)

@@ -1,0 +1,1 @@
+"""A fault campaign against a local strom cluster (``python -m tools.chaos``; docs/chaos.md)."""

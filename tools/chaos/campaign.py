@@ -1,0 +1,472 @@
+"""One campaign: start the cluster, run the workload, inject the seeded faults, heal, check.
+
+The timeline of the run (faults with the roles their target had, leader and ISR changes, client
+errors, rebalances) is written as JSON, and as a plot when matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from strom.protocol.records.header import iter_batch_headers
+
+from . import checker
+from .cluster import ChaosCluster
+from .schedule import FAULT_KINDS, Fault, make_schedule
+from .workload import AdminThread, Evidence, GroupMember, Observer, ProducerThread, Worker
+
+TOPIC = "chaos-events"
+GROUP = "chaos-group"
+PARTITIONS = 6
+PRODUCERS = 2
+MEMBERS = 3
+CONVERGE_TIMEOUT_S = 120.0
+DRAIN_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Settings:
+    seed: int
+    duration_s: float
+    work_dir: Path
+    output_dir: Path
+    brokers: int = 3
+    kinds: tuple[str, ...] = FAULT_KINDS
+
+
+@dataclass
+class Outcome:
+    settings: Settings
+    schedule: list[Fault]
+    findings: checker.Findings
+    faults_by_kind: dict[str, int]
+    converge_s: float | None
+    producer_errors: int
+    records_processed: int
+    timeline_path: Path
+    plot_path: Path | None
+    worker_failures: list[str] = field(default_factory=list)
+
+    @property
+    def violations(self) -> dict[str, list[str]]:
+        found = dict(self.findings.violations)
+        if self.worker_failures:
+            found["client failures"] = self.worker_failures
+        return found
+
+
+def run(settings: Settings, log: Any = print) -> Outcome:
+    settings.output_dir.mkdir(parents=True, exist_ok=True)
+    cluster = ChaosCluster(settings.work_dir, settings.brokers)
+    schedule = make_schedule(settings.seed, settings.duration_s, sorted(cluster.brokers), settings.kinds)
+    log(f"seed {settings.seed}: {len(schedule)} faults over {settings.duration_s:.0f} s")
+    evidence = Evidence()
+    timeline: list[dict[str, Any]] = []
+    failures: list[str] = []
+    cluster.start()
+    started = time.monotonic()
+    try:
+        _create_topic(cluster.bootstrap)
+        observer = Observer("observer", evidence, cluster.bootstrap, GROUP, TOPIC, PARTITIONS)
+        producers = [
+            ProducerThread(f"producer-{i}", evidence, cluster.bootstrap, TOPIC) for i in range(PRODUCERS)
+        ]
+        members = [
+            GroupMember(f"member-{i}", evidence, cluster.bootstrap, GROUP, TOPIC) for i in range(MEMBERS)
+        ]
+        admin = AdminThread("admin", evidence, cluster.bootstrap)
+        workers: list[Worker] = [observer, *producers, *members, admin]
+        for worker in workers:
+            worker.start()
+        campaign_start = time.monotonic()
+        for fault in schedule:
+            _sleep_until(campaign_start + fault.at_s)
+            roles = _roles(observer, fault)
+            log(f"  {fault.describe()}{roles}")
+            timeline.append(
+                {"t": time.monotonic() - started, "event": "fault", **fault.as_json(), "roles": roles}
+            )
+            _inject(cluster, fault)
+            _sleep_until(campaign_start + fault.at_s + fault.duration_s)
+            _heal(cluster, fault)
+            timeline.append(
+                {
+                    "t": time.monotonic() - started,
+                    "event": "healed",
+                    "kind": fault.kind,
+                    "target": fault.target,
+                }
+            )
+        _sleep_until(campaign_start + settings.duration_s)
+        faults_end = time.monotonic()
+        # The faults stop: everything back, then the cluster must converge.
+        cluster.heal_all()
+        converge_s = _wait_converged(cluster, faults_end)
+        log(
+            f"  converged {converge_s:.1f} s after the faults stopped"
+            if converge_s is not None
+            else "  not converged"
+        )
+        for producer in producers:
+            producer.stopping.set()
+        for producer in producers:
+            producer.stop()
+            left = producer.flush(DRAIN_TIMEOUT_S)
+            if left:
+                failures.append(f"{producer.name}: {left} records never got a delivery report")
+        admin.stop()
+        _wait_drained(evidence, DRAIN_TIMEOUT_S)
+        for worker in [*members, observer]:
+            worker.stop()
+        failures.extend(f"{worker.name}: {worker.failure}" for worker in workers if worker.failure)
+        log_contents = _read_log(cluster.bootstrap)
+        findings = _check(evidence, log_contents, campaign_start, faults_end)
+        if converge_s is None:
+            findings.not_converged.append(
+                f"no full ISR within {CONVERGE_TIMEOUT_S:.0f} s of the faults stopping"
+            )
+    finally:
+        cluster.stop()
+    findings.not_converged.extend(checker.replicas_identical(_replica_batches(cluster)))
+    timeline_path, plot_path = _write_timeline(settings, evidence, timeline, started)
+    return Outcome(
+        settings,
+        schedule,
+        findings,
+        dict(Counter(fault.kind for fault in schedule)),
+        converge_s,
+        len([e for e in evidence.client_errors if e[1].startswith("producer")]),
+        len(evidence.processed),
+        timeline_path,
+        plot_path,
+        failures,
+    )
+
+
+def _sleep_until(moment: float) -> None:
+    delay = moment - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _create_topic(bootstrap: str) -> None:
+    """The campaign's topic, once every broker is up (replication factor 3): retried until made."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)])[
+                TOPIC
+            ].result(30)
+            break
+        except KafkaException as error:
+            if error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                break
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    while time.monotonic() < deadline:
+        described = admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC)
+        if (
+            described is not None
+            and described.error is None
+            and all(p.leader >= 0 for p in described.partitions.values())
+        ):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{TOPIC} has no leader for every partition")
+
+
+def _roles(observer: Observer, fault: Fault) -> str:
+    if fault.target is None:
+        return ""
+    snapshot = observer.snapshot
+    roles = []
+    if snapshot.get(-1, (None,))[0] == fault.target:
+        roles.append("controller")
+    led = [str(p) for p, (leader, _) in snapshot.items() if p >= 0 and leader == fault.target]
+    if led:
+        roles.append(f"leader of {TOPIC} {','.join(led)}")
+    return f" ({'; '.join(roles)})" if roles else ""
+
+
+def _inject(cluster: ChaosCluster, fault: Fault) -> None:
+    if fault.kind == "kill":
+        assert fault.target is not None
+        cluster.kill(fault.target)
+    elif fault.kind == "pause":
+        assert fault.target is not None
+        cluster.pause(fault.target)
+    elif fault.kind == "partition-internal":
+        assert fault.target is not None
+        cluster.partition(fault.target, "internal")
+    elif fault.kind == "partition-clients":
+        assert fault.target is not None
+        cluster.partition(fault.target, "client")
+    else:
+        cluster.kill_zookeeper()
+
+
+def _heal(cluster: ChaosCluster, fault: Fault) -> None:
+    if fault.kind == "kill":
+        assert fault.target is not None
+        cluster.restart(fault.target)
+    elif fault.kind == "pause":
+        assert fault.target is not None
+        cluster.resume(fault.target)
+    elif fault.kind in ("partition-internal", "partition-clients"):
+        assert fault.target is not None
+        cluster.heal_network(fault.target)
+    else:
+        cluster.start_zookeeper()
+
+
+def _wait_converged(cluster: ChaosCluster, since: float) -> float | None:
+    """Every broker registered and every partition of every topic led with its full ISR."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 5000})
+    everyone = sorted(cluster.brokers)
+    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            metadata = admin.list_topics(timeout=5)
+            whole = sorted(metadata.brokers) == everyone and metadata.controller_id in everyone
+            for described in metadata.topics.values():
+                if described.error is not None:
+                    whole = False
+                    continue
+                for partition in described.partitions.values():
+                    if partition.leader < 0 or sorted(partition.isrs) != sorted(partition.replicas):
+                        whole = False
+            if whole:
+                return time.monotonic() - since
+        except Exception:
+            pass
+        time.sleep(0.5)
+    return None
+
+
+def _wait_drained(evidence: Evidence, timeout_s: float) -> None:
+    """Until the group has processed every acknowledged record (or the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with evidence.lock:
+            ends: dict[int, int] = {}
+            for record in evidence.acked:
+                ends[record.partition] = max(ends.get(record.partition, -1), record.offset)
+            done: dict[int, int] = {}
+            for event in evidence.processed:
+                done[event.partition] = max(done.get(event.partition, -1), event.offset)
+        if all(done.get(partition, -1) >= end for partition, end in ends.items()):
+            return
+        time.sleep(0.5)
+
+
+def _read_log(bootstrap: str) -> dict[int, dict[int, bytes]]:
+    """Every record of the topic from offset 0, as a consumer without a group reads it."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "chaos-reader",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    found: dict[int, dict[int, bytes]] = {p: {} for p in range(PARTITIONS)}
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+            for p in range(PARTITIONS)
+        }
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and any(
+            len(found[p]) < ends[p] and (max(found[p], default=-1) + 1) < ends[p] for p in range(PARTITIONS)
+        ):
+            for message in consumer.consume(1000, 1.0):
+                if message.error() is None:
+                    found[message.partition()][message.offset()] = message.value()
+    finally:
+        consumer.close()
+    return found
+
+
+def _check(
+    evidence: Evidence, log: dict[int, dict[int, bytes]], start: float, end: float
+) -> checker.Findings:
+    with evidence.lock:
+        findings = checker.Findings(acknowledged=len(evidence.acked))
+        findings.lost = checker.lost_records(evidence.acked, log)
+        findings.duplicates = checker.duplicated_values(log)
+        findings.consumption_gaps = checker.consumption_gaps(evidence.processed)
+        findings.unprocessed = checker.unprocessed_records(evidence.acked, evidence.processed)
+        findings.commit_regressions = checker.commit_regressions(
+            evidence.committed, evidence.observed_commits
+        )
+        findings.double_ownerships = checker.double_ownerships(evidence.assigned)
+        findings.longest_unavailability_s = checker.longest_unavailability(evidence.acked, start, end)
+    return findings
+
+
+def _replica_batches(cluster: ChaosCluster) -> dict[int, dict[int, list[tuple[int, int, int]]]]:
+    """Each replica's batches of each partition of the topic, read from its files (brokers stopped)."""
+    found: dict[int, dict[int, list[tuple[int, int, int]]]] = {}
+    for node_id, broker in cluster.brokers.items():
+        for partition in range(PARTITIONS):
+            directory = broker.process.data_dir / f"{TOPIC}-{partition}"
+            if not directory.is_dir():
+                continue
+            batches: list[tuple[int, int, int]] = []
+            for segment in sorted(directory.glob("*.log")):
+                batches.extend(
+                    (h.base_offset, h.last_offset, h.crc) for h in iter_batch_headers(segment.read_bytes())
+                )
+            found.setdefault(partition, {})[node_id] = batches
+    return found
+
+
+def _write_timeline(
+    settings: Settings, evidence: Evidence, timeline: list[dict[str, Any]], started: float
+) -> tuple[Path, Path | None]:
+    events = list(timeline)
+    with evidence.lock:
+        events += [
+            {"t": at - started, "event": "leader", "partition": partition, "leader": leader, "isr": list(isr)}
+            for at, partition, leader, isr in evidence.leaders
+        ]
+        events += [
+            {"t": at - started, "event": "client-error", "client": client, "error": error}
+            for at, client, error in evidence.client_errors
+        ]
+        events += [
+            {
+                "t": e.at - started,
+                "event": "assigned",
+                "member": e.member,
+                "generation": e.generation,
+                "partitions": list(e.partitions),
+            }
+            for e in evidence.assigned
+        ]
+        acknowledged_per_second = Counter(int(record.at - started) for record in evidence.acked)
+    events.sort(key=lambda event: event["t"])
+    throughput = sorted(acknowledged_per_second.items())
+    path = settings.output_dir / f"timeline-seed-{settings.seed}.json"
+    path.write_text(
+        json.dumps(
+            {
+                "seed": settings.seed,
+                "duration_s": settings.duration_s,
+                "events": events,
+                "acknowledged_per_second": throughput,
+            },
+            indent=1,
+        )
+    )
+    return path, _plot(settings, events, throughput)
+
+
+FAULT_COLOURS = {
+    "kill": "tab:red",
+    "pause": "tab:orange",
+    "partition-internal": "tab:purple",
+    "partition-clients": "tab:blue",
+    "zookeeper-restart": "tab:brown",
+}
+
+
+def _plot(settings: Settings, events: list[dict[str, Any]], throughput: list[tuple[int, int]]) -> Path | None:
+    """Faults as shaded spans; each partition's leader (and the controller) as a step line; client
+    errors as ticks; below, records acknowledged per second."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    figure, (axis, rate) = plt.subplots(
+        2, 1, figsize=(14, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    end = max([event["t"] for event in events] + [float(second) for second, _ in throughput] + [0.0])
+    starts: dict[tuple[str, Any], float] = {}
+    for event in events:
+        if event["event"] == "fault":
+            starts[(event["kind"], event["target"])] = event["t"]
+        elif event["event"] == "healed":
+            begin = starts.pop((event["kind"], event["target"]), None)
+            if begin is not None:
+                for panel in (axis, rate):
+                    panel.axvspan(begin, event["t"], color=FAULT_COLOURS[event["kind"]], alpha=0.2)
+                where = "ZooKeeper" if event["target"] is None else f"broker {event['target']}"
+                axis.text(begin, PARTITIONS + 0.3, f"{event['kind']} {where}", fontsize=7, rotation=20)
+    for partition in range(-1, PARTITIONS):
+        points = [
+            (e["t"], e["leader"]) for e in events if e["event"] == "leader" and e["partition"] == partition
+        ]
+        if points:
+            points.append((end, points[-1][1]))
+            times, leaders = zip(*points, strict=True)
+            axis.step(
+                times,
+                [partition + 0.1 * leader for leader in leaders],
+                where="post",
+                label="controller" if partition < 0 else f"partition {partition}",
+            )
+    errors = [e["t"] for e in events if e["event"] == "client-error"]
+    axis.plot(errors, [-1.6] * len(errors), "|", color="black", label="client errors")
+    axis.set_ylabel("partition + 0.1 x leader id\n(-1: the controller)")
+    axis.set_title(f"chaos campaign, seed {settings.seed}")
+    axis.legend(loc="upper right", fontsize=7, ncol=4)
+    if throughput:
+        seconds, counts = zip(*throughput, strict=True)
+        rate.bar(seconds, counts, width=1.0, align="edge", color="tab:green")
+    rate.set_ylabel("acknowledged / s")
+    rate.set_xlabel("seconds since the cluster started")
+    path = settings.output_dir / f"timeline-seed-{settings.seed}.png"
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
+def summary(outcome: Outcome) -> str:
+    findings = outcome.findings
+    lines = [
+        f"chaos campaign: seed {outcome.settings.seed}, {outcome.settings.duration_s:.0f} s of faults, "
+        f"{outcome.settings.brokers} brokers",
+        "",
+        "| | |",
+        "|---|---:|",
+        *(f"| faults: {kind} | {count} |" for kind, count in sorted(outcome.faults_by_kind.items())),
+        f"| records acknowledged | {findings.acknowledged:,} |",
+        f"| records processed by the group | {outcome.records_processed:,} |",
+        f"| producer errors reported (retried) | {outcome.producer_errors} |",
+        f"| lost | {len(findings.lost)} |",
+        f"| duplicates | {len(findings.duplicates)} |",
+        f"| consumption gaps | {len(findings.consumption_gaps)} |",
+        f"| acknowledged but never processed | {len(findings.unprocessed)} |",
+        f"| committed offset regressions | {len(findings.commit_regressions)} |",
+        f"| double ownerships | {len(findings.double_ownerships)} |",
+        f"| converged after the faults (s) | {'no' if outcome.converge_s is None else f'{outcome.converge_s:.1f}'} |",
+        f"| replicas identical | {'yes' if not any('replicas differ' in item for item in findings.not_converged) else 'no'} |",
+        "",
+        "longest unavailability per partition (s): "
+        + ", ".join(f"{p}: {s:.1f}" for p, s in sorted(findings.longest_unavailability_s.items())),
+        f"timeline: {outcome.timeline_path}" + (f", plot: {outcome.plot_path}" if outcome.plot_path else ""),
+    ]
+    violations = outcome.violations
+    if violations:
+        lines.append("")
+        lines.append("VIOLATIONS:")
+        for name, items in violations.items():
+            lines.append(f"  {name}: {len(items)}, e.g. {items[:3]}")
+    else:
+        lines.append("no violation")
+    return "\n".join(lines)
