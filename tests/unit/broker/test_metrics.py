@@ -74,6 +74,14 @@ def test_records_are_counted_from_batch_headers() -> None:
     # A truncated last batch (a fetch cut at its limit) still counts the header it has.
     assert records_in(data[:-5]) == 6
     assert records_in(data[:30]) == 0
+    # Nothing validated an acks=0 produce: a length that cannot be a batch's ends the count.
+    broken = bytearray(data)
+    broken[8:12] = (-64891).to_bytes(4, "big", signed=True)
+    assert records_in(broken) == 0
+    broken = bytearray(data)
+    second = len(batch([b"a", b"b", b"c"]))
+    broken[second + 8 : second + 12] = (3).to_bytes(4, "big")
+    assert records_in(broken) == 3
 
 
 def test_error_codes_are_found_where_the_version_has_them() -> None:
