@@ -89,8 +89,10 @@ THROUGHPUT_CONFIG: dict[str, object] = {"max.in.flight.requests.per.connection":
 # short, so the figures are the cluster's: it resends what the old leader refused after
 # retry.backoff.ms (default 100, growing to retry.backoff.max.ms 1000), asks for metadata every
 # topic.metadata.refresh.fast.interval.ms (default 100) while a leader is unknown, and tries a dead
-# broker again after reconnect.backoff.ms growing to reconnect.backoff.max.ms (default 10000: a
-# leader that died is noticed to be replaced only at one of those attempts).
+# broker again after reconnect.backoff.ms growing to reconnect.backoff.max.ms (default 10000). A
+# leader that died stays the known leader until metadata says otherwise, and librdkafka asks for
+# metadata about it only now and then (its partition scan runs every second), so the probe asks
+# every topic.metadata.refresh.interval.ms (default 300000) as well.
 PROBE_CONFIG: dict[str, object] = {
     "acks": "all",
     "enable.idempotence": True,
@@ -100,6 +102,7 @@ PROBE_CONFIG: dict[str, object] = {
     "retry.backoff.max.ms": 100,
     "topic.metadata.refresh.fast.interval.ms": 10,
     "reconnect.backoff.max.ms": 100,
+    "topic.metadata.refresh.interval.ms": 100,
 }
 PROBE_WARM_ACKS = 50  # acknowledgements before each try, so the probe is in its steady state
 TRY_TIMEOUT_S = 60.0

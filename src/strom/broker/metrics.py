@@ -66,7 +66,11 @@ _LOG_OVERHEAD_BYTES = 12
 
 
 def records_in(data: bytes | bytearray | memoryview | None) -> int:
-    """Records in the whole v2 batches of ``data``, from each batch header's record count."""
+    """Records in the v2 batches of ``data``, from each batch header's record count (a last batch
+    cut short, as a fetch at its size limit sends it, counts by its header).
+
+    Never raises: it also counts what nobody validated (an acks=0 produce is counted as it came),
+    so it stops at the first length that cannot be a batch's."""
     if not data:
         return 0
     unpack = _BATCH_LENGTH_AND_COUNT.unpack_from
@@ -77,7 +81,7 @@ def records_in(data: bytes | bytearray | memoryview | None) -> int:
         length, records = unpack(data, position)
         if length < _BATCH_HEADER_BYTES - _LOG_OVERHEAD_BYTES:
             break  # no batch (an acks=0 produce is counted whatever it holds): nothing more to count
-        count += records
+        count += max(records, 0)
         position += length + _LOG_OVERHEAD_BYTES
     return count
 

@@ -79,11 +79,14 @@ def test_records_are_counted_from_batch_headers() -> None:
     garbage[len(first) + 8 : len(first) + 12] = (-64891).to_bytes(4, "big", signed=True)
     assert records_in(garbage) == 3
     assert records_in(data[:30]) == 0
-    # Garbage (an acks=0 produce is counted whether it was appended or not): a length too small
-    # for a batch ends the count instead of stepping backwards.
-    garbage = bytearray(data)
-    garbage[8:12] = (-64_891).to_bytes(4, "big", signed=True)
-    assert records_in(bytes(garbage)) == 0
+    # Nothing validated an acks=0 produce: a length that cannot be a batch's ends the count.
+    broken = bytearray(data)
+    broken[8:12] = (-64891).to_bytes(4, "big", signed=True)
+    assert records_in(broken) == 0
+    broken = bytearray(data)
+    second = len(batch([b"a", b"b", b"c"]))
+    broken[second + 8 : second + 12] = (3).to_bytes(4, "big")
+    assert records_in(broken) == 3
 
 
 def test_error_codes_are_found_where_the_version_has_them() -> None:
