@@ -285,12 +285,20 @@ def _read_log(bootstrap: str) -> dict[int, dict[int, bytes]]:
     )
     found: dict[int, dict[int, bytes]] = {p: {} for p in range(PARTITIONS)}
     try:
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
-            for p in range(PARTITIONS)
-        }
+        deadline = time.monotonic() + 300
+        ends: dict[int, int] = {}
+        while len(ends) < PARTITIONS:
+            for partition in range(PARTITIONS):
+                if partition in ends:
+                    continue
+                try:
+                    ends[partition] = consumer.get_watermark_offsets(
+                        TopicPartition(TOPIC, partition), timeout=30
+                    )[1]
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        deadline = time.monotonic() + 120
         while time.monotonic() < deadline and any(
             len(found[p]) < ends[p] and (max(found[p], default=-1) + 1) < ends[p] for p in range(PARTITIONS)
         ):
