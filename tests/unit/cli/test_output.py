@@ -121,6 +121,19 @@ def test_topic_describe_report() -> None:
     assert [line.split() for line in lines if line.startswith("secret")] == [["secret", "(sensitive)"]]
 
 
+def test_topic_describe_report_without_offsets_or_sizes() -> None:
+    # A broker of a cluster down (metadata still names it): leaders, replicas and ISRs are known,
+    # offsets and sizes are not, and show as unknown rather than as zeros.
+    descriptions = {"orders": TopicDescription("orders", [PartitionDescription(0, 3, (3, 1, 2), (3, 1, 2))])}
+    report = describe_report(descriptions, {}, {}, None)
+    [topic] = report.value
+    assert topic["size_bytes"] is None
+    assert topic["partitions"][0]["log_start_offset"] is None
+    assert topic["partitions"][0]["log_end_offset"] is None
+    lines = printed(report).splitlines()
+    assert lines[2].split() == ["0", "3", "3,1,2", "3,1,2", "-", "-", "-", "-"]
+
+
 def test_is_set_on_topic_falls_back_to_is_default_without_a_source() -> None:
     assert is_set_on_topic(ConfigEntry("a", "1", is_default=False, source=-1))
     assert not is_set_on_topic(ConfigEntry("a", "1", is_default=True, source=-1))
