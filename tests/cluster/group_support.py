@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import queue
+import socket
 import threading
 import time
 import warnings
@@ -63,6 +64,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=KAFKA_PYTHON_WARNING, category=DeprecationWarning)
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.net.inet import KafkaNetSocket
     from kafka.structs import MemberState, OffsetAndMetadata
 
 # Sessions outlast the failover (the ZooKeeper session of the dead broker, the election, the
@@ -729,3 +731,31 @@ def wait_received(members: Sequence[ClientMember], count: int, timeout_s: float 
         f"{count} records received",
         timeout_s,
     )
+
+
+def close_kafka_python_refused_sockets(monkeypatch: Any) -> None:
+    """kafka-python 3.0.12 does not close the socket of a connection attempt that fails (to the
+    killed broker): each is left to the garbage collector, whose ResourceWarning then fails
+    whichever later test it happens to run in. For the test using ``monkeypatch``, the sockets a
+    failed attempt made are closed as it fails."""
+    original_connect = KafkaNetSocket.connect
+    original_socket = KafkaNetSocket.socket
+
+    async def connect(self: Any, *arguments: Any, **keywords: Any) -> Any:
+        made: list[socket.socket] = []
+
+        def tracked(*socket_arguments: Any) -> socket.socket:
+            made.append(original_socket(self, *socket_arguments))
+            return made[-1]
+
+        self.socket = tracked
+        try:
+            return await original_connect(self, *arguments, **keywords)
+        except BaseException:
+            for made_socket in made:
+                made_socket.close()
+            raise
+        finally:
+            del self.socket
+
+    monkeypatch.setattr(KafkaNetSocket, "connect", connect)
