@@ -165,6 +165,11 @@ class Controller:
     def shutting_down(self) -> frozenset[int]:
         return frozenset(self._shutting_down)
 
+    @property
+    def topics_to_delete(self) -> frozenset[str]:
+        """The deletion markers under ``/admin/delete_topics`` as last reported."""
+        return frozenset(self._delete_markers)
+
     def offline_partitions(self) -> list[TopicPartition]:
         return sorted(
             tp

@@ -139,10 +139,48 @@ class ControllerDriver:
         except ZkError as error:
             self.resign(f"ZooKeeper failed while reading after a watch: {zk_error_text(error)}")
 
+    def resync(self, skip: frozenset[str] = frozenset()) -> None:
+        """Read again what the brokers, topics and deletions watches report, and catch up where
+        the controller's view differs (``skip``: kinds whose notification is queued already).
+
+        A watch is the controller's only news of a broker coming or going, of a topic created or
+        marked for deletion; one notification lost (a connection dropped at the wrong moment)
+        would leave the controller deaf to it for good. Three small reads every few seconds bound
+        that to the interval. A kind that differs is logged, then read again with a new watch, as
+        if its watch had fired."""
+        if self.lease is None:
+            return
+        missed: list[str] = []
+        try:
+            if BROKERS_WATCH not in skip and self._zk.read_live_brokers() != self.controller.live_brokers:
+                missed.append(BROKERS_WATCH)
+            if TOPICS_WATCH not in skip and set(self._zk.read_topic_names()) != set(self._topics):
+                missed.append(TOPICS_WATCH)
+            if (
+                DELETIONS_WATCH not in skip
+                and self._zk.read_topics_to_delete() != self.controller.topics_to_delete
+            ):
+                missed.append(DELETIONS_WATCH)
+        except ZkError as error:
+            self.resign(f"ZooKeeper failed while checking the watches: {zk_error_text(error)}")
+            return
+        for kind in missed:
+            log.warning(
+                "controller %d: ZooKeeper's %s differ from what the watch reported (a notification "
+                "was lost or is late); reading them again",
+                self.node_id,
+                kind,
+            )
+            self.refresh(kind)
+
     def refresh_topic_config(self, name: str) -> None:
         if self.lease is None:
             return
-        config = self._zk.read_topic_configs([name]).get(name, {})
+        try:
+            config = self._zk.read_topic_configs([name]).get(name, {})
+        except ZkError as error:
+            self.resign(f"ZooKeeper failed while reading the config of {name}: {zk_error_text(error)}")
+            return
         self.handle(TopicConfigChanged(name, config))
 
     def _watch_topics(self) -> None:

@@ -217,13 +217,15 @@ class KazooStore:
             else:
                 restored = list(self._lost.values())
                 self._lost.clear()
+        # The lost watches fire before the listeners hear CONNECTED: an owner that checks
+        # everything on reconnection then knows which notifications are already on their way.
+        for path, watch in restored:
+            self._fire(watch, WatchEvent(WatchKind.RECONNECTED, path))
         for listener in list(self._listeners):
             try:
                 listener(event)
             except Exception:
                 log.exception("ZooKeeper session listener failed on %s", event.value)
-        for path, watch in restored:
-            self._fire(watch, WatchEvent(WatchKind.RECONNECTED, path))
 
     @staticmethod
     def _fire(watch: Watch, event: WatchEvent) -> None:

@@ -115,12 +115,20 @@ class MemoryZooKeeper:
             client._lost_watches.extend(self._take_watches(client.session_id))
         client._set_connected(False)
 
+    def drop_watches(self, client: MemoryZkClient) -> None:
+        """Forget ``client``'s watches without telling it: a notification lost on its way."""
+        self._take_watches(client.session_id)
+
     def reconnect(self, client: MemoryZkClient) -> None:
-        """The connection is back within the session: the watches it lost fire (RECONNECTED)."""
-        client._set_connected(True)
+        """The connection is back within the session: the watches it lost fire (RECONNECTED),
+        then the listeners hear CONNECTED (as ``KazooStore`` orders them)."""
+        if client._connected:
+            return
+        client._connected = True
         lost, client._lost_watches = client._lost_watches, []
         for path, watch in lost:
             watch(WatchEvent(WatchKind.RECONNECTED, path))
+        client._notify(SessionEvent.CONNECTED)
 
     def _take_watches(self, session_id: int) -> list[tuple[str, Watch]]:
         taken: list[tuple[str, Watch]] = []

@@ -20,6 +20,13 @@ ZooKeeper client reports a new session after an expiry, the thread resigns the c
 it held it, registers again (a new broker epoch, told to the broker through
 ``on_registered``), watches again and competes for the controllership again; the controller
 handles it as a bounced broker. The broker keeps serving meanwhile.
+
+**Watches.** A newer watch on the same thing supersedes an older one: the older one's
+notification is dropped (the read that armed the newer one saw that change already), so reading
+again never piles watches up. The controller reads brokers, topics and deletions again every
+``RESYNC_TICKS`` ticks and after a reconnection (``ControllerDriver.resync``): a notification
+lost anywhere between ZooKeeper and this thread costs at most that interval, never the
+controller's hearing for good. Ticks come on time however busy the queue is.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import concurrent.futures
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,7 +44,7 @@ from strom.base.clock import Clock
 from strom.cluster.actions import BrokerCommand, ControllerReply, UncleanElection
 from strom.cluster.config import ControllerConfig
 from strom.cluster.controller import Controller
-from strom.cluster.controller_driver import ControllerDriver
+from strom.cluster.controller_driver import CONTROLLER_WATCH, ControllerDriver
 from strom.cluster.events import ControllerEvent, Tick
 from strom.cluster.model import BrokerRegistration
 from strom.cluster.zk_store import SessionEvent, Watch, WatchEvent, ZkError, ZkStore, zk_error_text
@@ -47,6 +55,8 @@ log = logging.getLogger("strom.cluster.node")
 T = TypeVar("T")
 
 CONFIG_CHANGES_WATCH = "config-changes"
+# Every this many ticks the controller checks its watches against ZooKeeper (see the docstring).
+RESYNC_TICKS = 5
 
 
 @dataclass
@@ -94,6 +104,11 @@ class ClusterNode:
         self._config_changes_seen: str | None = None
         self._controller_epoch = -1
         self._live_brokers: Mapping[int, BrokerRegistration] = {}
+        # The newest watch of each kind (see ``_watch``), and the kinds whose notification waits
+        # in the queue.
+        self._watch_generations: dict[str, int] = {}
+        self._queued_watches: set[str] = set()
+        self._ticks = 0
         self.cluster_id = ""
         self.driver = ControllerDriver(
             self.zk,
@@ -168,7 +183,15 @@ class ClusterNode:
     # ---- the thread ----------------------------------------------------------------------------------
 
     def _watch(self, kind: str) -> Watch:
+        """A watch of ``kind`` that supersedes the earlier ones of that kind: when one of those
+        fires, nothing is queued (the read arming this one saw that change already)."""
+        generation = self._watch_generations.get(kind, 0) + 1
+        self._watch_generations[kind] = generation
+
         def fire(_event: WatchEvent) -> None:
+            if self._watch_generations.get(kind) != generation:
+                return
+            self._queued_watches.add(kind)
             self._queue.put(("watch", kind))
 
         return fire
@@ -177,11 +200,18 @@ class ClusterNode:
         self._queue.put(("session", event))
 
     def _run(self) -> None:
+        next_tick = time.monotonic() + self._tick_interval_s
         while True:
-            try:
-                kind, item = self._queue.get(timeout=self._tick_interval_s)
-            except queue.Empty:
+            now = time.monotonic()
+            if now >= next_tick:
+                # On time even when the queue never empties (ISR proposals under load).
                 kind, item = "tick", None
+                next_tick = now + self._tick_interval_s
+            else:
+                try:
+                    kind, item = self._queue.get(timeout=next_tick - now)
+                except queue.Empty:
+                    continue
             if kind == "stop":
                 self._leave()
                 return
@@ -208,13 +238,22 @@ class ClusterNode:
         elif kind == "event":
             self.driver.handle(item)
         elif kind == "watch":
+            self._queued_watches.discard(item)
             if item == CONFIG_CHANGES_WATCH:
                 self._read_config_changes()
+            elif item == CONTROLLER_WATCH:
+                # Competing again arms the watch again; when ZooKeeper fails it is tried again
+                # (a broker that lost this watch would never compete again).
+                self._elect()
             else:
                 self.driver.refresh(item)
         elif kind == "tick":
+            self._ticks += 1
             if self.driver.lease is not None:
                 self.driver.handle(Tick())
+                if self._ticks % RESYNC_TICKS == 0:
+                    self._resync()
+
         elif kind == "elect":
             self._elect()
         elif kind == "session":
@@ -229,8 +268,8 @@ class ClusterNode:
             log.warning("competing for the controllership failed (%s); trying again", zk_error_text(error))
             self._retry_later("elect")
 
-    def _retry_later(self, kind: str) -> None:
-        timer = threading.Timer(self._tick_interval_s, lambda: self._queue.put((kind, None)))
+    def _retry_later(self, kind: str, item: Any = None) -> None:
+        timer = threading.Timer(self._tick_interval_s, lambda: self._queue.put((kind, item)))
         timer.daemon = True
         timer.start()
 
@@ -243,6 +282,14 @@ class ClusterNode:
             return
         if event is SessionEvent.CONNECTED and self._session_lost and not self._stopping:
             self._rejoin()
+        elif event is SessionEvent.CONNECTED:
+            # The same session again: the watches lost with the connection fire RECONNECTED;
+            # check them all the same.
+            self._resync()
+            self._read_config_changes()
+
+    def _resync(self) -> None:
+        self.driver.resync(skip=frozenset(self._queued_watches))
 
     def _rejoin(self) -> None:
         try:
@@ -271,7 +318,9 @@ class ClusterNode:
                 return
             configs = self.zk.read_topic_configs(list(changes.topics))
         except ZkError as error:
-            log.warning("reading topic config changes failed: %s", zk_error_text(error))
+            # Its watch may not be set again: read again soon, whatever ZooKeeper says then.
+            log.warning("reading topic config changes failed (%s); trying again", zk_error_text(error))
+            self._retry_later("watch", CONFIG_CHANGES_WATCH)
             return
         self._outputs.topic_configs({topic: configs.get(topic, {}) for topic in changes.topics})
         for topic in changes.topics:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 
@@ -171,17 +172,17 @@ def test_leaving_deregisters_and_resigns(server: MemoryZooKeeper) -> None:
     assert reader.read_controller() is None
 
 
-def test_requests_for_the_controller_are_refused_by_a_broker_that_is_not(server: MemoryZooKeeper) -> None:
+def follower_of_another_controller(
+    server: MemoryZooKeeper, recorder: Recorder
+) -> tuple[ClusterNode, MemoryZkClient]:
+    """A started node for broker 2 while another broker (a session of the test's, returned) holds
+    the controllership; the holder is made before the node's thread starts, so the in-memory
+    server is used by one thread at a time."""
     from strom.cluster import znodes
-    from strom.cluster.events import ControlledShutdownReceived
-    from strom.protocol.errors import ErrorCode
 
-    # Another broker (a session of the test's) holds the controllership; only then does the node's
-    # thread start, so the in-memory server is used by one thread at a time.
     holder = server.connect("/c")
     ClusterZooKeeper(holder, ManualClock()).ensure_layout()
     holder.create(znodes.CONTROLLER_PATH, znodes.encode_controller(9, 0), ephemeral=True)
-    recorder = Recorder()
     follower = ClusterNode(
         server.connect("/c"),
         registration(2),
@@ -189,11 +190,73 @@ def test_requests_for_the_controller_are_refused_by_a_broker_that_is_not(server:
         ManualClock(),
         recorder.outputs(),
         stale_registration_wait_ms=0,
+        tick_interval_ms=20,
     )
     follower.join()
     follower.start()
+    return follower, holder
+
+
+def test_requests_for_the_controller_are_refused_by_a_broker_that_is_not(server: MemoryZooKeeper) -> None:
+    from strom.cluster.events import ControlledShutdownReceived
+    from strom.protocol.errors import ErrorCode
+
+    recorder = Recorder()
+    follower, _holder = follower_of_another_controller(server, recorder)
     follower.post(ControlledShutdownReceived("k", 2, follower.registration.epoch))
     (reply,) = recorder.next("reply")
     assert isinstance(reply, ControllerReply)
     assert (reply.key, reply.error) == ("k", ErrorCode.NOT_CONTROLLER)
+    follower.stop()
+
+
+def test_a_lost_watch_notification_costs_the_controller_one_resync_not_its_hearing(
+    server: MemoryZooKeeper, node: tuple[ClusterNode, Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster_node, recorder = node
+    assert recorder.next("controller") == (True, 1)
+    store = cluster_node.store
+    assert isinstance(store, MemoryZkClient)
+    # On the node's thread: the in-memory server is used by one thread at a time.
+    cluster_node.submit(lambda _zk: server.drop_watches(store)).result(WAIT_S)
+    other = cluster_node.submit(lambda _zk: server.connect("/c")).result(WAIT_S)
+    cluster_node.submit(
+        lambda _zk: ClusterZooKeeper(other, ManualClock()).register_broker(registration(2), stale_wait_ms=0)
+    ).result(WAIT_S)
+    while True:
+        (live,) = recorder.next("live_brokers")
+        assert isinstance(live, Mapping)
+        if sorted(live) == [1, 2]:
+            break
+    assert "differ from what the watch reported" in caplog.text
+
+
+def test_ticks_come_on_time_while_the_queue_never_empties(node: tuple[ClusterNode, Recorder]) -> None:
+    cluster_node, recorder = node
+    recorder.next("controller")
+    ticks_before = cluster_node._ticks
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        # Always more work queued than the thread can take: the queue is never empty.
+        for _ in range(100):
+            cluster_node.submit(lambda _zk: None)
+        cluster_node.submit(lambda _zk: None).result(WAIT_S)
+    # 0.5 s of 20 ms ticks: about 25 (the loop never waits on an empty queue).
+    assert cluster_node._ticks - ticks_before >= 10
+
+
+def test_a_broker_whose_controller_watch_fails_to_read_competes_again(server: MemoryZooKeeper) -> None:
+    recorder = Recorder()
+    follower, holder = follower_of_another_controller(server, recorder)
+    store = follower.store
+    assert isinstance(store, MemoryZkClient)
+
+    def controller_goes_while_the_connection_is_down(_zk: ClusterZooKeeper) -> None:
+        holder.close()  # /controller goes: the node's watch fires (its read comes later)
+        server.disconnect(store)  # ... and that read fails
+
+    # On the node's thread: the in-memory server is used by one thread at a time.
+    follower.submit(controller_goes_while_the_connection_is_down).result(WAIT_S)
+    follower.submit(lambda _zk: server.reconnect(store)).result(WAIT_S)
+    assert recorder.next("controller") == (True, 1)
     follower.stop()
