@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import struct
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -330,7 +330,38 @@ class Segment:
             return
         position, _header = found
         self._truncate_file(position)
-        self.recover()
+        self._forget_from(position)
+
+    def _forget_from(self, position: int) -> None:
+        """The batches from ``position`` on were cut: their index
+        entries go and the facts are those of what is left, reading again only the batches after
+        the last offset index entry kept — not the whole segment, which ``recover`` would validate
+        again batch by batch (a follower cutting a divergent tail does this on the event loop)."""
+        kept = bisect_left(self._index_positions, position)
+        del self._index_offsets[kept:]
+        del self._index_positions[kept:]
+        # A time index entry is made with an offset index entry, when the running maximum grew,
+        # and names the batch holding it: those made at the entries kept name batches up to the
+        # last one kept, those made later name batches after it.
+        last_kept = self._index_offsets[-1] if self._index_offsets else self.base_offset - 1
+        while self._time_offsets and self._time_offsets[-1] > last_kept:
+            self._time_offsets.pop()
+            self._time_timestamps.pop()
+        start = self._index_positions[-1] if self._index_positions else 0
+        self.next_offset = self.base_offset
+        self.max_timestamp_ms = self._time_timestamps[-1] if self._time_timestamps else -1
+        self.max_timestamp_base_offset = self._time_offsets[-1] if self._time_offsets else -1
+        self._bytes_since_index_entry = 0
+        if start == 0:
+            self.rolling_base_ms = None
+        for batch_position, kept_header in self.scan_headers(start, position):
+            if batch_position == 0:
+                self.rolling_base_ms = kept_header.max_timestamp
+            self._note_batch_facts(
+                kept_header.base_offset, kept_header.last_offset, kept_header.max_timestamp
+            )
+            self._bytes_since_index_entry += kept_header.size_bytes
+        self.index_files_current = False
 
     def fsync(self) -> None:
         """fsync the log file (safe from a worker thread; a closed segment is skipped)."""

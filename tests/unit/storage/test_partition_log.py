@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from strom.protocol.records.header import compute_crc, iter_batch_headers, parse_batch_header
 from strom.storage.config import LogConfig
 from strom.storage.errors import LogFileError, OffsetOutOfRangeError, RecordTooLargeError
+from strom.storage.segment import Segment
 
 from .conftest import OpenLog
 from .helpers import T0_MS, append, make_batch, read_all, read_values
@@ -304,3 +306,36 @@ def test_a_write_failing_after_part_of_a_request_was_written_takes_that_part_bac
     assert log.log_end_offset == 1 and log.segment_base_offsets == [0]
     assert [offset for offset, _, _ in read_all(log)] == [0]
     assert append(log, batch).base_offset == 1
+
+
+def segment_facts(segment: Segment) -> tuple[object, ...]:
+    """What a truncation must leave exactly as a whole recovery of the segment would."""
+    return (
+        segment.next_offset,
+        segment.size_bytes,
+        segment.max_timestamp_ms,
+        list(segment._index_offsets),
+        list(segment._index_positions),
+        segment._bytes_since_index_entry,
+        list(segment._time_timestamps),
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_truncate_to_leaves_the_indexes_a_full_recovery_would_build(open_log: OpenLog, seed: int) -> None:
+    """Truncation drops the index entries past the cut and reads again only the batches after
+    the last entry kept; the indexes and facts must be those ``recover`` builds from the file."""
+    chooser = random.Random(seed)
+    log = open_log(LogConfig(index_interval_bytes=300))
+    timestamp = T0_MS
+    for _ in range(60):
+        timestamp += chooser.randint(-5, 10)  # not monotonic: the running maximum matters
+        values = [b"v" * chooser.randint(1, 80) for _ in range(chooser.randint(1, 3))]
+        append(log, make_batch(values, timestamp_ms=timestamp))
+    cuts = sorted(chooser.sample(range(1, log.log_end_offset), 8), reverse=True)
+    for cut in cuts:
+        log.truncate_to(cut)
+        segment = log._segments[-1]
+        truncated = segment_facts(segment)
+        segment.recover()
+        assert truncated == segment_facts(segment), f"cut at {cut}"

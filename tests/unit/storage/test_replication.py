@@ -20,7 +20,7 @@ from strom.storage.leader_epoch import (
     write_checkpoint,
 )
 from strom.storage.log_manager import LogManager
-from strom.storage.partition_log import PartitionLog
+from strom.storage.partition_log import PRODUCER_STATE_COPY_BATCHES, PartitionLog
 
 from .conftest import OpenLog
 from .helpers import T0_MS, append, make_batch, read_all, read_values
@@ -143,6 +143,48 @@ def test_truncation_cuts_epochs_caps_the_high_watermark_and_rebuilds_producer_st
     append(log, make_batch([b"z"], producer_id=9, producer_epoch=0, base_sequence=4))
     assert [offset for offset, _, _ in read_all(log)] == [0, 1, 2, 3, 4]
     assert log.leader_epochs.entries == ((1, 0), (6, 4))
+
+
+def test_truncation_rebuilds_producer_state_from_the_newest_in_memory_copy_below_the_cut(
+    open_log: OpenLog,
+) -> None:
+    """Thousands of small batches, no snapshot on disk: the state after a cut is the one a full
+    replay gives, and it is rebuilt from a copy taken every PRODUCER_STATE_COPY_BATCHES batches."""
+    log = open_log()
+    log.become_leader(0)
+    sequences = {7: -1, 8: -1}
+    history: list[dict[int, int]] = []  # the last sequence of each producer after offset i
+    for index in range(2 * PRODUCER_STATE_COPY_BATCHES + 150):
+        producer_id = 7 if index % 3 else 8
+        sequences[producer_id] += 1
+        append(
+            log,
+            make_batch(
+                [b"v"], producer_id=producer_id, producer_epoch=0, base_sequence=sequences[producer_id]
+            ),
+        )
+        history.append(dict(sequences))
+
+    def copies() -> list[int]:
+        return [covered for covered, _entries in log._producer_state_copies]
+
+    def expected(cut: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        return (0, history[cut - 1][7]), (0, history[cut - 1][8])
+
+    assert copies() == [PRODUCER_STATE_COPY_BATCHES, 2 * PRODUCER_STATE_COPY_BATCHES]
+    cut = 2 * PRODUCER_STATE_COPY_BATCHES + 100
+    log.truncate_to(cut)  # replays the 100 headers after the newest copy
+    assert (log.producer_state(7), log.producer_state(8)) == expected(cut)
+    assert copies() == [2 * PRODUCER_STATE_COPY_BATCHES, cut]  # the state as rebuilt is a copy too
+    # A cut below every copy drops them all and replays the log from its start.
+    cut = PRODUCER_STATE_COPY_BATCHES + 10
+    log.truncate_to(cut)
+    assert (log.producer_state(7), log.producer_state(8)) == expected(cut)
+    assert copies() == [cut]
+    # What a reopen finds (the headers replayed from the log's start) is the same.
+    log.close()
+    reopened = open_log()
+    assert (reopened.producer_state(7), reopened.producer_state(8)) == expected(cut)
 
 
 def test_truncation_below_the_first_segment_restarts_the_log_empty(open_log: OpenLog) -> None:

@@ -11,6 +11,12 @@ this broker's log end: that is how the leader learns its progress.
 A partition the leader refuses (not the leader yet or any more, an epoch it does not know) waits a
 moment and is asked again; the controller's next LeaderAndIsr moves it to another fetcher or makes
 it a leader. A broken connection is opened again after a pause.
+
+A partition added while the fetch in flight long-polls (``replica.fetch.wait.max.ms``) must not wait
+for it: the leader answers one request of a connection at a time, so the fetcher gives that
+connection up (nothing was appended from it; the next fetch asks again from the same log end) and
+asks on a new one at once. This is what makes a leadership change quick: the new leader's high
+watermark needs its followers' fetches, and they used to wait up to the whole long poll to start.
 """
 
 from __future__ import annotations
@@ -45,6 +51,12 @@ FINAL_SESSION_EPOCH = -1  # a sessionless fetch
 # again after this long.
 PARTITION_BACKOFF_MS = 200
 CONNECTION_BACKOFF_MS = 200
+# ... but a partition refused because the leader has not applied the controller's LeaderAndIsr yet
+# (NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH: the controller tells leader and followers at the
+# same time, over separate connections) is asked again soon: the leader's high watermark waits
+# for this follower.
+LEADER_NOT_READY_BACKOFF_MS = 20
+LEADER_NOT_READY_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH})
 # Beyond the long poll itself, how long an answer may take before the connection is given up.
 REQUEST_TIMEOUT_SLACK_MS = 30_000
 
@@ -106,12 +118,20 @@ class ReplicaFetcher:
         self._peer: PeerConnection | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # The connection a long-polling Fetch is waiting on, and whether it was given up on purpose.
+        self._long_poll: PeerConnection | None = None
+        self._interrupted = False
 
     def add(self, partition: FollowedPartition) -> None:
         self.partitions[partition.topic_partition] = partition
         self._changed.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
+        elif self._long_poll is not None:
+            # The new partition would wait for the long poll in flight: give it up (see the module docs).
+            peer, self._long_poll = self._long_poll, None
+            self._interrupted = True
+            peer.close(PeerError(f"fetch from broker {self.leader_id} given up: a partition was added"))
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
@@ -144,6 +164,9 @@ class ReplicaFetcher:
             try:
                 worked = await self._step()
             except PeerError as error:
+                if self._interrupted:
+                    self._interrupted = False
+                    continue
                 log.debug("fetching from broker %d: %s", self.leader_id, error)
                 await asyncio.sleep(CONNECTION_BACKOFF_MS / 1000)
                 continue
@@ -178,8 +201,9 @@ class ReplicaFetcher:
         await self._fetch(fetching)
         return True
 
-    def _delay(self, partition: FollowedPartition) -> None:
-        partition.delayed_until_ms = self._clock.monotonic_ms() + PARTITION_BACKOFF_MS
+    def _delay(self, partition: FollowedPartition, error: ErrorCode | None = None) -> None:
+        backoff_ms = LEADER_NOT_READY_BACKOFF_MS if error in LEADER_NOT_READY_ERRORS else PARTITION_BACKOFF_MS
+        partition.delayed_until_ms = self._clock.monotonic_ms() + backoff_ms
 
     # ---- truncation ----------------------------------------------------------------------------
 
@@ -220,15 +244,16 @@ class ReplicaFetcher:
                     continue
                 partition = asked_partition
                 answered.add(tp)
+                error = ErrorCode(result.error_code)
                 offset = partition.follower.on_epoch_answer(
-                    ErrorCode(result.error_code),
+                    error,
                     result.leader_epoch,
                     result.end_offset,
                     partition.log.leader_epochs,
                     partition.log.log_end_offset,
                 )
                 if offset is None:
-                    self._delay(partition)
+                    self._delay(partition, error)
                 else:
                     self._truncate_to(partition, offset)
         for tp, partition in asked.items():
@@ -280,12 +305,18 @@ class ReplicaFetcher:
             rack_id="",
         )
         sent = {partition.topic_partition: partition for partition in partitions}
-        response = await self._connection().request(
-            request,
-            FETCH_VERSION,
-            FetchResponse,
-            config.replica_fetch_wait_max_ms + REQUEST_TIMEOUT_SLACK_MS,
-        )
+        self._interrupted = False
+        peer = self._long_poll = self._connection()
+        try:
+            response = await peer.request(
+                request,
+                FETCH_VERSION,
+                FetchResponse,
+                config.replica_fetch_wait_max_ms + REQUEST_TIMEOUT_SLACK_MS,
+            )
+        finally:
+            if self._long_poll is peer:
+                self._long_poll = None
         if response.error_code != ErrorCode.NONE:
             for partition in partitions:
                 self._delay(partition)
@@ -315,7 +346,7 @@ class ReplicaFetcher:
             return
         if error != ErrorCode.NONE:
             log.debug("%s: leader %d answered %s", partition.topic_partition, self.leader_id, error.name)
-            self._delay(partition)
+            self._delay(partition, error)
             return
         records = data.records
         if records:

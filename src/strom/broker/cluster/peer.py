@@ -59,6 +59,9 @@ class PeerConnection:
                 failure = PeerError(f"cannot connect to {self.host}:{self.port}: {error or 'timed out'}")
                 self._closed_error = failure
                 raise failure from None
+            if self._closed_error is not None:  # closed while connecting (a fetcher gave it up)
+                writer.close()
+                raise self._closed_error
             self._writer = writer
             self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
             return writer

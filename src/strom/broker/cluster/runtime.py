@@ -114,6 +114,8 @@ TICKS_PER_ISR_CHECK = 5
 META_PROPERTIES_FILE_NAME = "meta.properties"
 # Each step of leaving the cluster gets at most this long.
 STOP_STEP_TIMEOUT_S = 10
+# A controller shutting down waits at most this long for its last commands to be delivered.
+CONTROLLER_DRAIN_TIMEOUT_MS = 2_000
 
 
 class ClusterStartError(Exception):
@@ -331,7 +333,18 @@ class ClusterReplication:
 
     async def controlled_shutdown(self) -> None:
         """SIGTERM: ask the controller to move this broker's leaderships away (it answers with
-        those it could not move: nothing else in their ISR), retrying a few times, while serving."""
+        those it could not move: nothing else in their ISR), retrying a few times, while serving.
+        When this broker is the controller, what it told the others (the new leaders, the new
+        metadata) is delivered before it goes (at most ``CONTROLLER_DRAIN_TIMEOUT_MS``): resigning
+        drops whatever is still queued, and the next controller would resend it only once elected."""
+        await self._move_leaderships()
+        if self.is_controller and not await self.senders.drain(CONTROLLER_DRAIN_TIMEOUT_MS):
+            log.warning(
+                "controlled shutdown: the controller's commands were not all delivered within %d ms",
+                CONTROLLER_DRAIN_TIMEOUT_MS,
+            )
+
+    async def _move_leaderships(self) -> None:
         settings = self.settings
         if not settings.controlled_shutdown_enable or self.node is None or self.registration is None:
             return

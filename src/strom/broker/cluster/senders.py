@@ -7,6 +7,11 @@ pause, over a new connection) until it is answered, the broker's registration ch
 restarted: its queue is dropped, the controller sends it a full state anyway) or the controller
 resigns (every queue is dropped; the next controller resends everything). Commands to this broker
 itself are handed to it directly, in the same order, without a socket.
+
+A controller that is shutting down (SIGTERM) first waits for what it queued to be delivered
+(``drain``): the LeaderAndIsr and UpdateMetadata that move its own leaderships away would otherwise
+be dropped as it resigns, and the others would learn the new leaders only from the next
+controller, tens of milliseconds later.
 """
 
 from __future__ import annotations
@@ -53,20 +58,24 @@ class _Sender:
     async def run(self) -> None:
         while not self.stopped:
             command = await self.queue.get()
-            while not self.stopped:
-                try:
-                    await _send(self._connection(), command)
-                    break
-                except PeerError as error:
-                    log.debug(
-                        "controller command to broker %d failed (%s); retrying", command.broker_id, error
-                    )
-                    await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
-                except Exception:
-                    log.exception(
-                        "cannot send %s to broker %d; dropped", type(command).__name__, command.broker_id
-                    )
-                    break
+            try:
+                await self._deliver(command)
+            finally:
+                self.queue.task_done()
+
+    async def _deliver(self, command: BrokerCommand) -> None:
+        while not self.stopped:
+            try:
+                await _send(self._connection(), command)
+                return
+            except PeerError as error:
+                log.debug("controller command to broker %d failed (%s); retrying", command.broker_id, error)
+                await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
+            except Exception:
+                log.exception(
+                    "cannot send %s to broker %d; dropped", type(command).__name__, command.broker_id
+                )
+                return
 
     def stop(self) -> None:
         self.stopped = True
@@ -145,6 +154,21 @@ class ControllerSenders:
                 await self._deliver_locally(command)
             except Exception:
                 log.exception("applying the controller's %s to this broker failed", type(command).__name__)
+            finally:
+                self._local.task_done()
+
+    async def drain(self, timeout_ms: int) -> bool:
+        """Wait until every command queued so far has been delivered (answered by its broker, or
+        applied here), at most ``timeout_ms``; whether they all were."""
+        queues = [sender.queue for sender in self._senders.values() if not sender.stopped]
+        if self._local_task is not None:
+            queues.append(self._local)
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await asyncio.gather(*(queue.join() for queue in queues))
+        except TimeoutError:
+            return False
+        return True
 
     def keep_only(self, live: Mapping[int, BrokerRegistration]) -> None:
         """The controller's live brokers changed: stop sending to those that left."""
@@ -160,6 +184,7 @@ class ControllerSenders:
         self._senders.clear()
         while not self._local.empty():
             self._local.get_nowait()
+            self._local.task_done()
 
     async def close(self) -> None:
         self.drop_all()
