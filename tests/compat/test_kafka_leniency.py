@@ -8,6 +8,9 @@
   is no valid name: Metadata answers an error for it.
 - Produce v3+ with no record batch or several for one partition: Kafka refuses the partition with
   INVALID_RECORD (``ProduceRequest.validateRecords``), and so does strom, with Kafka's message.
+- A produce to ``__consumer_offsets``: Kafka refuses it with INVALID_TOPIC_EXCEPTION ("Cannot append
+  to internal topic"; only its own admin client id may), and so does strom: the coordinator
+  replays that topic into group state on every start.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from strom.client.consumer import Consumer
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
+from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from strom.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from strom.protocol.messages.metadata import MetadataResponse
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 from strom.protocol.records.header import CRC_OFFSET, MAGIC_OFFSET, parse_batch_header
@@ -146,3 +151,39 @@ def test_a_partition_with_no_batch_or_several_is_refused_as_kafka_refuses_it(
         assert says in (refused.error_message or "")
         accepted = produce(client, topic, assemble(records(1), count=1))
         assert (accepted.error_code, accepted.base_offset) == (ErrorCode.NONE, 0), "nothing was appended"
+
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def test_a_produce_to_the_offsets_topic_is_refused_as_kafka_refuses_it(shared_broker: BrokerProcess) -> None:
+    with WireClient(shared_broker.port) as client:
+        found = client.round_trip(
+            FindCoordinatorRequest(key="leniency-group", key_type=0), FindCoordinatorResponse, 2
+        )
+        assert found.error_code in (ErrorCode.NONE, ErrorCode.COORDINATOR_NOT_AVAILABLE), found
+        offsets_before = _offsets_topic_end(client)
+        refused = produce(client, OFFSETS_TOPIC, assemble(records(1, key=b"k"), count=1))
+        assert refused.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION, refused
+        assert f"Cannot append to internal topic {OFFSETS_TOPIC}" in (refused.error_message or "")
+        assert _offsets_topic_end(client) == offsets_before
+
+
+def _offsets_topic_end(client: WireClient) -> int:
+    """The log end of __consumer_offsets partition 0, once FindCoordinator has made the topic."""
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name=OFFSETS_TOPIC,
+                partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)],
+            )
+        ],
+    )
+    deadline = time.monotonic() + READ_DEADLINE_S
+    while True:
+        [partition] = client.round_trip(request, ListOffsetsResponse, 5).topics[0].partitions
+        if partition.error_code == ErrorCode.NONE:
+            return int(partition.offset)
+        assert time.monotonic() < deadline, partition
+        time.sleep(0.1)

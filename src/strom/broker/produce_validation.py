@@ -10,10 +10,10 @@ decompresses to the 256 MiB cap took the loop for seconds, and every other clien
 - Records beyond the bound are checked in a worker thread (``limits.produce_validation_threads``)
   while the loop serves everyone else, decompressed into a memory mapping (``decompress_mapped``:
   freeing hundreds of MiB of ``bytes`` would hold the GIL, and so the loop, for ~100 ms). A
-  compressed batch first reserves the most it may
-  decompress to (the cap) from a budget of decompressed bytes in flight
-  (``limits.produce_validation_bytes_in_flight_max``), waiting in its thread until the budget has
-  room, and keeps only what it really decompressed to once that is known, until it is checked.
+  compressed batch first reserves the most it may decompress to (the cap) from a budget of
+  decompressed bytes in flight (``limits.produce_validation_bytes_in_flight_max``), waiting in its
+  thread until the budget has room, and keeps only what it really decompressed to once that is
+  known, until it is checked.
 - Appends to one partition keep the order in which their produces reached ``check``: while a
   partition has records being checked in a thread, every later produce to it queues behind them
   (its own records still checked at once if cheap, or in a thread meanwhile) and appends only once

@@ -11,7 +11,8 @@ offset, and the bytes are appended as they came. A partition's records are one b
 requires of Produce v3 and later (none, or several, are INVALID_RECORD). A partition whose records
 fail any check gets CORRUPT_MESSAGE (bad CRC, unknown codec, undecompressable data or more of it
 than ``limits.decompressed_batch_bytes_max``) or INVALID_RECORD (the rest, with the culprit records
-listed where Kafka lists them) and none of its records are appended. Which partitions this broker
+listed where Kafka lists them) and none of its records are appended. Internal topics
+(``__consumer_offsets``) are INVALID_TOPIC_EXCEPTION, as in Kafka. Which partitions this broker
 may append to, and whether acks=-1 waits for other replicas, is the ``Replication``'s to say: a
 single node's append is all there is (acks=-1 like acks=1); in a cluster only the leader appends
 and acks=-1 waits until the in-sync replicas have the batch.
@@ -41,6 +42,8 @@ from strom.storage import (
 log = logging.getLogger("strom.broker.produce")
 
 ZSTD = 4
+# Kafka lets only a request with this client id append to internal topics (its admin tools).
+ADMIN_CLIENT_ID = "__admin_client"
 ZSTD_MIN_PRODUCE_VERSION = 7
 ACKS_ALL = -1
 VALID_ACKS = (ACKS_ALL, 0, 1)
@@ -159,14 +162,24 @@ async def handle_produce(context: RequestContext, request: ProduceRequest) -> Pr
     replicated: list[tuple[PartitionLog, int, Partition]] | None = (
         [] if request.acks == ACKS_ALL and replication.waits_for_replicas else None
     )
+    internal_allowed = context.client_id == ADMIN_CLIENT_ID
     for topic_data in request.topic_data:
         partitions: list[Partition] = []
+        topic = replication.topic(topic_data.name)
+        internal = topic is not None and topic.internal and not internal_allowed
         for partition_data in topic_data.partition_data:
             index = partition_data.index
             try:
                 if not acks_valid:
                     raise Refused(
                         ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {request.acks}"
+                    )
+                if internal:
+                    # As Kafka: clients write __consumer_offsets through the coordinator, never by
+                    # hand (its records are replayed into group state on every start).
+                    raise Refused(
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        f"Cannot append to internal topic {topic_data.name}",
                     )
                 partition_log = replication.writable(topic_data.name, index, request.acks)
                 partition = await _append(context, partition_log, partition_data.records, request.acks)
