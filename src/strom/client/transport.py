@@ -104,7 +104,13 @@ class LoopThread:
                 self._thread.join(join_timeout_s)
 
 
-class BrokerChannel(asyncio.Protocol):
+# What one read from a broker's socket may take. The buffer is allocated once per connection and
+# read into (asyncio.BufferedProtocol): asyncio's plain Protocol allocates this much anew for every
+# read, a large allocation (and page faults) per small answer that showed in the client's profile.
+_RECEIVE_BUFFER_BYTES = 256 * 1024
+
+
+class BrokerChannel(asyncio.BufferedProtocol):
     """One TCP connection to a broker: a ``Connection`` fed by asyncio's protocol callbacks."""
 
     def __init__(self, node_id: int, host: str, port: int, config: ClientConfig) -> None:
@@ -117,6 +123,7 @@ class BrokerChannel(asyncio.Protocol):
         self.closed = False
         self._writable = asyncio.Event()
         self._writable.set()
+        self._receive_buffer = memoryview(bytearray(_RECEIVE_BUFFER_BYTES))
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -124,6 +131,13 @@ class BrokerChannel(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         transport.write(self.connection.handshake())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._receive_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # A copy of what was read: the Connection may keep a partial frame past this call.
+        self.data_received(bytes(self._receive_buffer[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         completions, outgoing = self.connection.receive_data(data)
@@ -277,13 +291,20 @@ class Transport:
         host, port = self._address(node_id)
         loop = asyncio.get_running_loop()
         timeout_s = self.config.socket_connection_setup_timeout_ms / 1000
+        channel: BrokerChannel | None = None
         try:
             async with asyncio.timeout(timeout_s):
                 _, channel = await loop.create_connection(
                     lambda: BrokerChannel(node_id, host, port, self.config), host, port
                 )
                 await channel.wait_ready()
-        except (OSError, TimeoutError, KafkaError) as error:
+        except BaseException as error:
+            # Connected but never ready (the setup timed out, the attempt was cancelled, the
+            # broker failed the handshake): the socket is closed here, not left to the collector.
+            if channel is not None:
+                channel.close()
+            if not isinstance(error, OSError | TimeoutError | KafkaError):
+                raise
             failures = self._failures.get(node_id, 0) + 1
             self._failures[node_id] = failures
             backoff_ms = min(
@@ -305,6 +326,9 @@ class Transport:
             if failure is error:
                 raise
             raise failure from error
+        if self.closed:
+            channel.close()
+            raise ClientClosedError("client is closed")
         self._last_error_by_node.pop(node_id, None)
         self._failures.pop(node_id, None)
         self._retry_at_ms.pop(node_id, None)

@@ -95,10 +95,32 @@ def make_fetcher(
 
 
 async def fetch_rounds(fetcher: Fetcher, rounds: int) -> None:
-    """What run() does between wakeups: a round, then let its fetches complete."""
+    """Rounds of one Fetch per leader for what is fetchable (what the fetcher sends one after
+    another, here in steps so that the tests can act between them)."""
     for _ in range(rounds):
+        await asyncio.gather(
+            *(
+                fetcher._fetch(leader, positions)
+                for leader, positions in fetcher._fetchable_by_leader().items()
+            )
+        )
+
+
+def test_the_next_fetch_goes_out_as_soon_as_an_answer_is_buffered_up_to_the_bound() -> None:
+    async def scenario() -> None:
+        fetcher, transport, subscriptions = make_fetcher([TP0])
         await fetcher._fetch_round()
         await asyncio.gather(*fetcher._in_flight.values())
+        # One round: each answer buffered, the next fetch sent at once, until the bound of 2.5.
+        assert transport.fetched == [{TP0: 0}, {TP0: 10}, {TP0: 20}]
+        assert not fetcher._in_flight
+        assert subscriptions.held_back
+        assert len(subscriptions.take(15)) == 15
+        await fetcher._fetch_round()
+        await asyncio.gather(*fetcher._in_flight.values())
+        assert transport.fetched[3:] == [{TP0: 30}]
+
+    asyncio.run(scenario())
 
 
 def test_fetches_continue_before_any_poll_up_to_the_buffer_bound() -> None:

@@ -396,7 +396,10 @@ class Consumer:
                 raise error
             records = subscriptions.take(limit)
             if records:
-                self._wake_fetcher()  # buffers freed: fetch the next round now
+                if subscriptions.held_back:
+                    # Buffers freed of a partition the fetcher left out: fetch it now. Otherwise
+                    # the fetcher is busy anyway and waking it (a self-pipe write) is wasted work.
+                    self._wake_fetcher()
                 return records
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:

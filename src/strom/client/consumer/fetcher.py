@@ -96,6 +96,16 @@ class Fetcher:
         transport = self.transport
         if transport.metadata.stale(transport.clock.monotonic_ms()):
             await transport.refresh_wanted()
+        for leader, positions in self._fetchable_by_leader().items():
+            if leader in self._in_flight:
+                continue
+            task = asyncio.ensure_future(self._fetch_from(leader, positions))
+            self._in_flight[leader] = task
+            task.add_done_callback(lambda _task, leader=leader: self._done(leader))  # type: ignore[misc]
+
+    def _fetchable_by_leader(self) -> dict[int, dict[TopicPartition, int]]:
+        """The partitions to fetch now with their fetch positions, grouped by leader."""
+        transport = self.transport
         # Fetch ahead while the application takes what is buffered: a fetch is sent for a partition
         # as long as less than one fetch's worth of its records waits in the buffer.
         fetchable = self.subscriptions.fetchable(
@@ -110,18 +120,29 @@ class Fetcher:
                 transport.metadata.request_refresh()
                 continue
             by_leader.setdefault(leader, {})[tp] = position
-        for leader, positions in by_leader.items():
-            if leader in self._in_flight:
-                continue
-            task = asyncio.ensure_future(self._fetch(leader, positions))
-            self._in_flight[leader] = task
-            task.add_done_callback(lambda _task, leader=leader: self._done(leader))  # type: ignore[misc]
+        return by_leader
+
+    async def _fetch_from(self, leader: int, positions: dict[TopicPartition, int]) -> None:
+        """Fetch from ``leader`` and, as soon as an answer is buffered, send the next Fetch from
+        here: the next request leaves without a round through ``run()`` (several event-loop turns,
+        each a chance for the application thread to take the GIL first), so records appended
+        meanwhile wait no longer than they must. Stops when nothing of this leader's is fetchable,
+        a fetch failed, or ``run()`` has something to do first (a reset, stale metadata)."""
+        transport = self.transport
+        while await self._fetch(leader, positions):
+            if self.subscriptions.needing_reset() or transport.metadata.stale(transport.clock.monotonic_ms()):
+                return
+            next_positions = self._fetchable_by_leader().get(leader)
+            if not next_positions:
+                return
+            positions = next_positions
 
     def _done(self, leader: int) -> None:
         self._in_flight.pop(leader, None)
         self.wakeup.set()
 
-    async def _fetch(self, leader: int, positions: dict[TopicPartition, int]) -> None:
+    async def _fetch(self, leader: int, positions: dict[TopicPartition, int]) -> bool:
+        """One Fetch; False when it failed as a whole (after the retry backoff)."""
         config = self.config
         topics: dict[str, FetchRequest.FetchTopic] = {}
         for tp, position in positions.items():
@@ -153,11 +174,11 @@ class Fetcher:
             log.info("fetch from broker %d failed: %s", leader, error)
             self.transport.metadata.request_refresh()
             await asyncio.sleep(config.retry_backoff_ms / 1000)
-            return
+            return False
         if response.error_code != ErrorCode.NONE:
             log.info("fetch from broker %d: %s", leader, ErrorCode(response.error_code).name)
             await asyncio.sleep(config.retry_backoff_ms / 1000)
-            return
+            return False
         for topic_response in response.responses:
             for partition in topic_response.partitions:
                 tp = TopicPartition(topic_response.topic, partition.partition_index)
@@ -165,6 +186,7 @@ class Fetcher:
                 if fetch_offset is None:
                     continue
                 self._handle_partition(tp, fetch_offset, partition)
+        return self.pending_error is None
 
     def _handle_partition(
         self, tp: TopicPartition, fetch_offset: int, partition: FetchResponse.PartitionData

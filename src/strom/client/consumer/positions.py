@@ -89,6 +89,9 @@ class SubscriptionState:
     _partitions: dict[TopicPartition, _PartitionState] = field(default_factory=dict)
     # Where the next take() starts among the partitions (they take turns).
     _take_cursor: int = 0
+    # The last fetchable() left a positioned partition out because of what it had buffered: a
+    # take() may make room, and then the fetcher must be woken (otherwise it need not be).
+    held_back: bool = False
 
     # -- assignment ----------------------------------------------------------------------------
 
@@ -234,16 +237,19 @@ class SubscriptionState:
             if sum(state.buffered_bytes for state in states.values()) >= total_buffer_bytes_max:
                 partition_buffer_bytes_max = 0
             wanted: dict[TopicPartition, int] = {}
+            held_back = False
             for tp, state in states.items():
                 fetch_position = state.fetch_position
                 if fetch_position is None or state.paused:
                     continue
                 if state.buffered:
                     if state.out_of_range_ahead or state.buffered_bytes >= partition_buffer_bytes_max:
+                        held_back = True
                         continue
                 else:
                     state.out_of_range_ahead = False
                 wanted[tp] = fetch_position
+            self.held_back = held_back
             return wanted
 
     def add_fetched(
