@@ -49,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,7 +60,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from benchmarks.harness import Broker, cpu_seconds
 from benchmarks.report import replace_section
 from benchmarks.run import CASE_TIMEOUT_S, _produce_worker, machine_description
-from strom.cli.dev_cluster import BrokerProcess, LocalCluster
+from strom.cli.dev_cluster import BrokerProcess, LocalCluster, wait_until
 
 RECORD_BYTES = 100
 PARTITIONS = 6
@@ -92,7 +92,9 @@ THROUGHPUT_CONFIG: dict[str, object] = {"max.in.flight.requests.per.connection":
 # broker again after reconnect.backoff.ms growing to reconnect.backoff.max.ms (default 10000). A
 # leader that died stays the known leader until metadata says otherwise, and librdkafka asks for
 # metadata about it only now and then (its partition scan runs every second), so the probe asks
-# every topic.metadata.refresh.interval.ms (default 300000) as well.
+# every topic.metadata.refresh.interval.ms (default 300000) as well. And librdkafka connects to a
+# broker only once it needs it (enable.sparse.connections): a new leader it had no connection to
+# was reached about a second after it was named, so the probe keeps a connection to every broker.
 PROBE_CONFIG: dict[str, object] = {
     "acks": "all",
     "enable.idempotence": True,
@@ -103,38 +105,22 @@ PROBE_CONFIG: dict[str, object] = {
     "topic.metadata.refresh.fast.interval.ms": 10,
     "reconnect.backoff.max.ms": 100,
     "topic.metadata.refresh.interval.ms": 100,
+    "enable.sparse.connections": False,
 }
 PROBE_WARM_ACKS = 50  # acknowledgements before each try, so the probe is in its steady state
 TRY_TIMEOUT_S = 60.0
 
 
-def bootstrap_of(cluster: LocalCluster) -> str:
-    return ",".join(broker.address for broker in cluster.brokers.values() if broker.running)
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if condition():
-                return
-        except Exception:  # a broker going away mid-question: ask again
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
-
-
 def partition_state(cluster: LocalCluster, topic: str, partition: int) -> tuple[int, list[int], list[int]]:
     """(leader, replicas, ISR) of a partition as a client is told."""
-    client = AdminClient({"bootstrap.servers": bootstrap_of(cluster), "socket.timeout.ms": 5000})
+    client = AdminClient({"bootstrap.servers": cluster.live_bootstrap, "socket.timeout.ms": 5000})
     found = client.list_topics(topic, timeout=10).topics[topic].partitions[partition]
     return found.leader, list(found.replicas), list(found.isrs)
 
 
 def whole(cluster: LocalCluster, topic: str, partitions: int) -> bool:
     """Every broker registered and every partition of ``topic`` led with its whole ISR."""
-    client = AdminClient({"bootstrap.servers": bootstrap_of(cluster), "socket.timeout.ms": 5000})
+    client = AdminClient({"bootstrap.servers": cluster.live_bootstrap, "socket.timeout.ms": 5000})
     metadata = client.list_topics(topic, timeout=10)
     if len(metadata.brokers) != BROKERS or metadata.controller_id < 0:
         return False
@@ -233,7 +219,9 @@ def run_throughput(
             topic = f"bench-{CASES.index(case)}-{round_index}"
             create_topic(bootstrap, topic, PARTITIONS, factor)
             if factor > 1:
-                wait_until(functools.partial(whole, cluster, topic, PARTITIONS), f"{topic} led")
+                wait_until(
+                    functools.partial(whole, cluster, topic, PARTITIONS), f"{topic} led", SETTLE_TIMEOUT_S
+                )
             result = measure_produce(case, bootstrap, pids, topic, count, producers, acks)
             results[case].append(result)
             print(
@@ -332,23 +320,23 @@ class Try:
 
 
 def controller_of(cluster: LocalCluster) -> int:
-    client = AdminClient({"bootstrap.servers": bootstrap_of(cluster), "socket.timeout.ms": 5000})
+    client = AdminClient({"bootstrap.servers": cluster.live_bootstrap, "socket.timeout.ms": 5000})
     return int(client.list_topics(timeout=10).controller_id)
 
 
 def heal(cluster: LocalCluster, topic: str) -> None:
-    for broker in cluster.brokers.values():
-        if not broker.running:
-            broker.start()
-    for broker in cluster.brokers.values():
-        broker.wait_listening()
-    wait_until(lambda: whole(cluster, topic, 1), "every broker back and the ISR whole")
+    cluster.restart_stopped()
+    wait_until(lambda: whole(cluster, topic, 1), "every broker back and the ISR whole", SETTLE_TIMEOUT_S)
 
 
 def one_try(cluster: LocalCluster, probe: Probe, topic: str, kill: bool) -> Try:
     heal(cluster, topic)
     settled = time.monotonic()
-    wait_until(lambda: probe.acknowledged_since(settled) >= PROBE_WARM_ACKS, "the probe's steady state")
+    wait_until(
+        lambda: probe.acknowledged_since(settled) >= PROBE_WARM_ACKS,
+        "the probe's steady state",
+        SETTLE_TIMEOUT_S,
+    )
     leader, _, _ = partition_state(cluster, topic, 0)
     was_controller = controller_of(cluster) == leader
     broker: BrokerProcess = cluster.brokers[leader]
@@ -546,6 +534,7 @@ def main() -> int:
                     == BROKERS
                 ),
                 "every broker registered",
+                SETTLE_TIMEOUT_S,
             )
             throughput = run_throughput(single, cluster, count, arguments.producers, rounds)
             killed, stopped, errors = run_unavailability(cluster, tries)

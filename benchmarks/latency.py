@@ -449,12 +449,12 @@ def measure_end_to_end(
 
 
 def build_loadgen(work_dir: Path) -> Path:
-    """Compile ``loadgen.c`` (gcc, librdkafka-dev: ``make system-deps`` installs it)."""
+    """Compile ``loadgen.c`` (gcc, librdkafka-dev: ``make bench-deps`` installs them)."""
     binary = work_dir / "loadgen"
     if shutil.which("gcc") is None:
-        raise SystemExit("gcc is needed to build benchmarks/loadgen.c (apt-get install gcc)")
+        raise SystemExit("gcc is needed to build benchmarks/loadgen.c (make bench-deps)")
     if not Path("/usr/include/librdkafka/rdkafka.h").exists():
-        raise SystemExit("librdkafka-dev is needed to build benchmarks/loadgen.c (make system-deps)")
+        raise SystemExit("librdkafka-dev is needed to build benchmarks/loadgen.c (make bench-deps)")
     subprocess.run(["gcc", "-O2", "-Wall", "-o", str(binary), str(LOADGEN_SOURCE), "-lrdkafka"], check=True)
     return binary
 

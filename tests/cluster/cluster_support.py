@@ -9,12 +9,12 @@ clients (confluent-kafka's AdminClient): metadata, leaders, ISRs, the controller
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from strom.cli import dev_cluster
 from strom.cli.dev_cluster import BrokerProcess, LocalCluster
 
 # Short enough that a killed broker is noticed within a few seconds, long enough for a loaded
@@ -33,16 +33,7 @@ WAIT_S = 60.0
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if condition():
-                return
-        except Exception:  # a broker going away mid-question: ask again
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.1)
+    dev_cluster.wait_until(condition, what, timeout_s, interval_s=0.1, failure=AssertionError)
 
 
 @dataclass(frozen=True)
@@ -78,7 +69,7 @@ def view(bootstrap: str, topic: str | None = None) -> ClusterView:
 
 
 def live_bootstrap(cluster: LocalCluster) -> str:
-    return ",".join(broker.address for broker in cluster.brokers.values() if broker.running)
+    return cluster.live_bootstrap
 
 
 def leader_of(cluster: LocalCluster, topic: str, partition: int) -> int:
@@ -103,11 +94,7 @@ def all_led(cluster: LocalCluster, topic: str, partitions: int) -> bool:
 
 def heal(cluster: LocalCluster) -> None:
     """Every broker running, registered, and every partition's ISR full (its replicas)."""
-    for broker in cluster.brokers.values():
-        if not broker.running:
-            broker.start()
-    for broker in cluster.brokers.values():
-        broker.wait_listening()
+    cluster.restart_stopped()
     everyone = tuple(sorted(cluster.brokers))
 
     def whole() -> bool:

@@ -4,6 +4,11 @@ processes on 127.0.0.1, each stopped by its PID (``strom cluster up``, tests/clu
 Layout under the work directory: ``zookeeper/`` (its data, config and log), ``broker-N/`` (broker
 N's data directory) and ``broker-N.log``. Starting the same directory again brings the same cluster
 back (the brokers keep their node ids and data; ZooKeeper keeps the cluster's state).
+
+What tests/cluster and ``benchmarks.cluster`` both need to drive such a cluster lives here too:
+``wait_until`` (a condition polled up to a deadline), ``LocalCluster.live_bootstrap`` (the
+brokers running now) and ``LocalCluster.restart_stopped`` (bring back what a test or a benchmark
+killed or stopped).
 """
 
 from __future__ import annotations
@@ -15,17 +20,41 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from strom.cli.local_zookeeper import ZooKeeperServer, free_port
 
 BROKER_START_TIMEOUT_S = 60.0
 BROKER_STOP_TIMEOUT_S = 60.0
+WAIT_TIMEOUT_S = 60.0
+WAIT_INTERVAL_S = 0.05
 
 
 class BrokerStartError(RuntimeError):
     pass
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    what: str,
+    timeout_s: float = WAIT_TIMEOUT_S,
+    *,
+    interval_s: float = WAIT_INTERVAL_S,
+    failure: type[Exception] = TimeoutError,
+) -> None:
+    """Poll ``condition`` until it holds; ``failure`` naming ``what`` after ``timeout_s``. A
+    condition that raises counts as not yet (a broker going away while it is asked)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if condition():
+                return
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            raise failure(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
 
 
 class BrokerProcess:
@@ -185,16 +214,25 @@ class LocalCluster:
     def bootstrap(self) -> str:
         return ",".join(broker.address for broker in self.brokers.values())
 
-    def start(self) -> None:
-        """Start ZooKeeper (unless it was given) and every broker; returns once all listen."""
-        if self._own_zookeeper and not self.zookeeper.running:
-            (self.work_dir / "zookeeper").mkdir(parents=True, exist_ok=True)
-            self.zookeeper.start()
+    @property
+    def live_bootstrap(self) -> str:
+        """The addresses of the brokers running now."""
+        return ",".join(broker.address for broker in self.brokers.values() if broker.running)
+
+    def restart_stopped(self) -> None:
+        """Start every broker that is not running (killed, stopped); returns once all listen."""
         for broker in self.brokers.values():
             if not broker.running:
                 broker.start()
         for broker in self.brokers.values():
             broker.wait_listening()
+
+    def start(self) -> None:
+        """Start ZooKeeper (unless it was given) and every broker; returns once all listen."""
+        if self._own_zookeeper and not self.zookeeper.running:
+            (self.work_dir / "zookeeper").mkdir(parents=True, exist_ok=True)
+            self.zookeeper.start()
+        self.restart_stopped()
 
     def stop(self) -> None:
         """SIGTERM the brokers one after the other (each moves its leaderships to those still
