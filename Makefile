@@ -9,7 +9,7 @@ PORT ?= 9092
 DATA_DIR ?= ./data
 SHARED ?= ../shared
 
-.PHONY: run cluster test venv install install-test system-deps lint typecheck contracts codegen-check unit compat bench dist clean
+.PHONY: run cluster test venv install install-test system-deps bench-deps lint typecheck contracts codegen-check unit compat bench dist clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -78,12 +78,23 @@ test: install-test lint typecheck contracts codegen-check
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Every benchmark writes its own section of BENCHMARKS.md (ratios measured side by side in one run).
-bench: install-test
+# What benchmarks/latency.py builds its C load generator (benchmarks/loadgen.c) with.
+bench-deps:
+	@if [ ! -f /usr/include/librdkafka/rdkafka.h ] || ! command -v gcc >/dev/null 2>&1; then \
+		echo "installing gcc and librdkafka-dev with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc librdkafka-dev >/dev/null; \
+	fi
+
+bench: install-test bench-deps
 	$(PY) -m benchmarks.run
 	$(PY) -m benchmarks.validation
 	$(PY) -m benchmarks.rebalance
 	$(PY) -m benchmarks.clients
 	$(PY) -m benchmarks.spark_read
+	$(PY) -m benchmarks.latency
+	$(PY) -m benchmarks.coordinator_load
+	$(PY) -m benchmarks.cluster
+	$(PY) -m benchmarks.coordinator_failover
 
 # A wheel of strom in $(DIST_DIR), to install anywhere without a clone:
 # pip install dist/strom-<version>-py3-none-any.whl (add [spark] or [plot] for the extras).
