@@ -38,7 +38,8 @@ class BecomeFollower:
 
 @dataclass(frozen=True)
 class IsrChanged:
-    """Same leader and epoch, a newer partition epoch: the leader's ISR changed."""
+    """Same leader and epoch, a newer partition epoch: the ISR changed (on the leader and on the
+    followers: a follower in controlled shutdown stops fetching once it is out of the ISR)."""
 
     info: PartitionInfo
 
@@ -110,9 +111,9 @@ class BrokerControl:
                     continue
             outcome.partition_errors[tp] = ErrorCode.NONE
             self.partitions[tp] = info
+            self.metadata.update_partition(info)
             if current is not None and current.leader_epoch == info.leader_epoch:
-                if info.leader == self.node_id:
-                    outcome.transitions.append(IsrChanged(info))
+                outcome.transitions.append(IsrChanged(info))
                 continue
             if info.leader == self.node_id:
                 outcome.transitions.append(BecomeLeader(info))

@@ -3,6 +3,12 @@
 Every broker answers Metadata, FindCoordinator and DescribeCluster from this image: the live
 brokers with their endpoints and racks, the controller, and every partition's leader, leader
 epoch, replicas, ISR and offline replicas.
+
+A partition's state also comes in the LeaderAndIsr the controller sends its replicas just before
+the UpdateMetadata (``update_partition``): an old leader that has just been told to follow must
+not name itself the leader to the client it has just refused (NOT_LEADER_OR_FOLLOWER) — the
+client would ask again, be told the same, and wait for its next metadata refresh. A partition's
+state never goes back: an older (leader epoch, partition epoch) of the same topic id is ignored.
 """
 
 from __future__ import annotations
@@ -40,13 +46,24 @@ class MetadataImage:
                         del self.topics[info.topic]
                         self._by_id.pop(info.topic_id, None)
                 continue
-            if topic is None or topic.topic_id != info.topic_id:
-                if topic is not None:
-                    self._by_id.pop(topic.topic_id, None)
-                topic = TopicImage(info.topic, info.topic_id)
-                self.topics[info.topic] = topic
-                self._by_id[info.topic_id] = info.topic
-            topic.partitions[info.partition] = info
+            self.update_partition(info)
+
+    def update_partition(self, info: PartitionInfo) -> None:
+        """A partition's state (from UpdateMetadata or LeaderAndIsr), unless an older one."""
+        topic = self.topics.get(info.topic)
+        if topic is None or topic.topic_id != info.topic_id:
+            if topic is not None:
+                self._by_id.pop(topic.topic_id, None)
+            topic = TopicImage(info.topic, info.topic_id)
+            self.topics[info.topic] = topic
+            self._by_id[info.topic_id] = info.topic
+        known = topic.partitions.get(info.partition)
+        if known is not None and (info.leader_epoch, info.partition_epoch) < (
+            known.leader_epoch,
+            known.partition_epoch,
+        ):
+            return
+        topic.partitions[info.partition] = info
 
     def topic(self, name: str) -> TopicImage | None:
         return self.topics.get(name)

@@ -189,3 +189,42 @@ def test_a_single_node_neither_serves_nor_advertises_the_cluster_apis() -> None:
 def _epochs(log: PartitionLog) -> list[int]:
     data = log.read(0, 1 << 20).records
     return [header.partition_leader_epoch for header in iter_batch_headers(data)]
+
+
+def fetched_partitions(roles: PartitionRoles) -> set[tuple[str, int]]:
+    return {(followed.log.topic, followed.log.partition) for followed in roles.fetchers.followed()}
+
+
+def test_a_broker_shutting_down_fetches_only_while_the_isr_holds_it(tmp_path: Path) -> None:
+    """Out of the ISR during a controlled shutdown, a follower does not fetch: the leader would
+    propose it back into the ISR and count it in the high watermark just as it goes away."""
+
+    async def scenario() -> None:
+        roles, log, _clock, _woken = roles_and_log(tmp_path)
+        roles.become_follower(info(2, 1, isr=(1, 2, 3)), log, ("127.0.0.1", 9))
+        assert fetched_partitions(roles) == {("t", 0)}
+        roles.begin_shutdown(lambda _tp: (1, 2, 3))
+        assert fetched_partitions(roles) == {("t", 0)}, "in the ISR: the leader's HW needs it"
+        # The controller takes the broker out of the ISR (same leader epoch, new partition epoch).
+        roles.isr_changed(PartitionInfo("t", 0, TOPIC_ID, 2, 1, (2, 3), 1, (1, 2, 3), 1))
+        assert fetched_partitions(roles) == set()
+        # A leadership moved away from it arrives as a follower state without it in the ISR.
+        roles.become_follower(info(3, 2, isr=(2, 3)), log, ("127.0.0.1", 9))
+        assert fetched_partitions(roles) == set()
+        assert ("t", 0) in {(tp.topic, tp.partition) for tp in roles.followed}
+        await roles.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_broker_not_shutting_down_fetches_out_of_the_isr_to_catch_up(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        roles, log, _clock, _woken = roles_and_log(tmp_path)
+        roles.become_follower(info(2, 1, isr=(2, 3)), log, ("127.0.0.1", 9))
+        roles.isr_changed(PartitionInfo("t", 0, TOPIC_ID, 2, 1, (2,), 1, (1, 2, 3), 1))
+        assert fetched_partitions(roles) == {("t", 0)}
+        roles.begin_shutdown(lambda _tp: (2,))
+        assert fetched_partitions(roles) == set()
+        await roles.close()
+
+    asyncio.run(scenario())

@@ -137,7 +137,8 @@ class Simulation:
             )
         elif isinstance(transition, IsrChanged):
             info = transition.info
-            assert replica.leader is not None
+            if replica.leader is None:
+                return  # a follower's ISR changed: nothing for it to do here
             replica.leader.on_partition_state(
                 leader_epoch=info.leader_epoch,
                 partition_epoch=info.partition_epoch,

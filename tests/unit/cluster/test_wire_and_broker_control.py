@@ -227,3 +227,30 @@ def test_stop_replica_fencing_and_metadata_image() -> None:
         UpdateMetadataCommand(2, 1, 3, 2, (info(0, LEADER_DURING_DELETE), info(1, LEADER_DURING_DELETE)), ())
     )
     assert image.topic("t") is None and image.topic_name(T_ID) is None
+
+
+def test_a_leader_and_isr_moves_the_leader_in_the_metadata_image_and_an_older_state_never_wins() -> None:
+    """An old leader told to follow must not name itself the leader to the client it refuses
+    (NOT_LEADER_OR_FOLLOWER): the image takes the LeaderAndIsr's state, and an UpdateMetadata
+    that is older (leader epoch, partition epoch) does not bring the old leader back."""
+    control = BrokerControl(2, broker_epoch=7)
+
+    def update(*partitions: PartitionInfo) -> None:
+        assert control.on_update_metadata(UpdateMetadataCommand(2, 7, 1, 4, partitions, ())) is ErrorCode.NONE
+
+    update(info(0, 2, epoch=3, partition_epoch=5))
+    outcome = control.on_leader_and_isr(
+        LeaderAndIsrCommand(2, 7, 1, 4, (info(0, 3, epoch=4, partition_epoch=6, isr=(1, 3)),), ())
+    )
+    assert [type(t) for t in outcome.transitions] == [BecomeFollower]
+    moved = control.metadata.partition(TopicPartition("t", 0))
+    assert moved is not None and (moved.leader, moved.leader_epoch, moved.isr) == (3, 4, (1, 3))
+    update(info(0, 2, epoch=3, partition_epoch=5))
+    kept = control.metadata.partition(TopicPartition("t", 0))
+    assert kept is not None and kept.leader == 3, "an older state came back"
+    # A follower's ISR change (same leader epoch) is a transition too: a broker shutting down
+    # stops fetching once it is out.
+    shrunk = control.on_leader_and_isr(
+        LeaderAndIsrCommand(2, 7, 1, 4, (info(0, 3, epoch=4, partition_epoch=7, isr=(3,)),), ())
+    )
+    assert [type(t) for t in shrunk.transitions] == [IsrChanged]

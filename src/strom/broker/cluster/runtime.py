@@ -348,6 +348,8 @@ class ClusterReplication:
         settings = self.settings
         if not settings.controlled_shutdown_enable or self.node is None or self.registration is None:
             return
+        partitions = self.control.partitions
+        self.roles.begin_shutdown(lambda tp: partitions[tp].isr if tp in partitions else ())
         for attempt in range(1, settings.controlled_shutdown_max_retries + 1):
             try:
                 reply = await self._ask_controlled_shutdown()
