@@ -23,9 +23,9 @@ from strom.cluster.config import ZooKeeperConnect
 from strom.cluster.kazoo_store import KazooStore
 from strom.cluster.memory_zookeeper import MemoryZkClient, MemoryZooKeeper
 from strom.cluster.zk_store import SessionEvent, ZkStore
+from tools.fault_proxy import ZOOKEEPER, Fault, FaultProxy
 
 from .cluster_support import CLUSTER_SETTINGS, heal
-from .fault_proxy import Fault, FaultProxy
 from .fault_support import ProxiedCluster, heal_everything
 from .zookeeper_server import ZooKeeperServer
 
@@ -211,7 +211,7 @@ class RealBackend:
 
     def connect(self, session_timeout_ms: int = TEST_SESSION_TIMEOUT_MS) -> ZkStore:
         source = f"store-{len(self._stores)}"
-        port = self._proxy.add_route("zookeeper", self.server.port, source=source)
+        port = self._proxy.add_route(ZOOKEEPER, self.server.port, source=source)
         store = KazooStore.connect(
             ZooKeeperConnect.parse(f"127.0.0.1:{port}{self.chroot}"),
             session_timeout_ms=session_timeout_ms,
@@ -245,7 +245,7 @@ class RealBackend:
         recorder = self._recorders[id(store)]
         suspended_before = recorder.count(SessionEvent.SUSPENDED)
         connected_before = recorder.count(SessionEvent.CONNECTED)
-        self._proxy.cut(source, "zookeeper", Fault.REFUSE)
+        self._proxy.cut(source, ZOOKEEPER, Fault.REFUSE)
         wait_until(lambda: recorder.count(SessionEvent.SUSPENDED) > suspended_before, "the connection lost")
         self._proxy.heal()
         wait_until(lambda: recorder.count(SessionEvent.CONNECTED) > connected_before, "the connection back")

@@ -21,11 +21,10 @@ from strom.cli.local_zookeeper import ZooKeeperServer, free_port
 from strom.cluster.config import ZooKeeperConnect
 from strom.cluster.kazoo_store import KazooStore
 from strom.cluster.zk_store import NoNodeError
+from tools.fault_proxy import ZOOKEEPER, FaultProxy, broker_name
 
 from .cluster_support import admin, all_led, heal, live_bootstrap, wait_until
-from .fault_proxy import FaultProxy, broker_name
 
-ZOOKEEPER = "zookeeper"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 

@@ -1,5 +1,6 @@
 """Network partitions inside a cluster: three real brokers whose links to each other and to ZooKeeper
-go through a fault-injecting proxy (``fault_proxy``), while clients reach every broker directly.
+go through a fault-injecting proxy (``tools/fault_proxy.py``), while clients reach every broker
+directly.
 
 Judged from what clients were told (delivery reports, what a consumer reads back) and from the
 replicas' files on disk, compared byte for byte once the partition heals.

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .fault_proxy import Direction, Fault, FaultProxy, broker_name, source_of_kafka_request
+from tools.fault_proxy import Direction, Fault, FaultProxy, broker_name, source_of_kafka_request
 
 QUIET_S = 0.3  # how long "nothing arrives" is watched for
 

@@ -1,12 +1,13 @@
 """``python -m tools.chaos [--seed N] [--duration S] [--faults kill,pause,...] [--output DIR]``
 
-Starts a ZooKeeper and three strom brokers on 127.0.0.1 (each behind fault proxies), runs an
-idempotent acks=all workload, a consumer group committing after processing and admin operations,
-injects the faults the seed schedules for ``--duration`` seconds, heals everything, and checks
-from what the clients were told: nothing acknowledged lost, no duplicate, consumption contiguous,
-committed offsets never backwards, no partition owned twice in a generation, the cluster converged
-with identical replicas. Prints a summary table; writes the timeline (JSON, and PNG with
-matplotlib) to ``--output``. Exit status 1 on any violation. See docs/chaos.md.
+Starts a ZooKeeper and three strom brokers on 127.0.0.1 (every link between brokers, clients and
+ZooKeeper through one fault proxy), runs an idempotent acks=all workload, a consumer group
+committing after processing and admin operations, injects the faults the seed schedules for
+``--duration`` seconds, heals everything, and checks from what the clients were told: nothing
+acknowledged lost, no duplicate, consumption contiguous, committed offsets never backwards, no
+partition owned twice in a generation, the cluster converged with identical replicas. Prints a
+summary table; writes the timeline (JSON, and PNG with matplotlib) to ``--output``. Exit status 1
+on any violation. See docs/chaos.md.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ class Outcome:
     findings: checker.Findings
     faults_by_kind: dict[str, int]
     converge_s: float | None
+    sessions_ended: int  # partition-zookeeper faults that outlasted the broker's session
     producer_errors: int
     records_processed: int
     timeline_path: Path
@@ -67,14 +68,15 @@ class Outcome:
 def run(settings: Settings, log: Any = print) -> Outcome:
     settings.output_dir.mkdir(parents=True, exist_ok=True)
     cluster = ChaosCluster(settings.work_dir, settings.brokers)
-    schedule = make_schedule(settings.seed, settings.duration_s, sorted(cluster.brokers), settings.kinds)
+    schedule = make_schedule(settings.seed, settings.duration_s, cluster.node_ids, settings.kinds)
     log(f"seed {settings.seed}: {len(schedule)} faults over {settings.duration_s:.0f} s")
     evidence = Evidence()
     timeline: list[dict[str, Any]] = []
     failures: list[str] = []
-    cluster.start()
+    sessions_ended = 0
     started = time.monotonic()
     try:
+        cluster.start()
         _create_topic(cluster.bootstrap)
         observer = Observer("observer", evidence, cluster.bootstrap, GROUP, TOPIC, PARTITIONS)
         producers = [
@@ -95,17 +97,18 @@ def run(settings: Settings, log: Any = print) -> Outcome:
             timeline.append(
                 {"t": time.monotonic() - started, "event": "fault", **fault.as_json(), "roles": roles}
             )
+            session = _registration_session(cluster, fault)
             _inject(cluster, fault)
             _sleep_until(campaign_start + fault.at_s + fault.duration_s)
+            healed: dict[str, Any] = {"kind": fault.kind, "target": fault.target}
+            if session is not None:
+                # Cut from ZooKeeper, the broker cannot register again before the cut heals: its
+                # registration is gone or under another session only if the session ended.
+                healed["session_ended"] = _registration_session(cluster, fault) != session
+                sessions_ended += healed["session_ended"]
+                log(f"    its ZooKeeper session {'ended' if healed['session_ended'] else 'lived'}")
             _heal(cluster, fault)
-            timeline.append(
-                {
-                    "t": time.monotonic() - started,
-                    "event": "healed",
-                    "kind": fault.kind,
-                    "target": fault.target,
-                }
-            )
+            timeline.append({"t": time.monotonic() - started, "event": "healed", **healed})
         _sleep_until(campaign_start + settings.duration_s)
         faults_end = time.monotonic()
         # The faults stop: everything back, then the cluster must converge.
@@ -144,6 +147,7 @@ def run(settings: Settings, log: Any = print) -> Outcome:
         findings,
         dict(Counter(fault.kind for fault in schedule)),
         converge_s,
+        sessions_ended,
         len([e for e in evidence.client_errors if e[1].startswith("producer")]),
         len(evidence.processed),
         timeline_path,
@@ -211,10 +215,13 @@ def _inject(cluster: ChaosCluster, fault: Fault) -> None:
         cluster.pause(fault.target)
     elif fault.kind == "partition-internal":
         assert fault.target is not None
-        cluster.partition(fault.target, "internal")
+        cluster.cut_from_brokers(fault.target)
     elif fault.kind == "partition-clients":
         assert fault.target is not None
-        cluster.partition(fault.target, "client")
+        cluster.cut_from_clients(fault.target)
+    elif fault.kind == "partition-zookeeper":
+        assert fault.target is not None
+        cluster.cut_from_zookeeper(fault.target)
     else:
         cluster.kill_zookeeper()
 
@@ -226,11 +233,20 @@ def _heal(cluster: ChaosCluster, fault: Fault) -> None:
     elif fault.kind == "pause":
         assert fault.target is not None
         cluster.resume(fault.target)
-    elif fault.kind in ("partition-internal", "partition-clients"):
+    elif fault.kind.startswith("partition-"):
         assert fault.target is not None
         cluster.heal_network(fault.target)
     else:
         cluster.start_zookeeper()
+
+
+def _registration_session(cluster: ChaosCluster, fault: Fault) -> int | None:
+    """For a cut from ZooKeeper, the session holding its target's registration (0: none); None for
+    any other fault."""
+    if fault.kind != "partition-zookeeper":
+        return None
+    assert fault.target is not None
+    return cluster.registration_session(fault.target) or 0
 
 
 def _wait_converged(cluster: ChaosCluster, since: float) -> float | None:
@@ -390,6 +406,7 @@ FAULT_COLOURS = {
     "pause": "tab:orange",
     "partition-internal": "tab:purple",
     "partition-clients": "tab:blue",
+    "partition-zookeeper": "tab:pink",
     "zookeeper-restart": "tab:brown",
 }
 
@@ -418,7 +435,10 @@ def _plot(settings: Settings, events: list[dict[str, Any]], throughput: list[tup
                 for panel in (axis, rate):
                     panel.axvspan(begin, event["t"], color=FAULT_COLOURS[event["kind"]], alpha=0.2)
                 where = "ZooKeeper" if event["target"] is None else f"broker {event['target']}"
-                axis.text(begin, PARTITIONS + 0.3, f"{event['kind']} {where}", fontsize=7, rotation=20)
+                label = f"{event['kind']} {where}"
+                if "session_ended" in event:
+                    label += " (session ended)" if event["session_ended"] else " (session lived)"
+                axis.text(begin, PARTITIONS + 0.3, label, fontsize=7, rotation=20)
     for partition in range(-1, PARTITIONS):
         points = [
             (e["t"], e["leader"]) for e in events if e["event"] == "leader" and e["partition"] == partition
@@ -457,6 +477,7 @@ def summary(outcome: Outcome) -> str:
         "| | |",
         "|---|---:|",
         *(f"| faults: {kind} | {count} |" for kind, count in sorted(outcome.faults_by_kind.items())),
+        f"| partition-zookeeper that outlasted the session | {outcome.sessions_ended} |",
         f"| records acknowledged | {findings.acknowledged:,} |",
         f"| records processed by the group | {outcome.records_processed:,} |",
         f"| producer errors reported (retried) | {outcome.producer_errors} |",

@@ -1,11 +1,16 @@
 """The cluster a campaign attacks: a ZooKeeper and N ``strom broker`` processes on 127.0.0.1, every
-broker reached only through fault proxies.
+link between them, and between them and the clients, through one fault proxy
+(``tools/fault_proxy.py``, in the campaign's process).
 
 Each broker has two listeners: INTERNAL (the first: what its registration names, so the other
-brokers — the controller's commands, the followers' fetches — reach it there) and CLIENT (what
-clients bootstrap from and are told in Metadata). Both are advertised at a proxy's port, so the
-campaign can cut one broker off from the other brokers (its INTERNAL proxy) or from the clients
-(its CLIENT proxy). Processes are started and stopped by PID.
+brokers — the controller's commands, the followers' fetches, requests to the controller — reach it
+there) and CLIENT (what clients bootstrap from and are told in Metadata). Both are advertised at a
+proxy route: INTERNAL at a route that learns each connection's source from the client id of its
+first request (``broker-M``), CLIENT at a route whose source is ``client``. Its ZooKeeper connect
+string names a route of its own (source ``broker-N``, destination ``zookeeper``). So the campaign
+can cut broker N from the other brokers (both ways: what N sends them and what they send N), from
+the clients, or from ZooKeeper, and leave every other link alone. Processes are started and
+stopped by PID.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strom.cli.dev_cluster import BrokerProcess
-from strom.cli.local_zookeeper import ZooKeeperServer
-from strom.client.transport import LoopThread
-
-from .proxy import FaultProxy, free_port
+from strom.cli.local_zookeeper import ZooKeeperServer, free_port
+from strom.cluster.config import ZooKeeperConnect
+from strom.cluster.kazoo_store import KazooStore
+from strom.cluster.zk_store import NoNodeError
+from tools.fault_proxy import UNKNOWN_SOURCE, ZOOKEEPER, Fault, FaultProxy, broker_name
 
 # Short enough that a dead or paused broker is noticed in seconds, long enough for a loaded
 # machine not to expire live sessions.
@@ -37,46 +43,41 @@ BROKER_SETTINGS: Mapping[str, str] = {
     "unclean.leader.election.enable": "false",
     "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT",
 }
+# The source the proxy gives every connection that is not a strom broker's.
+CLIENTS = UNKNOWN_SOURCE
+# A partition as TCP sees it: no answer, no reset, connections stay open and new ones hang. When it
+# heals the bytes held meanwhile are delivered (TCP's retransmissions after a partition shorter
+# than its give-up time); a peer that gave up has closed its end, and that connection ends.
+PARTITION_FAULT = Fault.BLACKHOLE
+# The campaign's own look at a broker's registration, straight to ZooKeeper (not proxied).
+REGISTRATION_SESSION_TIMEOUT_MS = 10_000
 
 
 @dataclass
 class ChaosBroker:
     node_id: int
     process: BrokerProcess
-    internal: FaultProxy
-    client: FaultProxy
+    client_port: int  # the proxy's route in front of its CLIENT listener
     paused: bool = False
 
     @property
+    def name(self) -> str:
+        return broker_name(self.node_id)
+
+    @property
     def client_address(self) -> str:
-        return f"127.0.0.1:{self.client.listen_port}"
+        return f"127.0.0.1:{self.client_port}"
 
 
 class ChaosCluster:
     def __init__(self, work_dir: Path, brokers: int = 3) -> None:
         self.work_dir = work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
+        self.node_ids = list(range(1, brokers + 1))
         self.zookeeper = ZooKeeperServer(work_dir / "zookeeper")
-        self.loop = LoopThread("chaos-proxies")
+        self.proxy = FaultProxy()
+        # Filled by start(): the proxy's routes (and so the brokers' settings) need it running.
         self.brokers: dict[int, ChaosBroker] = {}
-        for node_id in range(1, brokers + 1):
-            internal_port, client_port = free_port(), free_port()
-            internal = FaultProxy(f"broker-{node_id}-internal", free_port(), internal_port)
-            client = FaultProxy(f"broker-{node_id}-client", free_port(), client_port)
-            settings = dict(BROKER_SETTINGS)
-            settings["listeners"] = f"INTERNAL://127.0.0.1:{internal_port},CLIENT://127.0.0.1:{client_port}"
-            settings["advertised.listeners"] = (
-                f"INTERNAL://127.0.0.1:{internal.listen_port},CLIENT://127.0.0.1:{client.listen_port}"
-            )
-            process = BrokerProcess(
-                node_id,
-                internal_port,
-                work_dir / f"broker-{node_id}",
-                work_dir / f"broker-{node_id}.log",
-                self.zookeeper.connect_string,
-                settings,
-            )
-            self.brokers[node_id] = ChaosBroker(node_id, process, internal, client)
 
     @property
     def bootstrap(self) -> str:
@@ -84,18 +85,38 @@ class ChaosCluster:
 
     def start(self) -> None:
         (self.work_dir / "zookeeper").mkdir(parents=True, exist_ok=True)
+        self.proxy.start()
         self.zookeeper.start()
-        for broker in self.brokers.values():
-            self.loop.run(broker.internal.start())
-            self.loop.run(broker.client.start())
-            broker.process.start()
+        for node_id in self.node_ids:
+            name = broker_name(node_id)
+            internal_port, client_port = free_port(), free_port()
+            zookeeper_route = self.proxy.add_route(ZOOKEEPER, self.zookeeper.port, source=name)
+            internal_route = self.proxy.add_route(name, internal_port)  # source: from the client id
+            client_route = self.proxy.add_route(name, client_port, source=CLIENTS)
+            settings = dict(BROKER_SETTINGS)
+            settings["listeners"] = f"INTERNAL://127.0.0.1:{internal_port},CLIENT://127.0.0.1:{client_port}"
+            settings["advertised.listeners"] = (
+                f"INTERNAL://127.0.0.1:{internal_route},CLIENT://127.0.0.1:{client_route}"
+            )
+            process = BrokerProcess(
+                node_id,
+                internal_port,
+                self.work_dir / f"broker-{node_id}",
+                self.work_dir / f"broker-{node_id}.log",
+                f"127.0.0.1:{zookeeper_route}",
+                settings,
+            )
+            self.brokers[node_id] = ChaosBroker(node_id, process, client_route)
+            process.start()
         for broker in self.brokers.values():
             broker.process.wait_listening()
 
     def stop(self) -> None:
-        """Everything back to normal, then SIGTERM the brokers one after the other, ZooKeeper, the proxies."""
+        """Everything back to normal, then SIGTERM the brokers one after the other, ZooKeeper, the
+        proxy. Also after a start() that failed half-way."""
+        if self.brokers:  # the proxy runs
+            self.proxy.heal()
         for broker in self.brokers.values():
-            self.heal_network(broker.node_id)
             self.resume(broker.node_id)
         if not self.zookeeper.running:
             with contextlib.suppress(Exception):
@@ -103,10 +124,7 @@ class ChaosCluster:
         for broker in self.brokers.values():
             broker.process.stop()
         self.zookeeper.stop()
-        for broker in self.brokers.values():
-            self.loop.run(broker.internal.close())
-            self.loop.run(broker.client.close())
-        self.loop.stop()
+        self.proxy.stop()
 
     # ---- faults -------------------------------------------------------------------------------------
 
@@ -134,16 +152,43 @@ class ChaosCluster:
             broker.process.signal(signal.SIGCONT)
             broker.paused = False
 
-    def partition(self, node_id: int, which: str) -> None:
-        """Cut broker ``node_id`` off from the other brokers ("internal") or the clients ("client")."""
-        broker = self.brokers[node_id]
-        proxy = broker.internal if which == "internal" else broker.client
-        self.loop.call_soon(proxy.set_state, "blackhole")
+    def cut_from_brokers(self, node_id: int) -> None:
+        """Broker ``node_id`` and every other broker stop hearing each other, both ways: its
+        fetches, its requests to the controller (or, if it is the controller, its commands) and
+        their answers, and the others' fetches from it and requests to it. ZooKeeper and the
+        clients still reach it."""
+        others = [broker_name(other) for other in self.brokers if other != node_id]
+        self.proxy.isolate(broker_name(node_id), others, PARTITION_FAULT)
+
+    def cut_from_clients(self, node_id: int) -> None:
+        """No client reaches broker ``node_id``, nor hears from it; the brokers and ZooKeeper do."""
+        self.proxy.cut(CLIENTS, broker_name(node_id), PARTITION_FAULT)
+
+    def cut_from_zookeeper(self, node_id: int) -> None:
+        """Broker ``node_id``'s ZooKeeper connection cut both ways: its session ends if the cut
+        outlasts it, while the broker goes on serving the other brokers and the clients."""
+        self.proxy.cut(broker_name(node_id), ZOOKEEPER, PARTITION_FAULT)
 
     def heal_network(self, node_id: int) -> None:
-        broker = self.brokers[node_id]
-        self.loop.call_soon(broker.internal.set_state, "open")
-        self.loop.call_soon(broker.client.set_state, "open")
+        """Every cut link from or to broker ``node_id`` whole again."""
+        self.proxy.heal(source=broker_name(node_id))
+        self.proxy.heal(destination=broker_name(node_id))
+
+    def registration_session(self, node_id: int) -> int | None:
+        """The ZooKeeper session that holds broker ``node_id``'s registration (``/brokers/ids/N``)
+        as ZooKeeper answers right now, or None when it is not registered."""
+        store = KazooStore.connect(
+            ZooKeeperConnect.parse(self.zookeeper.connect_string),
+            session_timeout_ms=REGISTRATION_SESSION_TIMEOUT_MS,
+            connect_timeout_ms=REGISTRATION_SESSION_TIMEOUT_MS,
+        )
+        try:
+            _, stat = store.get(f"/brokers/ids/{node_id}")
+            return stat.ephemeral_owner
+        except NoNodeError:
+            return None
+        finally:
+            store.close()
 
     def kill_zookeeper(self) -> None:
         self.zookeeper.kill()
@@ -153,9 +198,9 @@ class ChaosCluster:
             self.zookeeper.start()
 
     def heal_all(self) -> None:
-        """Every fault undone: ZooKeeper up, brokers running and resumed, proxies open."""
+        """Every fault undone: ZooKeeper up, no link cut, brokers running and resumed."""
         self.start_zookeeper()
+        self.proxy.heal()
         for node_id in self.brokers:
-            self.heal_network(node_id)
             self.resume(node_id)
             self.restart(node_id)

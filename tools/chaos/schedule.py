@@ -13,14 +13,28 @@ from dataclasses import asdict, dataclass
 
 from .cluster import ZOOKEEPER_SESSION_TIMEOUT_MS
 
-FAULT_KINDS = ("kill", "pause", "partition-internal", "partition-clients", "zookeeper-restart")
-# How long each kind lasts (seconds, drawn uniformly); a pause outlasts the ZooKeeper session (the
-# broker's registration ends while it is stopped: it must come back from that).
+FAULT_KINDS = (
+    "kill",
+    "pause",
+    "partition-internal",
+    "partition-clients",
+    "partition-zookeeper",
+    "zookeeper-restart",
+)
+SESSION_TIMEOUT_S = ZOOKEEPER_SESSION_TIMEOUT_MS / 1000
+# How long each kind lasts (seconds, drawn uniformly). A pause outlasts the ZooKeeper session (the
+# broker's registration ends while it is stopped: it must come back from that). A cut from
+# ZooKeeper is centred on the session timeout: the session ends 5.3-6.0 s into the cut (measured:
+# the server counts from the broker's last request or ping), so a little over half the draws end
+# it — the others elect new leaders while the cut broker, still reached by clients, believes it
+# leads (a zombie) — and the rest heal with the session alive (the broker's ZooKeeper client has
+# given up its connection after 4 s and reconnects to the same session).
 DURATION_RANGE_S = {
     "kill": (2.0, 8.0),
-    "pause": (ZOOKEEPER_SESSION_TIMEOUT_MS / 1000 + 1.0, ZOOKEEPER_SESSION_TIMEOUT_MS / 1000 + 5.0),
+    "pause": (SESSION_TIMEOUT_S + 1.0, SESSION_TIMEOUT_S + 5.0),
     "partition-internal": (3.0, 10.0),
     "partition-clients": (3.0, 10.0),
+    "partition-zookeeper": (SESSION_TIMEOUT_S - 3.0, SESSION_TIMEOUT_S + 3.0),
     "zookeeper-restart": (1.0, 4.0),
 }
 GAP_RANGE_S = (3.0, 8.0)

@@ -3,12 +3,16 @@
 would). After a session expiry the controller sees the new registration in ZooKeeper as soon as the
 cluster thread makes it, and its first command can reach the broker before the loop has heard of
 its new broker epoch; refused as STALE_BROKER_EPOCH it would be lost (the controller does not send
-it again), and a deposed leader would never learn that it was."""
+it again), and a deposed leader would never learn that it was. And a LeaderAndIsr for a new topic
+whose config read meets a lost ZooKeeper connection (the session living on) still makes the
+replica: the controller does not send it again either."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import concurrent.futures
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +21,9 @@ from strom.base.clock import ManualClock
 from strom.broker.cluster.runtime import ClusterReplication, ClusterSettings
 from strom.broker.config import BrokerConfig
 from strom.broker.state import BrokerState
-from strom.cluster.actions import UpdateMetadataCommand
-from strom.cluster.model import BrokerRegistration, Endpoint
+from strom.cluster.actions import LeaderAndIsrCommand, PartitionInfo, UpdateMetadataCommand
+from strom.cluster.model import BrokerRegistration, Endpoint, TopicPartition
+from strom.cluster.zk_store import ConnectionLossError
 from strom.protocol.errors import ErrorCode
 
 SESSION_TIMEOUT_MS = 4_000
@@ -103,3 +108,58 @@ def test_a_newer_epoch_never_learnt_is_refused_after_a_session_timeout(tmp_path:
         assert asyncio.run(scenario()) == ErrorCode.STALE_BROKER_EPOCH
     finally:
         state.close()
+
+
+class ZooKeeperLosingOneConnection:
+    """What the cluster thread's ZooKeeper answers: the first read of topic configs meets a lost
+    connection (kazoo fails what was in flight), the next one is answered."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def read_topic_configs(self, names: list[str]) -> dict[str, dict[str, str]]:
+        self.reads += 1
+        if self.reads == 1:
+            raise ConnectionLossError("ConnectionLoss: ")
+        return {name: {"retention.ms": "3600000"} for name in names}
+
+
+class ClusterThread:
+    """``ClusterNode.submit`` without a thread: the work runs at once on the given ZooKeeper."""
+
+    def __init__(self, zookeeper: ZooKeeperLosingOneConnection) -> None:
+        self.zookeeper = zookeeper
+
+    def submit(
+        self, work: Callable[[ZooKeeperLosingOneConnection], object]
+    ) -> concurrent.futures.Future[object]:
+        future: concurrent.futures.Future[object] = concurrent.futures.Future()
+        try:
+            future.set_result(work(self.zookeeper))
+        except Exception as error:
+            future.set_exception(error)
+        return future
+
+
+def test_a_new_topic_whose_config_read_meets_a_lost_connection_is_made_all_the_same(
+    replication: ClusterReplication,
+) -> None:
+    replication._state.load()  # the data directory made, as the broker does at start
+    zookeeper = ZooKeeperLosingOneConnection()
+    replication.node = ClusterThread(zookeeper)  # type: ignore[assignment]
+    info = PartitionInfo(
+        "created-during-a-cut", 0, uuid.uuid4(), 1, 0, (1,), 0, (1,), controller_epoch=3, is_new=True
+    )
+    command = LeaderAndIsrCommand(1, NEW_EPOCH, 2, 3, (info,), (registration(NEW_EPOCH),))
+
+    async def scenario() -> ErrorCode:
+        joined(replication, NEW_EPOCH)
+        async with asyncio.timeout(5):
+            outcome = await replication.on_leader_and_isr(command)
+        await replication.roles.close()
+        return outcome.partition_errors[info.topic_partition]
+
+    assert asyncio.run(scenario()) == ErrorCode.NONE
+    assert zookeeper.reads == 2
+    assert replication._state.logs.log(info.topic, info.partition) is not None
+    assert TopicPartition(info.topic, info.partition) in replication.control.partitions

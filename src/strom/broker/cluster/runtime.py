@@ -70,7 +70,7 @@ from strom.cluster.model import (
 from strom.cluster.node import ClusterNode, NodeOutputs
 from strom.cluster.placement import PlacementError, assign_replicas, validate_assignment
 from strom.cluster.replica import fence_leader_epoch
-from strom.cluster.zk_store import ZkError, zk_error_text
+from strom.cluster.zk_store import ConnectionLossError, ZkError, zk_error_text
 from strom.cluster.zookeeper import ClusterZooKeeper, ConcurrentChangeError
 from strom.cluster.zookeeper import TopicExistsError as ZkTopicExistsError
 from strom.coordinator import OFFSETS_TOPIC, partition_for_group
@@ -116,6 +116,9 @@ META_PROPERTIES_FILE_NAME = "meta.properties"
 STOP_STEP_TIMEOUT_S = 10
 # A controller shutting down waits at most this long for its last commands to be delivered.
 CONTROLLER_DRAIN_TIMEOUT_MS = 2_000
+# A ZooKeeper read that met a lost connection is asked again after this pause (the client holds
+# it until it is connected again; the pause only keeps a client that fails at once from spinning).
+ZOOKEEPER_READ_RETRY_BACKOFF_MS = 200
 
 
 class ClusterStartError(Exception):
@@ -644,17 +647,32 @@ class ClusterReplication:
         cached = self._topic_overrides.get(topic)
         if cached is not None:
             return cached
-        configs = await self._zookeeper(lambda zk: zk.read_topic_configs([topic]))
+        configs = await self._zookeeper(lambda zk: zk.read_topic_configs([topic]), read=True)
         overrides = dict(configs.get(topic, {}))
         self._topic_overrides[topic] = overrides
         return overrides
 
-    async def _zookeeper(self, work: Callable[[ClusterZooKeeper], T]) -> T:
+    async def _zookeeper(self, work: Callable[[ClusterZooKeeper], T], *, read: bool = False) -> T:
+        """``work`` done on the cluster thread. A ``read`` (nothing written, safe to repeat) is
+        asked again when the connection drops under it: the session may well live on, and the
+        caller may have no way to come back to it (a LeaderAndIsr whose new logs need the topic's
+        config is not sent again: the replica would never be made). The repeat waits, queued by
+        the ZooKeeper client, until the connection is back; an expired session ends it (the
+        broker registers again and the controller sends it everything)."""
         node = self.node
         if node is None:
             raise Refused(ErrorCode.BROKER_NOT_AVAILABLE, "this broker is not connected to the cluster")
         try:
-            return await asyncio.wrap_future(node.submit(work))
+            while True:
+                try:
+                    return await asyncio.wrap_future(node.submit(work))
+                except ConnectionLossError as error:
+                    if not read or self.node is not node:  # a write, or this broker is stopping
+                        raise
+                    log.info(
+                        "a ZooKeeper read met a lost connection (%s); asking again", zk_error_text(error)
+                    )
+                    await asyncio.sleep(ZOOKEEPER_READ_RETRY_BACKOFF_MS / 1000)
         except ZkError as error:
             # ZooKeeper unreachable, or the session expired under the request: the change may or
             # may not have been made (a lost connection), so the client is told to try again.

@@ -1,16 +1,19 @@
-"""A fault-injecting TCP proxy on 127.0.0.1, for network partitions between brokers and ZooKeeper.
+"""A fault-injecting TCP proxy on 127.0.0.1, for network partitions between brokers, ZooKeeper and
+clients. Two users: the partition tests (``tests/cluster/fault_support.ProxiedCluster``) and the
+fault campaign (``tools/chaos/cluster.py``).
 
 Why a proxy and not network namespaces: every server of the tests must listen on 127.0.0.1 and
 nothing may go to another address; namespaces would need veth addresses, root and ``ip netns exec``
 around each broker. A proxy in the test process needs none of that, and it can cut one *link*
 (a source and a destination) in one *direction* while the rest of the traffic flows.
 
-How the brokers are put behind it (``fault_support.ProxiedCluster``): each broker opens two
-listeners, the first for the other brokers and the second for clients, and advertises the
-proxy's port for the first one. Brokers reach each other at the first advertised endpoint of a
-registration, so every byte between brokers goes through the proxy, and clients go straight to the
-brokers (an isolated leader still takes their writes). Each broker's ZooKeeper connect string
-names a proxy port of its own, so its session can be cut alone.
+How the brokers are put behind it: each broker opens two listeners, the first for the other
+brokers and the second for clients, and advertises the proxy's port for the first one. Brokers
+reach each other at the first advertised endpoint of a registration, so every byte between
+brokers goes through the proxy. Each broker's ZooKeeper connect string names a proxy port of its
+own, so its session can be cut alone. The partition tests let clients go straight to the brokers
+(an isolated leader still takes their writes); the campaign advertises a route for the client
+listener too (source ``client``), so it can cut the clients from a broker as well.
 
 A route is a listening port in front of one destination. Its source is either fixed (a broker's
 own ZooKeeper route) or learnt from the first Kafka request of the connection: strom's brokers
@@ -53,7 +56,9 @@ READ_CHUNK_BYTES = 64 * 1024
 FIRST_FRAME_BYTES_MAX = 64 * 1024 * 1024
 CONTROL_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
-UNKNOWN_SOURCE = "client"
+UNKNOWN_SOURCE = "client"  # any connection that is not a strom broker's: a client
+# The destination name of the routes in front of ZooKeeper, one per broker (each its own source).
+ZOOKEEPER = "zookeeper"
 _BROKER_CLIENT_ID = re.compile(r"strom-(?:replica|controller|broker)-(\d+)$")
 
 
