@@ -663,15 +663,19 @@ class ClusterReplication:
         if node is None:
             raise Refused(ErrorCode.BROKER_NOT_AVAILABLE, "this broker is not connected to the cluster")
         try:
+            said = False
             while True:
                 try:
                     return await asyncio.wrap_future(node.submit(work))
                 except ConnectionLossError as error:
                     if not read or self.node is not node:  # a write, or this broker is stopping
                         raise
-                    log.info(
-                        "a ZooKeeper read met a lost connection (%s); asking again", zk_error_text(error)
-                    )
+                    if not said:  # once: a long outage would repeat it five times a second
+                        said = True
+                        log.info(
+                            "a ZooKeeper read met a lost connection (%s); asking again until it is back",
+                            zk_error_text(error),
+                        )
                     await asyncio.sleep(ZOOKEEPER_READ_RETRY_BACKOFF_MS / 1000)
         except ZkError as error:
             # ZooKeeper unreachable, or the session expired under the request: the change may or
