@@ -3,6 +3,13 @@
 `FrameDecoder.feed()` takes whatever the socket delivered and returns the complete frame bodies.
 A declared size above the limit is refused as soon as the four size bytes are in, before any of
 the body is buffered, so a peer cannot make the broker allocate its claimed 2 GiB.
+
+`FrameReceiver` is the same for a reader that lets the socket write straight into its buffers
+(asyncio's ``BufferedProtocol``): small frames are read into one scratch buffer and copied out, a
+large one gets a buffer of its own, sized from its prefix, that the socket fills directly — a
+large answer is copied once, by the kernel. It allocates a frame's whole declared size when the
+prefix arrives, so it is for peers that are trusted to send what they declare (a broker's own
+connections to the other brokers), not for any client.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import struct
 from strom.base import limits
 from strom.protocol.primitives import DecodeError
 
-__all__ = ["FrameDecoder", "FrameTooLargeError", "encode_frame"]
+__all__ = ["FrameDecoder", "FrameReceiver", "FrameTooLargeError", "encode_frame"]
 
 _SIZE = struct.Struct(">i")
 _SIZE_BYTES = _SIZE.size
@@ -99,6 +106,74 @@ class FrameDecoder:
             start = 0
         self._start = start
         self.frames_total += len(frames)
+        return frames
+
+
+class FrameReceiver:
+    """Splits a byte stream into frame bodies, with the reads going straight into its buffers:
+    ``buffer()`` is where the next read goes, ``received(n)`` says how much it wrote and returns
+    the frame bodies now complete. Once it has raised, the stream is unusable."""
+
+    __slots__ = ("_body", "_body_filled", "_body_view", "_filled", "_scratch", "_start", "frame_bytes_max")
+
+    def __init__(
+        self, frame_bytes_max: int = limits.frame_bytes_max, scratch_bytes: int = 256 * 1024
+    ) -> None:
+        self.frame_bytes_max = frame_bytes_max
+        self._scratch = memoryview(bytearray(scratch_bytes))
+        self._start = 0  # the first byte of the scratch not yet part of a returned frame
+        self._filled = 0  # the end of what the scratch holds
+        self._body: bytearray | None = None  # the large frame being read into its own buffer
+        self._body_view = memoryview(b"")
+        self._body_filled = 0
+
+    def buffer(self) -> memoryview:
+        """Where the next read should write (never empty)."""
+        if self._body is not None:
+            return self._body_view[self._body_filled :]
+        return self._scratch[self._filled :]
+
+    def received(self, nbytes: int) -> list[bytearray]:
+        """``nbytes`` were written at the start of the last ``buffer()``: the frames now complete."""
+        body = self._body
+        if body is not None:
+            self._body_filled += nbytes
+            if self._body_filled < len(body):
+                return []
+            self._body = None
+            self._body_view = memoryview(b"")
+            return [body]
+        self._filled += nbytes
+        frames: list[bytearray] = []
+        scratch = self._scratch
+        start, filled = self._start, self._filled
+        while filled - start >= _SIZE_BYTES:
+            (size,) = _SIZE.unpack_from(scratch, start)
+            if size < limits.frame_bytes_min:
+                raise DecodeError(f"frame size {size} is below the minimum of {limits.frame_bytes_min}")
+            if size > self.frame_bytes_max:
+                raise FrameTooLargeError(size, self.frame_bytes_max)
+            body_start = start + _SIZE_BYTES
+            available = filled - body_start
+            if available >= size:
+                frames.append(bytearray(scratch[body_start : body_start + size]))
+                start = body_start + size
+                continue
+            if body_start + size > len(scratch):
+                # It will not fit where it is: a buffer of its own, the rest read straight into it.
+                own = bytearray(size)
+                own[:available] = scratch[body_start:filled]
+                self._body, self._body_view, self._body_filled = own, memoryview(own), available
+                start = filled
+            break
+        if start == filled:
+            start = filled = 0
+        elif start:
+            # A partial frame (or size prefix) is left: moved to the front, so the scratch has room.
+            left = filled - start
+            scratch[:left] = scratch[start:filled]
+            start, filled = 0, left
+        self._start, self._filled = start, filled
         return frames
 
 

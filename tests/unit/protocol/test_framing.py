@@ -1,10 +1,12 @@
-"""FrameDecoder: splitting a byte stream into frames, and refusing bad sizes early."""
+"""FrameDecoder and FrameReceiver: splitting a byte stream into frames, and refusing bad sizes early."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from strom.protocol.framing import FrameDecoder, FrameTooLargeError, encode_frame
+from strom.protocol.framing import FrameDecoder, FrameReceiver, FrameTooLargeError, encode_frame
 from strom.protocol.primitives import DecodeError
 
 
@@ -92,3 +94,57 @@ def test_running_totals_of_bytes_fed_and_frames_cut() -> None:
     decoder.feed(stream[20:], frames_max=1)
     decoder.feed(b"")
     assert (decoder.bytes_total, decoder.frames_total) == (len(stream), 3)
+
+
+def receive(receiver: FrameReceiver, stream: bytes, reads: list[int]) -> list[bytes]:
+    """Feed ``stream`` through ``receiver`` as a socket would, in reads of at most the given sizes
+    (cycled), each into the buffer the receiver offers."""
+    frames: list[bytes] = []
+    position = 0
+    index = 0
+    while position < len(stream):
+        target = receiver.buffer()
+        assert len(target) > 0
+        count = min(len(target), reads[index % len(reads)], len(stream) - position)
+        index += 1
+        target[:count] = stream[position : position + count]
+        position += count
+        frames.extend(bytes(frame) for frame in receiver.received(count))
+    return frames
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bodies=st.lists(
+        st.one_of(st.binary(min_size=8, max_size=300), st.integers(8, 3000).map(lambda n: b"x" * n)),
+        max_size=30,
+    ),
+    reads=st.lists(st.integers(1, 700), min_size=1, max_size=5),
+    scratch=st.integers(16, 1024),
+)
+def test_the_receiver_cuts_the_frames_the_decoder_cuts_whatever_the_reads(
+    bodies: list[bytes], reads: list[int], scratch: int
+) -> None:
+    stream = b"".join(encode_frame(body) for body in bodies)
+    assert receive(FrameReceiver(scratch_bytes=scratch), stream, reads) == bodies
+
+
+def test_the_receiver_reads_a_large_frame_into_a_buffer_of_its_own() -> None:
+    receiver = FrameReceiver(scratch_bytes=64)
+    big = bytes(range(256)) * 40
+    stream = encode_frame(b"small-frame") + encode_frame(big)
+    first = receiver.buffer()
+    first[:40] = stream[:40]
+    assert [bytes(frame) for frame in receiver.received(40)] == [b"small-frame"]
+    rest = receiver.buffer()
+    assert len(rest) == len(big) - (40 - 15 - 4), "the rest of the large frame goes straight into it"
+    rest[:] = stream[40:]
+    [frame] = receiver.received(len(rest))
+    assert isinstance(frame, bytearray) and frame == big
+
+
+def test_the_receiver_refuses_a_frame_over_the_limit_from_its_prefix() -> None:
+    receiver = FrameReceiver(frame_bytes_max=100, scratch_bytes=64)
+    receiver.buffer()[:4] = (101).to_bytes(4, "big")
+    with pytest.raises(FrameTooLargeError):
+        receiver.received(4)

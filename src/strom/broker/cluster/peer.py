@@ -6,6 +6,10 @@ ControlledShutdown) and the followers' Fetch / OffsetForLeaderEpoch. Requests ar
 matched to their answers by correlation id; only strom brokers are at the other end, so the
 versions are fixed by the caller (no ApiVersions exchange). A failure of the connection fails every
 request in flight with ``PeerError``; the owner opens a new connection.
+
+Answers are read by a ``BufferedProtocol`` into a ``FrameReceiver``: a follower's fetch answers
+carry every replicated byte, and reading them through a ``StreamReader`` copied each byte three
+times more (into the reader's buffer, out of it, into the frame decoder) and woke a task per read.
 """
 
 from __future__ import annotations
@@ -17,17 +21,49 @@ import logging
 from typing import Any
 
 from strom.base import limits
-from strom.protocol.framing import FrameDecoder
+from strom.protocol.framing import FrameReceiver
 from strom.protocol.headers import decode_response_header, encode_request
 from strom.protocol.primitives import DecodeError
 
 log = logging.getLogger("strom.broker.cluster")
 
-READ_CHUNK_BYTES = 256 * 1024
-
 
 class PeerError(Exception):
     """The peer could not be reached, or the connection broke (the request's outcome is unknown)."""
+
+
+class _AnswerReader(asyncio.BufferedProtocol):
+    """The socket's side of a ``PeerConnection``: answers read straight into frame buffers."""
+
+    def __init__(self, owner: PeerConnection) -> None:
+        self._owner = owner
+        self._frames = FrameReceiver(limits.frame_bytes_max)
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self._frames.received(nbytes)
+            for frame in frames:
+                self._owner._complete(frame)
+        except (DecodeError, ValueError) as failure:
+            owner = self._owner
+            owner.close(PeerError(f"connection to {owner.host}:{owner.port} failed: {failure}"))
+
+    def eof_received(self) -> bool:
+        owner = self._owner
+        owner.close(PeerError(f"{owner.host}:{owner.port} closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        owner = self._owner
+        reason = f"failed: {exc}" if exc is not None else "closed"
+        owner.close(PeerError(f"connection to {owner.host}:{owner.port} {reason}"))
 
 
 class PeerConnection:
@@ -35,8 +71,7 @@ class PeerConnection:
         self.host = host
         self.port = port
         self._client_id = client_id
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
         self._correlation_ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], Any, int, int]] = {}
         self._closed_error: PeerError | None = None
@@ -46,35 +81,37 @@ class PeerConnection:
     def closed(self) -> bool:
         return self._closed_error is not None
 
-    async def _connect(self, timeout_ms: int) -> asyncio.StreamWriter:
+    async def _connect(self, timeout_ms: int) -> asyncio.Transport:
         async with self._connecting:
             if self._closed_error is not None:
                 raise self._closed_error
-            if self._writer is not None:
-                return self._writer
+            if self._transport is not None:
+                return self._transport
+            loop = asyncio.get_running_loop()
             try:
                 async with asyncio.timeout(timeout_ms / 1000):
-                    reader, writer = await asyncio.open_connection(self.host, self.port)
+                    transport, _reader = await loop.create_connection(
+                        lambda: _AnswerReader(self), self.host, self.port
+                    )
             except (OSError, TimeoutError) as error:
                 failure = PeerError(f"cannot connect to {self.host}:{self.port}: {error or 'timed out'}")
                 self._closed_error = failure
                 raise failure from None
             if self._closed_error is not None:  # closed while connecting (a fetcher gave it up)
-                writer.close()
+                transport.close()
                 raise self._closed_error
-            self._writer = writer
-            self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
-            return writer
+            self._transport = transport
+            return transport
 
     async def request(self, request: Any, version: int, response_type: Any, timeout_ms: int) -> Any:
         """Send ``request`` at ``version``; its decoded answer, or PeerError (connection failed,
         or no answer within ``timeout_ms``: the connection is then closed, as its stream can no
         longer be trusted to match answers to requests)."""
-        writer = await self._connect(timeout_ms)
+        transport = await self._connect(timeout_ms)
         correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = (future, response_type, request.API_KEY, version)
-        writer.write(
+        transport.write(
             encode_request(request.API_KEY, version, correlation_id, self._client_id, request.encode(version))
         )
         try:
@@ -86,24 +123,7 @@ class PeerConnection:
         finally:
             self._pending.pop(correlation_id, None)
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        decoder = FrameDecoder(limits.frame_bytes_max)
-        error: PeerError
-        try:
-            while True:
-                data = await reader.read(READ_CHUNK_BYTES)
-                if not data:
-                    error = PeerError(f"{self.host}:{self.port} closed the connection")
-                    break
-                for frame in decoder.feed(data):
-                    self._complete(frame)
-        except (OSError, DecodeError, ValueError) as failure:
-            error = PeerError(f"connection to {self.host}:{self.port} failed: {failure}")
-        except asyncio.CancelledError:
-            error = PeerError(f"connection to {self.host}:{self.port} closed")
-        self.close(error)
-
-    def _complete(self, frame: bytes | bytearray | memoryview) -> None:
+    def _complete(self, frame: bytearray) -> None:
         correlation_id = int.from_bytes(frame[:4], "big", signed=True)
         pending = self._pending.pop(correlation_id, None)
         if pending is None:
@@ -121,10 +141,7 @@ class PeerConnection:
             if not future.done():
                 future.set_exception(self._closed_error)
         self._pending.clear()
-        if self._writer is not None:
+        transport, self._transport = self._transport, None
+        if transport is not None:
             with contextlib.suppress(Exception):
-                self._writer.close()
-            self._writer = None
-        task, self._reader_task = self._reader_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+                transport.close()
