@@ -109,6 +109,14 @@ zookeeper_requests_in_flight_max = 1_000
 
 # Long-poll fetches wait at most this long regardless of what the client asks for.
 fetch_max_wait_ms_max = 60_000
+# Incremental fetch sessions (strom.broker.fetch_sessions): at most this many sessions (Kafka's
+# max.incremental.fetch.session.cache.slots default) and partitions in all of them (a follower's
+# session holds every partition it follows from this broker: this is partitions_per_broker_max
+# times a few followers), and a session unused this long may be dropped for a new one (Kafka's
+# min.incremental.fetch.session.eviction.ms).
+fetch_session_cache_slots = 1_000
+fetch_session_partitions_max = 100_000
+fetch_session_eviction_ms = 120_000
 
 # /metrics: the families that grow with the data are bounded, because the page is built at every
 # scrape and every series costs the scraper and its storage too. Past a bound the rest is

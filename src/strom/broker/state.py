@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, TypeVar
 from strom.base import limits
 from strom.base.clock import Clock
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
+from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.groups import GroupService
 from strom.broker.metrics import BrokerMetrics, add_remote_wait
 from strom.broker.produce_validation import ProduceValidation
@@ -122,6 +123,7 @@ class BrokerState:
         self._background_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strom-background")
         # Produced records too large to check on the loop are checked in its threads.
         self.produce_validation = ProduceValidation()
+        self.fetch_sessions = FetchSessionCache()
         self._topic_locks = _KeyedLocks()
         self._stopping = threading.Event()
         self._collector_holds = 0

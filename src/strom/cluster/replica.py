@@ -323,6 +323,16 @@ class PartitionLeader:
             self._ready.completed.extend((waiter.key, answer) for waiter in self._waiters[:done])
             del self._waiters[:done]
 
+    @property
+    def has_output(self) -> bool:
+        """Whether ``ready()`` has anything to hand out (most calls after a fetch find nothing)."""
+        ready = self._ready
+        return (
+            bool(ready.completed)
+            or ready.high_watermark_moved
+            or (self._pending is not None and not self._pending_sent)
+        )
+
     def ready(self) -> LeaderReady:
         ready, self._ready = self._ready, LeaderReady()
         if self._pending is not None and not self._pending_sent:

@@ -87,6 +87,11 @@ STANDALONE_OPEN_FILES = 64
 PRODUCER_STATE_COPY_BATCHES = 1000
 PRODUCER_STATE_COPIES_KEPT = 2
 
+
+def _base_offset(segment: Segment) -> int:
+    return segment.base_offset
+
+
 # baseOffset int64 + batchLength int32: enough of a header to step from one batch to the next.
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _ATTRIBUTES = struct.Struct(">h")
@@ -613,10 +618,13 @@ class PartitionLog:
             raise LogFileError(f"cannot read {self.topic}-{self.partition}: {error}") from error
 
     def _read(self, offset: int, max_bytes: int, min_one_batch: bool, limit: int) -> ReadResult:
+        if offset >= limit:  # nothing to read (a follower or consumer at the end): the usual case
+            high_watermark = self.high_watermark
+            return ReadResult(b"", high_watermark, self._log_start_offset, high_watermark)
         parts: list[bytes] = []
         budget = max_bytes
         segments = self._segments
-        index = max(bisect_right(self.segment_base_offsets, offset) - 1, 0)
+        index = max(bisect_right(segments, offset, key=_base_offset) - 1, 0)
         want_first = min_one_batch
         while index < len(segments) and offset < limit:
             segment = segments[index]

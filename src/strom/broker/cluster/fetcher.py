@@ -12,6 +12,13 @@ A partition the leader refuses (not the leader yet or any more, an epoch it does
 moment and is asked again; the controller's next LeaderAndIsr moves it to another fetcher or makes
 it a leader. A broken connection is opened again after a pause.
 
+The fetches run in an incremental fetch session (KIP-227; the leader's side is
+``strom.broker.fetch_sessions``): the first is full and asks for a session, the next ones name
+only the partitions whose fetch position changed (or that were added) and list those no longer
+fetched as forgotten, and the answers hold only the partitions with news. A session whose state is
+in doubt (a request failed or was given up: did the leader take its epoch?) is closed by the next
+full fetch, which opens a new one; one the leader no longer knows is started over.
+
 A partition added while the fetch in flight long-polls (``replica.fetch.wait.max.ms``) must not wait
 for it: the leader answers one request of a connection at a time, so the fetcher gives that
 connection up (nothing was appended from it; the next fetch asks again from the same log end) and
@@ -46,7 +53,10 @@ log = logging.getLogger("strom.broker.cluster.fetcher")
 
 FETCH_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
-FINAL_SESSION_EPOCH = -1  # a sessionless fetch
+NO_SESSION_ID = 0
+INITIAL_SESSION_EPOCH = 0  # a full fetch that asks for a session (and closes the one it names)
+SESSION_EPOCH_MAX = 2**31 - 1
+SESSION_LOST_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
 # A partition the leader refused is asked again after this long; a broken connection is opened
 # again after this long.
 PARTITION_BACKOFF_MS = 200
@@ -71,6 +81,22 @@ class FollowedPartition:
     follower: PartitionFollower
     delayed_until_ms: int = 0
     lag: int = 0  # the leader's high watermark minus our log end, at the last fetch (metrics)
+
+
+# What a fetch asks of a partition: (fetch offset, current leader epoch, log start offset, last
+# fetched epoch). The leader's session holds the last one sent; a partition is named again only
+# when it changed.
+FetchState = tuple[int, int, int, int]
+
+
+def _fetch_state(partition: FollowedPartition) -> FetchState:
+    partition_log = partition.log
+    return (
+        partition_log.log_end_offset,
+        partition.follower.leader_epoch,
+        partition_log.log_start_offset,
+        partition_log.leader_epochs.latest_epoch,
+    )
 
 
 def whole_batches(data: bytes | bytearray | memoryview) -> tuple[list[BatchHeader], int]:
@@ -121,6 +147,11 @@ class ReplicaFetcher:
         # The connection a long-polling Fetch is waiting on, and whether it was given up on purpose.
         self._long_poll: PeerConnection | None = None
         self._interrupted = False
+        # The fetch session: its id (0: none), the epoch of the next request (0: a full fetch),
+        # and what the leader's session holds of each partition (what our requests last said).
+        self._session_id = NO_SESSION_ID
+        self._session_epoch = INITIAL_SESSION_EPOCH
+        self._session_sent: dict[TopicPartition, FetchState] = {}
 
     def add(self, partition: FollowedPartition) -> None:
         self.partitions[partition.topic_partition] = partition
@@ -277,16 +308,27 @@ class ReplicaFetcher:
 
     async def _fetch(self, partitions: list[FollowedPartition]) -> None:
         config = self._config
+        wanted = {partition.topic_partition: _fetch_state(partition) for partition in partitions}
+        full = self._session_epoch == INITIAL_SESSION_EPOCH
+        if full:
+            named = wanted
+            forgotten: dict[str, list[int]] = {}
+        else:
+            sent = self._session_sent
+            named = {tp: state for tp, state in wanted.items() if sent.get(tp) != state}
+            forgotten = {}
+            for tp in sent:
+                if tp not in wanted:
+                    forgotten.setdefault(tp.topic, []).append(tp.partition)
         by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
-        for partition in partitions:
-            partition_log = partition.log
-            by_topic.setdefault(partition.topic_partition.topic, []).append(
+        for tp, (fetch_offset, leader_epoch, log_start_offset, last_fetched_epoch) in named.items():
+            by_topic.setdefault(tp.topic, []).append(
                 FetchRequest.FetchPartition(
-                    partition=partition.topic_partition.partition,
-                    current_leader_epoch=partition.follower.leader_epoch,
-                    fetch_offset=partition_log.log_end_offset,
-                    last_fetched_epoch=partition_log.leader_epochs.latest_epoch,
-                    log_start_offset=partition_log.log_start_offset,
+                    partition=tp.partition,
+                    current_leader_epoch=leader_epoch,
+                    fetch_offset=fetch_offset,
+                    last_fetched_epoch=last_fetched_epoch,
+                    log_start_offset=log_start_offset,
                     partition_max_bytes=config.replica_fetch_max_bytes,
                 )
             )
@@ -296,17 +338,23 @@ class ReplicaFetcher:
             min_bytes=config.replica_fetch_min_bytes,
             max_bytes=config.replica_fetch_response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=FINAL_SESSION_EPOCH,
+            session_id=self._session_id,
+            session_epoch=self._session_epoch,
             topics=[
                 FetchRequest.FetchTopic(topic=topic, partitions=items) for topic, items in by_topic.items()
             ],
-            forgotten_topics_data=[],
+            forgotten_topics_data=[
+                FetchRequest.ForgottenTopic(topic=topic, partitions=indexes)
+                for topic, indexes in forgotten.items()
+            ],
             rack_id="",
         )
-        sent = {partition.topic_partition: partition for partition in partitions}
+        sent_partitions = {partition.topic_partition: partition for partition in partitions}
         self._interrupted = False
         peer = self._long_poll = self._connection()
+        # Until the answer is in, the session's state is in doubt: a failure or a give-up leaves
+        # the next fetch full (it closes this session and opens another).
+        self._session_epoch = INITIAL_SESSION_EPOCH
         try:
             response = await peer.request(
                 request,
@@ -317,16 +365,42 @@ class ReplicaFetcher:
         finally:
             if self._long_poll is peer:
                 self._long_poll = None
-        if response.error_code != ErrorCode.NONE:
-            for partition in partitions:
-                self._delay(partition)
+        error = ErrorCode(response.error_code)
+        if error != ErrorCode.NONE:
+            self._session_id = NO_SESSION_ID
+            self._session_sent = {}
+            if error not in SESSION_LOST_ERRORS:  # a lost session is started over at once
+                for partition in partitions:
+                    self._delay(partition)
             return
+        self._session_after(request, response, full, wanted, named)
         for topic in response.responses:
             for data in topic.partitions:
-                fetched = sent.get(TopicPartition(topic.topic, data.partition_index))
+                fetched = sent_partitions.get(TopicPartition(topic.topic, data.partition_index))
                 if fetched is None or not self._current(fetched):
                     continue
                 self._apply(fetched, data)
+
+    def _session_after(
+        self,
+        request: FetchRequest,
+        response: FetchResponse,
+        full: bool,
+        wanted: dict[TopicPartition, FetchState],
+        named: dict[TopicPartition, FetchState],
+    ) -> None:
+        """The leader answered: what its session now holds, and the next request's epoch."""
+        if full:
+            self._session_id = response.session_id
+            self._session_sent = dict(wanted) if response.session_id != NO_SESSION_ID else {}
+            self._session_epoch = 1 if response.session_id != NO_SESSION_ID else INITIAL_SESSION_EPOCH
+            return
+        sent = self._session_sent
+        for tp in [tp for tp in sent if tp not in wanted]:
+            del sent[tp]
+        sent.update(named)
+        epoch = request.session_epoch
+        self._session_epoch = 1 if epoch >= SESSION_EPOCH_MAX else epoch + 1
 
     def _apply(self, partition: FollowedPartition, data: FetchResponse.PartitionData) -> None:
         partition_log = partition.log

@@ -242,6 +242,8 @@ class PartitionRoles:
 
     def _carry_out(self, entry: LedPartition) -> None:
         """Do what the leader's state asks: answer requests, wake consumers, queue ISR changes."""
+        if not entry.leader.has_output:
+            return
         ready = entry.leader.ready()
         if ready.completed:
             self._answer(ready.completed)
