@@ -7,12 +7,15 @@ loop (to within one interval), plus whatever the operating system took (a loaded
 descheduling the broker). A stall of ``limits.loop_stall_warning_ms`` or more is logged as a
 warning, at most one line per ``WARNING_INTERVAL_S`` (the line gives the worst stall since the
 previous one and how many there were), so an operator sees when admin work, compaction or a slow
-disk blocks the loop; the worst stall since start is kept in ``max_lag_ms``.
+disk blocks the loop; the worst stall since start is kept in ``max_lag_ms``. The line also says
+how long Python's cyclic garbage collector ran during the worst stall (``gc.callbacks``): a full
+collection over a large heap holds every thread, and is otherwise invisible.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +29,20 @@ log = logging.getLogger("strom.broker")
 # wake-up is a trip through epoll), nothing extra on a busy one (the loop is awake anyway).
 INTERVAL_MS = 25
 WARNING_INTERVAL_S = 1.0
+
+
+class CollectorClock:
+    """How long the cyclic garbage collector has run, in seconds (a ``gc.callbacks`` entry)."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.total_s += time.perf_counter() - self._started
 
 
 class LoopLagMonitor:
@@ -45,42 +62,55 @@ class LoopLagMonitor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._expected = 0.0
+        self._collector = CollectorClock()
+        self._collector_at_arm = 0.0
+        self._unreported_collector_ms = 0.0
 
     async def run(self) -> None:
         """Measure until cancelled."""
         self._loop = asyncio.get_running_loop()
+        gc.callbacks.append(self._collector)
         self._arm()
         try:
             await self._loop.create_future()  # never completes
         finally:
+            gc.callbacks.remove(self._collector)
             if self._handle is not None:
                 self._handle.cancel()
 
     def _arm(self) -> None:
         assert self._loop is not None
         self._expected = self._loop.time() + self.interval_ms / 1000
+        self._collector_at_arm = self._collector.total_s
         self._handle = self._loop.call_at(self._expected, self._tick)
 
     def _tick(self) -> None:
         assert self._loop is not None
-        self.observe((self._loop.time() - self._expected) * 1000)
+        collector_ms = (self._collector.total_s - self._collector_at_arm) * 1000
+        self.observe((self._loop.time() - self._expected) * 1000, collector_ms)
         self._arm()
 
-    def observe(self, lag_ms: float) -> None:
+    def observe(self, lag_ms: float, collector_ms: float = 0.0) -> None:
+        """A timer ran ``lag_ms`` late; the garbage collector ran ``collector_ms`` meanwhile."""
         self.max_lag_ms = max(self.max_lag_ms, lag_ms)
         if lag_ms < self.warning_ms:
             return
         self._unreported_count += 1
-        self._unreported_max_ms = max(self._unreported_max_ms, lag_ms)
+        if lag_ms > self._unreported_max_ms:
+            self._unreported_max_ms = lag_ms
+            self._unreported_collector_ms = collector_ms
         now = self._monotonic_s()
         if now - self._last_warning < WARNING_INTERVAL_S:
             return
         log.warning(
-            "event loop stalled for %.0f ms (%d stalls of %d ms or more since the last report)",
+            "event loop stalled for %.0f ms (%d stalls of %d ms or more since the last report; "
+            "the garbage collector ran %.0f ms during the worst)",
             self._unreported_max_ms,
             self._unreported_count,
             self.warning_ms,
+            self._unreported_collector_ms,
         )
         self._last_warning = now
         self._unreported_count = 0
         self._unreported_max_ms = 0.0
+        self._unreported_collector_ms = 0.0

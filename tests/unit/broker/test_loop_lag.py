@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 import pytest
@@ -19,13 +20,15 @@ def test_stalls_are_reported_at_most_once_a_second_with_the_worst_in_between(
         monitor.observe(10)  # not a stall worth a line
         monitor.observe(60)
         clock[0] += 0.5
-        monitor.observe(120)
-        monitor.observe(70)
+        monitor.observe(120, collector_ms=95)
+        monitor.observe(70, collector_ms=3)
         clock[0] += 0.6
         monitor.observe(55)
     assert [record.getMessage() for record in caplog.records] == [
-        "event loop stalled for 60 ms (1 stalls of 50 ms or more since the last report)",
-        "event loop stalled for 120 ms (3 stalls of 50 ms or more since the last report)",
+        "event loop stalled for 60 ms (1 stalls of 50 ms or more since the last report; "
+        "the garbage collector ran 0 ms during the worst)",
+        "event loop stalled for 120 ms (3 stalls of 50 ms or more since the last report; "
+        "the garbage collector ran 95 ms during the worst)",
     ]
     assert monitor.max_lag_ms == 120
 
@@ -46,3 +49,30 @@ def test_a_blocked_loop_is_measured() -> None:
 
     asyncio.run(block_the_loop())
     assert monitor.max_lag_ms >= 40
+
+
+def test_a_stall_in_the_garbage_collector_is_told_apart() -> None:
+    """A full collection over a heap of many containers holds the loop; the monitor sees it."""
+    monitor = LoopLagMonitor(interval_ms=1, warning_ms=10_000)
+    seen: list[float] = []
+    observe = monitor.observe
+
+    def record(lag_ms: float, collector_ms: float = 0.0) -> None:
+        seen.append(collector_ms)
+        observe(lag_ms, collector_ms)
+
+    monitor.observe = record  # type: ignore[method-assign]
+
+    async def collect_a_large_heap() -> None:
+        task = asyncio.create_task(monitor.run())
+        await asyncio.sleep(0.01)
+        heap = [[index] for index in range(300_000)]
+        gc.collect()
+        del heap
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(collect_a_large_heap())
+    assert max(seen) > 0
