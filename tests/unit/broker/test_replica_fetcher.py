@@ -75,6 +75,19 @@ def followed(tmp_path: Path, partition: int) -> FollowedPartition:
     return FollowedPartition(tp, uuid.uuid4(), log, follower)
 
 
+def fetcher_from(port: int) -> ReplicaFetcher:
+    """Broker 1's fetcher from leader 2 at ``port`` (long polls longer than any test)."""
+    return ReplicaFetcher(
+        2,
+        "127.0.0.1",
+        port,
+        node_id=1,
+        config=ReplicationConfig(replica_fetch_wait_max_ms=LONG_POLL_MS),
+        clock=ManualClock(),
+        after_append=lambda partition: None,
+    )
+
+
 def test_a_partition_added_during_a_long_poll_is_fetched_at_once_on_a_new_connection(
     tmp_path: Path,
 ) -> None:
@@ -82,15 +95,7 @@ def test_a_partition_added_during_a_long_poll_is_fetched_at_once_on_a_new_connec
         leader = SilentLeader()
         server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        fetcher = ReplicaFetcher(
-            2,
-            "127.0.0.1",
-            port,
-            node_id=1,
-            config=ReplicationConfig(replica_fetch_wait_max_ms=LONG_POLL_MS),
-            clock=ManualClock(),
-            after_append=lambda partition: None,
-        )
+        fetcher = fetcher_from(port)
         try:
             fetcher.add(followed(tmp_path, 0))  # an empty log: no epoch to ask about, fetched at once
             first = await leader.wait_for(0)
@@ -163,15 +168,7 @@ def test_the_fetcher_keeps_a_session_names_only_changes_and_starts_over_when_it_
         leader = SessionLeader()
         server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        fetcher = ReplicaFetcher(
-            2,
-            "127.0.0.1",
-            port,
-            node_id=1,
-            config=ReplicationConfig(replica_fetch_wait_max_ms=LONG_POLL_MS),
-            clock=ManualClock(),
-            after_append=lambda partition: None,
-        )
+        fetcher = fetcher_from(port)
         try:
             fetcher.add(followed(tmp_path, 0))
             fetcher.add(followed(tmp_path, 1))

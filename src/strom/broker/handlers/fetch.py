@@ -128,6 +128,18 @@ def _empty_partition(index: int, aborted: list[FetchResponse.AbortedTransaction]
     )
 
 
+def _topic_answer(
+    version: int, name: str, topic_id: uuid.UUID, partitions: list[PartitionData]
+) -> FetchResponse.FetchableTopicResponse:
+    """A topic's answer, named as the version names topics (by id from v13)."""
+    answer = FetchResponse.FetchableTopicResponse(partitions=partitions)
+    if version >= TOPIC_IDS_MIN_VERSION:
+        answer.topic_id = topic_id
+    else:
+        answer.topic = name
+    return answer
+
+
 def _bytes_allowed(request: FetchRequest, response_bytes_max: int) -> int:
     return min(request.max_bytes if request.max_bytes > 0 else 2**31 - 1, response_bytes_max)
 
@@ -166,12 +178,8 @@ def _read_all(
             errored |= failed
             total_bytes += size
             bytes_left -= size
-        response = FetchResponse.FetchableTopicResponse(partitions=partitions)
-        if version >= TOPIC_IDS_MIN_VERSION:
-            response.topic_id = topic.topic_id if isinstance(resolved, ErrorCode) else resolved.topic_id
-        else:
-            response.topic = topic.topic
-        responses.append(response)
+        topic_id = topic.topic_id if isinstance(resolved, ErrorCode) else resolved.topic_id
+        responses.append(_topic_answer(version, topic.topic, topic_id, partitions))
     return responses, total_bytes, errored
 
 
@@ -294,15 +302,14 @@ def _update_session(
     for topic in request.topics:
         resolved = _resolve(state, topic, version)
         if isinstance(resolved, ErrorCode):
-            answer = FetchResponse.FetchableTopicResponse(
-                partitions=[_empty_partition(p.partition, None) for p in topic.partitions]
+            answer = _topic_answer(
+                version,
+                topic.topic,
+                topic.topic_id,
+                [_empty_partition(p.partition, None) for p in topic.partitions],
             )
             for data in answer.partitions:
                 data.error_code = resolved
-            if version >= TOPIC_IDS_MIN_VERSION:
-                answer.topic_id = topic.topic_id
-            else:
-                answer.topic = topic.topic
             unknown.append(answer)
             continue
         for wanted in topic.partitions:
@@ -383,11 +390,7 @@ async def _incremental_fetch(
             session.move_to_end(key)
         answer = by_topic.get(key[0])
         if answer is None:
-            answer = by_topic[key[0]] = FetchResponse.FetchableTopicResponse(partitions=[])
-            if version >= TOPIC_IDS_MIN_VERSION:
-                answer.topic_id = entry.topic_id
-            else:
-                answer.topic = key[0]
+            answer = by_topic[key[0]] = _topic_answer(version, key[0], entry.topic_id, [])
         answer.partitions.append(partition)
     return FetchResponse(
         error_code=ErrorCode.NONE, session_id=session.session_id, responses=[*unknown, *by_topic.values()]
