@@ -1,7 +1,15 @@
 """The transaction coordinator: transactional ids, their producer ids and epochs, and the
 two-phase commit of their transactions through ``__transaction_state`` and markers, pure Python."""
 
+from strom.coordinator.transactions.admin import ListedTransaction, TransactionDescription, TransactionListing
 from strom.coordinator.transactions.config import TransactionCoordinatorConfig
+from strom.coordinator.transactions.coordinator import (
+    AddPartitionsCallback,
+    InitProducerIdCallback,
+    InitProducerIdResult,
+    TransactionCoordinator,
+)
+from strom.coordinator.transactions.markers import MarkerWriter, PartitionWritten, TransactionMarkers
 from strom.coordinator.transactions.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -9,6 +17,7 @@ from strom.coordinator.transactions.metadata import (
     TransactionMetadata,
     TransactionSnapshot,
 )
+from strom.coordinator.transactions.producer_ids import ProducerIdAllocator
 from strom.coordinator.transactions.records import (
     TRANSACTION_STATE_TOPIC,
     CorruptTransactionRecord,
@@ -26,11 +35,22 @@ __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "TRANSACTION_STATE_TOPIC",
+    "AddPartitionsCallback",
     "CorruptTransactionRecord",
     "IllegalTransactionTransition",
+    "InitProducerIdCallback",
+    "InitProducerIdResult",
+    "ListedTransaction",
+    "MarkerWriter",
+    "PartitionWritten",
+    "ProducerIdAllocator",
     "TopicPartition",
+    "TransactionCoordinator",
     "TransactionCoordinatorConfig",
+    "TransactionDescription",
+    "TransactionListing",
     "TransactionLogWriter",
+    "TransactionMarkers",
     "TransactionMetadata",
     "TransactionSnapshot",
     "TransactionState",
