@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import strom.protocol.coordinator_records as coordinator_records
+import strom.protocol.transaction_records as transaction_records
 from strom.protocol.messages import REQUESTS, RESPONSES
 from strom.protocol.messages.consumer_protocol import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from strom.protocol.messages.request_header import RequestHeader
@@ -38,8 +39,15 @@ UNKNOWN_TAGS = st.integers(min_value=1000, max_value=1100)
 def _all_classes() -> list[type[Any]]:
     classes: list[type[Any]] = [*REQUESTS.values(), *RESPONSES.values()]
     classes += [ConsumerProtocolSubscription, ConsumerProtocolAssignment, RequestHeader, ResponseHeader]
-    for module_info in pkgutil.iter_modules(coordinator_records.__path__):
-        module = importlib.import_module(f"{coordinator_records.__name__}.{module_info.name}")
+    for package in (coordinator_records, transaction_records):
+        classes += _record_classes(package)
+    return classes
+
+
+def _record_classes(package: Any) -> list[type[Any]]:
+    classes: list[type[Any]] = []
+    for module_info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{module_info.name}")
         classes += [
             value
             for value in vars(module).values()

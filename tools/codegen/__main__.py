@@ -15,12 +15,14 @@ from tools.codegen.emit import (
     render_errors,
     render_messages_init,
     render_module,
+    render_transaction_init,
 )
 from tools.codegen.spec import MessageDef, load_errors, load_message, snake_case
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MESSAGES_DIR = Path("src/strom/protocol/messages")
 COORDINATOR_DIR = Path("src/strom/protocol/coordinator_records")
+TRANSACTION_DIR = Path("src/strom/protocol/transaction_records")
 ERRORS_FILE = Path("src/strom/protocol/errors.py")
 # Formatting settings must match pyproject's [tool.ruff] so `ruff format --check` agrees.
 RUFF_SETTINGS = ["--isolated", "--line-length", "110", "--target-version", "py311"]
@@ -68,7 +70,31 @@ def generate_sources(spec_dir: Path) -> dict[Path, str]:
         )
         coordinator_pairs.append((module, key.name, value.name, key.valid_versions))
     files[COORDINATOR_DIR / "__init__.py"] = render_coordinator_init(coordinator_pairs)
+    files.update(_transaction_records(spec_dir))
     files[ERRORS_FILE] = render_errors(load_errors(spec_dir / "ERRORS.md"))
+    return files
+
+
+def _transaction_records(spec_dir: Path) -> dict[Path, str]:
+    """The records of `__transaction_state`, one module per key/value pair (today one pair)."""
+    files: dict[Path, str] = {}
+    records = {
+        m.name: m
+        for m in (load_message(p) for p in sorted((spec_dir / "transaction-coordinator").glob("*.json")))
+    }
+    pairs = []
+    for name in sorted(records):
+        if not name.endswith("Key"):
+            continue
+        base = name.removesuffix("Key")
+        key: MessageDef = records[name]
+        value: MessageDef = records[base + "Value"]
+        module = snake_case(base)
+        files[TRANSACTION_DIR / f"{module}.py"] = render_module(
+            [key, value], f"The {base} record of `__transaction_state`: {key.name} and {value.name}."
+        )
+        pairs.append((module, key.name, value.name, key.valid_versions))
+    files[TRANSACTION_DIR / "__init__.py"] = render_transaction_init(pairs)
     return files
 
 
@@ -103,7 +129,7 @@ def generate(spec_dir: Path) -> dict[Path, str]:
 
 def existing_generated_files(output: Path) -> set[Path]:
     found: set[Path] = set()
-    for directory in (MESSAGES_DIR, COORDINATOR_DIR):
+    for directory in (MESSAGES_DIR, COORDINATOR_DIR, TRANSACTION_DIR):
         found.update(path.relative_to(output) for path in (output / directory).glob("*.py"))
     if (output / ERRORS_FILE).exists():
         found.add(ERRORS_FILE)

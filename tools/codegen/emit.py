@@ -735,9 +735,24 @@ def render_messages_init(apis: list[tuple[str, int, str, str, str]]) -> str:
 
 def render_coordinator_init(pairs: list[tuple[str, str, str, VersionRange]]) -> str:
     """pairs: (module, key class, value class, key versions)."""
+    return _render_records_init(
+        pairs, "group-coordinator/*.json", "__consumer_offsets", "coordinator_records"
+    )
+
+
+def render_transaction_init(pairs: list[tuple[str, str, str, VersionRange]]) -> str:
+    """pairs: (module, key class, value class, key versions)."""
+    return _render_records_init(
+        pairs, "transaction-coordinator/*.json", "__transaction_state", "transaction_records"
+    )
+
+
+def _render_records_init(
+    pairs: list[tuple[str, str, str, VersionRange]], sources: str, topic: str, package: str
+) -> str:
     lines = [
-        GENERATED_MARK.format(sources="group-coordinator/*.json"),
-        '"""Key/value records of the `__consumer_offsets` topic.',
+        GENERATED_MARK.format(sources=sources),
+        f'"""Key/value records of the `{topic}` topic.',
         "",
         "The version of a record's key says which kind of record it is; RECORD_TYPES maps it to the",
         "(key class, value class) pair.",
@@ -748,7 +763,7 @@ def render_coordinator_init(pairs: list[tuple[str, str, str, VersionRange]]) -> 
         "from typing import Any",
         "",
     ]
-    lines.append("from strom.protocol.coordinator_records import (")
+    lines.append(f"from strom.protocol.{package} import (")
     for module, *_ in sorted(pairs):
         lines.append(f"    {module},")
     lines.append(")")

@@ -171,7 +171,9 @@ def _parse_default(raw: Any) -> Any:
 def _parse_fields(raw_fields: list[dict[str, Any]], message: MessageDef, common: set[str]) -> list[FieldDef]:
     fields: list[FieldDef] = []
     for raw in raw_fields:
-        versions = VersionRange.parse(raw["versions"])
+        # A field that exists only as a tagged field may give just its tagged versions
+        # (TransactionLogValue's PreviousProducerId): those are its versions.
+        versions = VersionRange.parse(raw["versions"] if "versions" in raw else raw["taggedVersions"])
         nullable = VersionRange.parse(raw.get("nullableVersions", "none"))
         tag = int(raw["tag"]) if "tag" in raw else None
         tagged = VersionRange.parse(raw["taggedVersions"]) if "taggedVersions" in raw else VersionRange(1, 0)
