@@ -111,8 +111,6 @@ UNUSED_STOCK_KEYS = (
     "num.recovery.threads.per.data.dir",
     "socket.receive.buffer.bytes",
     "socket.send.buffer.bytes",
-    "transaction.state.log.min.isr",
-    "transaction.state.log.replication.factor",
 )
 RECOVERY_LINE = "no clean shutdown marker"
 

@@ -37,6 +37,7 @@ from strom.broker.listeners import (
 )
 from strom.cluster.model import Endpoint
 from strom.coordinator import CoordinatorConfig
+from strom.coordinator.transactions import TransactionCoordinatorConfig
 from strom.storage import ConfigError, LogConfig
 from strom.storage.files import write_file_atomically
 
@@ -217,6 +218,49 @@ _KEYS = [
         "CreateTime or LogAppendTime (topic: message.timestamp.type).",
     ),
     ConfigKey("offsets.topic.num.partitions", "int", "50", "Partitions of __consumer_offsets."),
+    ConfigKey(
+        "transaction.state.log.num.partitions",
+        "int",
+        "50",
+        "Partitions of __transaction_state (a transactional id's coordinator leads its partition).",
+    ),
+    ConfigKey(
+        "transaction.state.log.replication.factor",
+        "int",
+        "3",
+        "In a cluster: replicas of each __transaction_state partition; it is created once this many"
+        " brokers are alive (COORDINATOR_NOT_AVAILABLE until then).",
+    ),
+    ConfigKey(
+        "transaction.state.log.min.isr",
+        "int",
+        "2",
+        "In a cluster: min.insync.replicas of __transaction_state.",
+    ),
+    ConfigKey(
+        "transaction.max.timeout.ms",
+        "int",
+        "900000",
+        "The largest transaction.timeout.ms a producer may ask for (INVALID_TRANSACTION_TIMEOUT above).",
+    ),
+    ConfigKey(
+        "transactional.id.expiration.ms",
+        "int",
+        "604800000",
+        "A transactional id with no transaction and no update for this long is forgotten.",
+    ),
+    ConfigKey(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "int",
+        "10000",
+        "How often transactions past their timeout are looked for and aborted.",
+    ),
+    ConfigKey(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "int",
+        "3600000",
+        "How often idle transactional ids are looked for and expired.",
+    ),
     ConfigKey(
         "offsets.commit.timeout.ms",
         "int",
@@ -682,6 +726,22 @@ class BrokerConfig:
             offsets_topic_num_partitions=self.get_int("offsets.topic.num.partitions"),
             offsets_commit_timeout_ms=self.get_int("offsets.commit.timeout.ms"),
         )
+
+    def transaction_config(self) -> TransactionCoordinatorConfig:
+        try:
+            return TransactionCoordinatorConfig(
+                transaction_state_log_num_partitions=self.get_int("transaction.state.log.num.partitions"),
+                transaction_max_timeout_ms=self.get_int("transaction.max.timeout.ms"),
+                transactional_id_expiration_ms=self.get_int("transactional.id.expiration.ms"),
+                transaction_abort_timed_out_transaction_cleanup_interval_ms=self.get_int(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+                ),
+                transaction_remove_expired_transaction_cleanup_interval_ms=self.get_int(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms"
+                ),
+            )
+        except ValueError as error:
+            raise BrokerConfigError(str(error)) from None
 
     def cluster_id(self) -> str:
         """The configured cluster id, else one generated once and kept in the data directory."""

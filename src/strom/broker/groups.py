@@ -155,8 +155,9 @@ class AsyncioTimer:
         self._unbound.clear()
 
 
-class OffsetsTopicWriter:
-    """Appends coordinator records to ``__consumer_offsets`` (one batch per call).
+class CoordinatorTopicWriter:
+    """Appends a coordinator's records to its internal topic (``__consumer_offsets``,
+    ``__transaction_state``), one batch per call.
 
     Alone (``replicated`` None) the write completes once appended (and flushed when the flush
     policy says so), as today. In a cluster (``replicate_through``) it appends only as the
@@ -172,7 +173,9 @@ class OffsetsTopicWriter:
         clock: Clock,
         notify_append: Callable[[str, int], None],
         flush: Callable[[int], asyncio.Future[None] | None],
+        topic: str = OFFSETS_TOPIC,
     ) -> None:
+        self.topic = topic
         self._logs = logs
         self._clock = clock
         self._notify_append = notify_append
@@ -198,7 +201,7 @@ class OffsetsTopicWriter:
         if self.replicated is not None:
             self._append_replicated(self.replicated, partition, records, on_complete)
             return
-        partition_log = self._logs.log(OFFSETS_TOPIC, partition)
+        partition_log = self._logs.log(self.topic, partition)
         if partition_log is None:
             on_complete(ErrorCode.NOT_COORDINATOR)
             return
@@ -230,10 +233,10 @@ class OffsetsTopicWriter:
         try:
             partition_log.append(data, [parse_batch_header(data)], now_ms)
         except StorageError as error:
-            log.error("writing to %s-%d failed: %s", OFFSETS_TOPIC, partition, error)
+            log.error("writing to %s-%d failed: %s", self.topic, partition, error)
             on_complete(ErrorCode.KAFKA_STORAGE_ERROR)
             return False
-        self._notify_append(OFFSETS_TOPIC, partition)
+        self._notify_append(self.topic, partition)
         return True
 
     def _append_replicated(
@@ -244,7 +247,7 @@ class OffsetsTopicWriter:
         on_complete: Callable[[ErrorCode], None],
     ) -> None:
         try:
-            partition_log = replicated.writable(OFFSETS_TOPIC, partition, ACKS_ALL)
+            partition_log = replicated.writable(self.topic, partition, ACKS_ALL)
         except Refused as refused:
             on_complete(refused.error)
             return
@@ -278,7 +281,7 @@ class OffsetsTopicWriter:
         if task.cancelled():
             entry[1] = ErrorCode.NOT_COORDINATOR
         elif task.exception() is not None:
-            log.error("waiting for %s-%d's replicas failed: %s", OFFSETS_TOPIC, partition, task.exception())
+            log.error("waiting for %s-%d's replicas failed: %s", self.topic, partition, task.exception())
             entry[1] = ErrorCode.NOT_COORDINATOR
         else:
             entry[1] = task.result()
@@ -309,7 +312,7 @@ class GroupService:
         self.config = config
         self._logs = logs
         self.timer = AsyncioTimer()
-        self.writer = OffsetsTopicWriter(logs, clock, notify_append, flush)
+        self.writer = CoordinatorTopicWriter(logs, clock, notify_append, flush)
         self.coordinator = GroupCoordinator(config, clock, self.timer, self.writer)
         self._loading: asyncio.Task[None] | None = None
         self._partition_loads: dict[int, asyncio.Task[int]] = {}

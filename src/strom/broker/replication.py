@@ -131,6 +131,10 @@ class Replication(Protocol):
         """The broker coordinating ``group_id``, at its endpoint for ``listener`` (creating ``__consumer_offsets`` on first need)."""
         ...
 
+    def find_transaction_coordinator(self, transactional_id: str, listener: str) -> BrokerView | Refused:
+        """The broker coordinating ``transactional_id`` (creating ``__transaction_state`` on first need)."""
+        ...
+
     # ---- admin -------------------------------------------------------------------------------------------
 
     async def create_topic(
@@ -231,6 +235,10 @@ class SingleNode:
 
     def find_coordinator(self, group_id: str, listener: str) -> BrokerView | Refused:
         self._state.groups.ensure_offsets_topic()
+        return self._self(listener)
+
+    def find_transaction_coordinator(self, transactional_id: str, listener: str) -> BrokerView | Refused:
+        self._state.transactions.ensure_topic()
         return self._self(listener)
 
     # ---- admin -------------------------------------------------------------------------------------------

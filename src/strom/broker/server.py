@@ -248,6 +248,7 @@ class BrokerServer:
                 self.state.close()
                 raise
         self.state.groups.start(load=self.cluster is None)
+        self.state.transactions.start(load=self.cluster is None)
         if self._metrics_server is not None:
             await self._metrics_server.start()
         self._background.append(asyncio.create_task(self._housekeeping_loop()))

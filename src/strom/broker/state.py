@@ -36,8 +36,10 @@ from strom.broker.metrics import BrokerMetrics, add_remote_wait
 from strom.broker.produce_validation import ProduceValidation
 from strom.broker.registry import HANDLERS, Handler
 from strom.broker.replication import Replication, SingleNode
+from strom.broker.transactions import LocalMarkers, TransactionService
 from strom.cluster.model import Endpoint
 from strom.coordinator import OFFSETS_TOPIC
+from strom.coordinator.transactions import TRANSACTION_STATE_TOPIC
 from strom.storage import LogFileError, LogManager, PartitionLog, TopicMetadata
 from strom.storage.budget import FileBudget
 from strom.storage.compaction import run_compaction
@@ -134,6 +136,19 @@ class BrokerState:
             lambda topic, partition: self.notify_append(topic, partition),
             self._flush_offsets_partition,
         )
+        # The transaction coordinator on __transaction_state; a single node writes its markers itself.
+        self.transactions = TransactionService(
+            config.transaction_config(),
+            self.logs,
+            clock,
+            lambda topic, partition: self.notify_append(topic, partition),
+            self._flush_transaction_state_partition,
+            self.groups,
+            lambda: self.replication.allocate_producer_id(),
+        )
+        self.transactions.deliver_markers_through(
+            LocalMarkers(self, config.get_int("offsets.commit.timeout.ms"))
+        )
         # Who leads what, who may read and append where (a cluster replaces it: ``strom.broker.cluster``).
         self.replication: Replication = SingleNode(self)
         # The cluster runtime when this broker is one of a cluster (set by the server), and the
@@ -142,7 +157,13 @@ class BrokerState:
         self.handlers: Mapping[int, Handler] = HANDLERS
 
     def _flush_offsets_partition(self, partition: int) -> asyncio.Future[None] | None:
-        partition_log = self.logs.log(OFFSETS_TOPIC, partition)
+        return self._flush_internal(OFFSETS_TOPIC, partition)
+
+    def _flush_transaction_state_partition(self, partition: int) -> asyncio.Future[None] | None:
+        return self._flush_internal(TRANSACTION_STATE_TOPIC, partition)
+
+    def _flush_internal(self, topic: str, partition: int) -> asyncio.Future[None] | None:
+        partition_log = self.logs.log(topic, partition)
         if partition_log is None:
             return None
         return asyncio.ensure_future(self.flush(partition_log))
@@ -170,6 +191,7 @@ class BrokerState:
 
     def close(self) -> None:
         self.groups.shutdown()
+        self.transactions.shutdown()
         self._stopping.set()
         # Admin work still queued is dropped (what it would remove is removed on the next start);
         # work under way finishes, so no file is left half-written.

@@ -275,8 +275,6 @@ def test_a_stock_server_properties_is_accepted_and_the_unused_keys_are_named() -
         "num.recovery.threads.per.data.dir",
         "socket.receive.buffer.bytes",
         "socket.send.buffer.bytes",
-        "transaction.state.log.min.isr",
-        "transaction.state.log.replication.factor",
     ]
     # The ZooKeeper keys are strom's own now: set, they make the broker one of a cluster.
     assert config.is_set("zookeeper.connect")

@@ -15,7 +15,7 @@ from typing import Any
 
 from strom.base.clock import ManualClock
 from strom.broker.cluster.partitions import PartitionRoles
-from strom.broker.groups import OFFSETS_TOPIC_CONFIG, GroupService, OffsetsTopicWriter
+from strom.broker.groups import OFFSETS_TOPIC_CONFIG, CoordinatorTopicWriter, GroupService
 from strom.broker.refused import Refused
 from strom.broker.replication import ReadAccess
 from strom.cluster.actions import PartitionInfo
@@ -346,7 +346,7 @@ def test_answers_come_in_the_order_of_the_appends() -> None:
 
     async def scenario() -> None:
         replicated = Controlled()
-        writer = OffsetsTopicWriter(None, ManualClock(), lambda t, p: None, lambda p: None)  # type: ignore[arg-type]
+        writer = CoordinatorTopicWriter(None, ManualClock(), lambda t, p: None, lambda p: None)  # type: ignore[arg-type]
         writer.replicate_through(replicated, COMMIT_TIMEOUT_MS)
         answered: list[tuple[str, ErrorCode]] = []
         writer.append(0, [(b"k", b"1")], lambda error: answered.append(("first", error)))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from strom.broker.cluster.markers import ClusterMarkers
 from strom.broker.cluster.partitions import PartitionRoles
 from strom.broker.cluster.peer import PeerConnection, PeerError
 from strom.broker.cluster.senders import ControllerSenders
@@ -39,6 +40,7 @@ from strom.broker.config import BrokerConfig
 from strom.broker.groups import OFFSETS_TOPIC_CONFIG
 from strom.broker.refused import Refused
 from strom.broker.replication import BrokerView, PartitionView, ReadAccess, TopicView
+from strom.broker.transactions import transaction_state_topic_config
 from strom.cluster import wire
 from strom.cluster.actions import (
     BrokerCommand,
@@ -74,6 +76,7 @@ from strom.cluster.zk_store import ConnectionLossError, ZkError, zk_error_text
 from strom.cluster.zookeeper import ClusterZooKeeper, ConcurrentChangeError
 from strom.cluster.zookeeper import TopicExistsError as ZkTopicExistsError
 from strom.coordinator import OFFSETS_TOPIC, partition_for_group
+from strom.coordinator.transactions import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_partition import AlterPartitionResponse
 from strom.protocol.messages.controlled_shutdown import ControlledShutdownResponse
@@ -111,6 +114,8 @@ ACKS_ALL = -1
 # (ISR shrinks) every TICKS_PER_ISR_CHECK ticks.
 TICK_INTERVAL_MS = 100
 TICKS_PER_ISR_CHECK = 5
+# The coordinators' topics: created by the brokers, never appended to by clients.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 META_PROPERTIES_FILE_NAME = "meta.properties"
 # Each step of leaving the cluster gets at most this long.
 STOP_STEP_TIMEOUT_S = 10
@@ -243,7 +248,6 @@ class ClusterReplication:
         self._tasks: list[asyncio.Task[None]] = []
         self._producer_ids: tuple[int, int] = (0, -1)  # next, last of the block in hand
         self._producer_id_lock = asyncio.Lock()
-        self._creating_offsets_topic = False
         self.is_controller = False
         self.unclean_elections: list[UncleanElection] = []
         # Set once this broker is registered and knows its broker epoch: a command of the
@@ -253,8 +257,14 @@ class ClusterReplication:
         self._registered = asyncio.Event()
         self._stopping = False
         # The group coordinator's writes count once the in-sync replicas of their offsets
-        # partition have them (acks=all through this broker's PartitionRoles).
+        # partition have them (acks=all through this broker's PartitionRoles); the transaction
+        # coordinator's likewise, and its markers go to each partition's leader.
         state.groups.replicate_through(self)
+        state.transactions.replicate_through(self, state.config.get_int("offsets.commit.timeout.ms"))
+        state.transactions.deliver_markers_through(
+            ClusterMarkers(self, state, state.config.get_int("offsets.commit.timeout.ms"))
+        )
+        self._creating_internal: set[str] = set()
 
     # ---- starting and stopping -----------------------------------------------------------------------
 
@@ -573,6 +583,8 @@ class ClusterReplication:
         self.roles.become_leader(info, partition_log)
         if info.topic == OFFSETS_TOPIC:
             self._state.groups.become_coordinator(info.partition)
+        elif info.topic == TRANSACTION_STATE_TOPIC:
+            self._state.transactions.become_coordinator(info.partition, info.leader_epoch)
 
     def _become_follower(
         self,
@@ -583,8 +595,7 @@ class ClusterReplication:
         partition_log = logs.get(info.topic_partition)
         if partition_log is None:
             return
-        if info.topic == OFFSETS_TOPIC:
-            self._state.groups.resign_coordinator(info.partition)
+        self._resign_coordinator(info.topic_partition)
         address = leaders.get(info.leader)
         if address is None and info.leader != NO_LEADER:
             broker = self.control.metadata.brokers.get(info.leader)
@@ -594,10 +605,16 @@ class ClusterReplication:
     async def _stop_replica(self, stop: StopReplica) -> None:
         tp = stop.topic_partition
         self.roles.stop(tp)
-        if tp.topic == OFFSETS_TOPIC:
-            self._state.groups.resign_coordinator(tp.partition)
+        self._resign_coordinator(tp)
         if stop.delete:
             await self._state.remove_partitions(tp.topic, [tp.partition])
+
+    def _resign_coordinator(self, tp: TopicPartition) -> None:
+        """Another broker leads ``tp`` now (or nobody here): a coordinator on it steps down."""
+        if tp.topic == OFFSETS_TOPIC:
+            self._state.groups.resign_coordinator(tp.partition)
+        elif tp.topic == TRANSACTION_STATE_TOPIC:
+            self._state.transactions.resign_coordinator(tp.partition)
 
     async def _ensure_logs(
         self, infos: Sequence[PartitionInfo], outcome: CommandOutcome
@@ -627,7 +644,7 @@ class ClusterReplication:
                     topic_id,
                     [info.partition for info in wanted],
                     overrides,
-                    internal=topic == OFFSETS_TOPIC,
+                    internal=topic in INTERNAL_TOPICS,
                 )
             except Exception as error:
                 log.error("cannot make the logs of %s %s: %s", topic, [i.partition for i in wanted], error)
@@ -876,7 +893,7 @@ class ClusterReplication:
         image = self.control.metadata.topic(name)
         if image is None or not image.partitions:
             return None
-        return ClusterTopic(name, image.topic_id, name == OFFSETS_TOPIC, max(image.partitions) + 1)
+        return ClusterTopic(name, image.topic_id, name in INTERNAL_TOPICS, max(image.partitions) + 1)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> ClusterTopic | None:
         name = self.control.metadata.topic_name(topic_id)
@@ -906,59 +923,88 @@ class ClusterReplication:
         return views
 
     def find_coordinator(self, group_id: str, listener: str) -> BrokerView | Refused:
+        return self._coordinator_of(
+            OFFSETS_TOPIC,
+            partition_for_group(group_id, self._state.groups.partitions),
+            self._state.groups.partitions,
+            self.settings.offsets_topic_replication_factor,
+            OFFSETS_TOPIC_CONFIG,
+            "offsets.topic.replication.factor",
+            listener,
+        )
+
+    def find_transaction_coordinator(self, transactional_id: str, listener: str) -> BrokerView | Refused:
+        transactions = self._state.transactions
+        config = self._state.config
+        return self._coordinator_of(
+            TRANSACTION_STATE_TOPIC,
+            transactions.partition_for(transactional_id),
+            transactions.partitions,
+            config.get_int("transaction.state.log.replication.factor"),
+            transaction_state_topic_config(config.get_int("transaction.state.log.min.isr")),
+            "transaction.state.log.replication.factor",
+            listener,
+        )
+
+    def _coordinator_of(
+        self,
+        topic: str,
+        partition: int,
+        partitions: int,
+        replication_factor: int,
+        topic_config: Mapping[str, str],
+        setting: str,
+        listener: str,
+    ) -> BrokerView | Refused:
+        """The leader of ``partition`` of the internal ``topic`` (a coordinator's), creating the
+        topic first when it does not exist yet; COORDINATOR_NOT_AVAILABLE meanwhile."""
         metadata = self.control.metadata
-        if metadata.topic(OFFSETS_TOPIC) is None:
+        if metadata.topic(topic) is None:
             live = len(metadata.brokers)
-            wanted = self.settings.offsets_topic_replication_factor
-            if live < wanted:
-                # As Kafka: the offsets topic is made with its full replication factor or not at
+            if live < replication_factor:
+                # As Kafka: an internal topic is made with its full replication factor or not at
                 # all (a commit must survive the loss of a broker); clients retry meanwhile.
                 return Refused(
                     ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    f"{live} broker(s) alive, offsets.topic.replication.factor is {wanted}: "
-                    f"{OFFSETS_TOPIC} is created once enough brokers are up",
+                    f"{live} broker(s) alive, {setting} is {replication_factor}: "
+                    f"{topic} is created once enough brokers are up",
                 )
-            self._create_offsets_topic()
-            return Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
-        partition = partition_for_group(group_id, self._state.groups.partitions)
-        leader = metadata.leader(TopicPartition(OFFSETS_TOPIC, partition))
+            self._create_internal_topic(topic, partitions, replication_factor, topic_config)
+            return Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{topic} is being created")
+        leader = metadata.leader(TopicPartition(topic, partition))
         if leader is None:
             return Refused(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{partition} has no leader right now"
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{topic}-{partition} has no leader right now"
             )
         return _view(leader, listener)
 
-    def _create_offsets_topic(self) -> None:
-        if self._creating_offsets_topic:
+    def _create_internal_topic(
+        self, topic: str, partitions: int, replication_factor: int, topic_config: Mapping[str, str]
+    ) -> None:
+        if topic in self._creating_internal:
             return
-        self._creating_offsets_topic = True
-        replication_factor = self.settings.offsets_topic_replication_factor
+        self._creating_internal.add(topic)
 
         async def create() -> None:
             try:
                 await self.create_topic(
-                    OFFSETS_TOPIC,
-                    self._state.groups.partitions,
+                    topic,
+                    partitions,
                     replication_factor,
                     {},
-                    OFFSETS_TOPIC_CONFIG,
+                    topic_config,
                     validate_only=False,
                     internal=True,
                 )
                 log.info(
-                    "created %s: %d partitions, replication factor %d",
-                    OFFSETS_TOPIC,
-                    self._state.groups.partitions,
-                    replication_factor,
+                    "created %s: %d partitions, replication factor %d", topic, partitions, replication_factor
                 )
             except (TopicExistsError, ZkTopicExistsError):
                 pass
             except Exception as error:
-                log.warning(
-                    "creating %s failed (%s); the next FindCoordinator tries again", OFFSETS_TOPIC, error
-                )
+                log.warning("creating %s failed (%s); the next FindCoordinator tries again", topic, error)
             finally:
-                self._creating_offsets_topic = False
+                self._creating_internal.discard(topic)
 
         task = asyncio.get_running_loop().create_task(create())
         self._tasks.append(task)

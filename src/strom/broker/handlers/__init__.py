@@ -22,4 +22,5 @@ def register_all() -> None:
         records,
         replication,
         topics,
+        transactions,
     )

@@ -62,7 +62,9 @@ async def _parked(start: Callable[[Callable[[Response], None]], None]) -> Respon
 
 def _find_one(context: RequestContext, key: str, key_type: int) -> BrokerView | Refused:
     if key_type == KEY_TYPE_TRANSACTION:
-        return Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported by this broker")
+        if not key:
+            return Refused(ErrorCode.INVALID_REQUEST, "the transactional id must not be empty")
+        return context.broker.replication.find_transaction_coordinator(key, context.listener)
     if key_type != KEY_TYPE_GROUP:
         return Refused(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
     if not key:

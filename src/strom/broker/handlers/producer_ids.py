@@ -1,22 +1,32 @@
-"""InitProducerId 0-5 for idempotent (non-transactional) producers.
+"""InitProducerId 0-5.
 
-A new producer gets a fresh id, unique across restarts (and, in a cluster, across brokers: blocks
-of ids are taken from ZooKeeper), at epoch 0. A producer that sends its
-current id and epoch (v3+, KIP-360) gets the same id with the epoch bumped, so it can reset its
-sequence numbers without losing its identity; at the largest epoch it gets a new id instead.
-Transactions are not implemented, so a transactional id is refused with a clear error.
+Idempotent producers (no transactional id): a new producer gets a fresh id, unique across restarts
+(and, in a cluster, across brokers: blocks of ids are taken from ZooKeeper), at epoch 0. A producer
+that sends its current id and epoch (v3+, KIP-360) gets the same id with the epoch bumped, so it can
+reset its sequence numbers without losing its identity; at the largest epoch it gets a new id.
+
+Transactional producers: the transaction coordinator of the id (this broker, if it leads the id's
+``__transaction_state`` partition) gives its producer id and a new epoch, fencing an earlier
+instance (``strom.coordinator.transactions``); versions before v4 are told INVALID_PRODUCER_EPOCH
+where later ones are told PRODUCER_FENCED.
 """
 
 from __future__ import annotations
 
 from strom.broker.context import RequestContext
+from strom.broker.handlers.groups import _parked
+from strom.broker.handlers.transactions import for_version
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
+from strom.coordinator.transactions import InitProducerIdResult
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
 
 EPOCH_MAX = 32767
 NO_PRODUCER_ID = -1
+# The producer id and epoch in the request (KIP-360), and PRODUCER_FENCED (KIP-588), from these.
+KIP_360_MIN_VERSION = 3
+PRODUCER_FENCED_MIN_VERSION = 4
 
 
 @handles(InitProducerIdRequest, InitProducerIdResponse, 0, 5)
@@ -27,8 +37,20 @@ async def handle_init_producer_id(
     if request.transactional_id == "":
         return InitProducerIdResponse(error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
+        coordinator = state.transactions.coordinator
+        result: InitProducerIdResult = await _parked(
+            lambda respond: coordinator.init_producer_id(
+                request.transactional_id,
+                request.transaction_timeout_ms,
+                request.producer_id if context.api_version >= KIP_360_MIN_VERSION else NO_PRODUCER_ID,
+                request.producer_epoch if context.api_version >= KIP_360_MIN_VERSION else -1,
+                respond,
+            )
+        )
         return InitProducerIdResponse(
-            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1
+            error_code=for_version(result.error, context.api_version, PRODUCER_FENCED_MIN_VERSION),
+            producer_id=result.producer_id,
+            producer_epoch=result.producer_epoch,
         )
     if request.producer_id != NO_PRODUCER_ID and 0 <= request.producer_epoch < EPOCH_MAX:
         return InitProducerIdResponse(
