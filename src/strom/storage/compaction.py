@@ -1,7 +1,7 @@
 """Log compaction: keep the latest record per key in the non-active segments.
 
-One pass over the cleanable segments (the inactive ones, stopping at the first that holds a record
-younger than min.compaction.lag.ms) maps every key to its latest offset; a second pass rewrites the
+One pass over the cleanable segments (the inactive ones below the last stable offset, stopping at the
+first that holds a record younger than min.compaction.lag.ms) maps every key to its latest offset; a second pass rewrites the
 segments keeping, per batch, the records that are still the latest for their key. Offsets never
 change: a batch keeps its base offset and its last offset delta, only losing records; a batch that
 loses them all is dropped. So offsets become sparse, and the log start offset stays where it was:
@@ -11,14 +11,15 @@ Tombstones (null value) stay until they are older than delete.retention.ms. Reco
 are kept (Kafka refuses them on compacted topics at produce time, see ``LogConfig.requires_keys``).
 Batches whose records cannot be decoded are kept whole.
 
-Transactions (``TxnOutcomes``, from what the log knew when the compaction was planned): the batches
-of an aborted transaction are removed whole and never count as a key's latest value; those of a
-committed transaction compact like any other; those of a transaction still in progress are kept
-whole and do not count either (its outcome is not known yet: a later compaction decides). Control
-batches (COMMIT / ABORT markers) are always kept, and with them the aborted transactions of the
-transaction index (carried over to the merged segment). Kafka drops a marker once the records of
-its transaction are gone and delete.retention.ms has passed; strom does not yet (see
-docs/transactions.md).
+Transactions (``TxnOutcomes``, from what the log knew when the compaction was planned): only the
+segments wholly below the last stable offset are cleaned (``PartitionLog.plan_compaction``), so
+every transactional batch there belongs to a decided transaction. The batches of an aborted one are
+removed whole and never count as a key's latest value; those of a committed one compact like any
+other. (A batch of a transaction still in progress would be kept whole and not count either: it
+cannot be below the last stable offset, the guard costs nothing.) Control batches (COMMIT / ABORT
+markers) are always kept, and with them the aborted transactions of the transaction index (carried
+over to the merged segment). Kafka drops a marker once the records of its transaction are gone and
+delete.retention.ms has passed; strom does not yet (see docs/transactions.md).
 
 Adjacent cleaned segments are merged while the result fits segment.bytes (and its offsets fit a
 segment's 32-bit relative offsets), as Kafka's cleaner groups them, so a log that keeps rolling

@@ -1143,10 +1143,20 @@ class PartitionLog:
 
     def plan_compaction(self, now_ms: int) -> CompactionJob | None:
         """What a compaction of this log would work on now, or None (not compacted, or nothing
-        inactive). Cheap: the loop thread calls it; ``run_compaction`` does the work elsewhere."""
+        inactive). Cheap: the loop thread calls it; ``run_compaction`` does the work elsewhere.
+
+        Only the inactive segments wholly below the last stable offset are cleaned (Kafka's
+        rule): above it a record may still be aborted, or cut by a new leader, and must not make
+        an older value of its key go; and a read_committed consumer reading up to it sees the
+        latest value of every key as of there."""
         if not self.config.compacted or self._closed:
             return None
-        inactive = self._segments[:-1]
+        stable = self.last_stable_offset
+        inactive: list[Segment] = []
+        for segment in self._segments[:-1]:
+            if segment.next_offset > stable:
+                break
+            inactive.append(segment)
         if not inactive:
             return None
         aborted = [txn for segment in self._segments for txn in segment.aborted_txns()]

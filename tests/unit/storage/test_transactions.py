@@ -634,22 +634,41 @@ def test_compaction_removes_aborted_records_and_keeps_markers(tmp_path: Path, op
     assert log.aborted_transactions(0, 100) == [(P2, 2), (P3, 5)]
 
 
-def test_compaction_keeps_records_of_open_transactions_whole_and_out_of_the_key_map(
-    open_log: OpenLog,
-) -> None:
+def test_compaction_stops_at_the_last_stable_offset(open_log: OpenLog) -> None:
     config = LogConfig(cleanup_policy="compact")
     log = open_log(config)
     producer = Producer(P1)
     append(log, make_batch([b"k-old"], keys=[b"k"]))  # 0
-    append(log, producer.batch(b"k-open", keys=[b"k"]))  # 1
+    append(log, make_batch([b"j-old"], keys=[b"j"]))  # 1
+    log.roll()
+    append(log, producer.batch(b"k-open", keys=[b"k"]))  # 2: open
+    append(log, make_batch([b"j-new"], keys=[b"j"]))  # 3: committed, but past the stable offset
     log.roll()
     log.compact(T0_MS)
-    assert data_values(log) == [b"k-old", b"k-open"]  # nothing decided yet: nothing removed
+    # Nothing at or past the open transaction is cleaned, nor does it shadow anything before it:
+    # a read_committed consumer reading to the stable offset sees each key's value as of there.
+    assert data_values(log) == [b"k-old", b"j-old", b"k-open", b"j-new"]
+    assert values(read_committed(log)) == [b"k-old", b"j-old"]
     abort(log, producer)
     log.roll()
     log.compact(T0_MS)
-    assert data_values(log) == [b"k-old"]
-    assert values(read_committed(log)) == [b"k-old"]
+    assert data_values(log) == [b"k-old", b"j-new"]
+    assert values(read_committed(log)) == [b"k-old", b"j-new"]
+
+
+def test_compaction_stops_at_the_high_watermark(open_log: OpenLog) -> None:
+    log = open_log(LogConfig(cleanup_policy="compact"))
+    append(log, make_batch([b"old"], keys=[b"k"]))
+    log.roll()
+    append(log, make_batch([b"new"], keys=[b"k"]))  # not replicated yet: a new leader may cut it
+    log.roll()
+    log.track_high_watermark()
+    log.set_high_watermark(1)
+    log.compact(T0_MS)
+    assert data_values(log) == [b"old", b"new"]
+    log.set_high_watermark(2)
+    log.compact(T0_MS)
+    assert data_values(log) == [b"new"]
 
 
 def test_compaction_merges_txn_indexes_of_merged_segments(tmp_path: Path, open_log: OpenLog) -> None:
