@@ -23,7 +23,8 @@ trusted unless the shutdown that wrote them was clean.
 The transaction index is different: aborts are rare and must survive a crash as the markers do, so
 an entry is appended to the file when its marker is written (``append_aborted``) and made durable by
 the next ``fsync`` with the ``.log``; its entries are also kept in memory (four int64 arrays, 32
-bytes per aborted transaction) for ``collect_aborted``. On open the file is read back and checked
+bytes per aborted transaction, made on the first: a segment without aborts pays one attribute)
+for ``collect_aborted``. On open the file is read back and checked
 against the segment (``load_txn_index``): a torn tail and entries past the segment's end (a marker
 cut by recovery) are cut; anything else wrong, or a recovered segment whose ABORT markers differ
 from its entries, makes the partition log rebuild the file from the batches (``replace_aborted``).
@@ -144,10 +145,8 @@ class Segment:
         self.log_path = directory / f"{stem}.log"
         self.index_path = directory / f"{stem}.index"
         self.timeindex_path = directory / f"{stem}.timeindex"
-        self.txnindex_path = directory / f"{stem}{TXN_INDEX_SUFFIX}"
         self._files = files
         self._log_key = str(self.log_path)
-        self._txn_key = str(self.txnindex_path)
         self.size_bytes = size_bytes
         self.next_offset = base_offset
         self.max_timestamp_ms = -1
@@ -160,11 +159,7 @@ class Segment:
         self._time_timestamps = array("q")
         self._time_offsets = array("q")  # absolute base offsets
         self._bytes_since_index_entry = 0
-        # The transaction index: one slot per aborted transaction in each array, in marker order.
-        self._txn_producers = array("q")
-        self._txn_firsts = array("q")
-        self._txn_lasts = array("q")
-        self._txn_stables = array("q")
+        self._aborted: _AbortedTxns | None = None  # the transaction index, once it has an entry
         self.dirty = False  # written since the last fsync
         self.txn_index_dirty = False  # the .txnindex was written since the last fsync
         self.index_files_current = False  # the index files on disk match the arrays in memory
@@ -433,7 +428,7 @@ class Segment:
         if self.txn_index_dirty:
             self.txn_index_dirty = False
             try:
-                self._files.fsync(self._txn_key)
+                self._files.fsync(str(self.txnindex_path))
             except OSError:
                 if not self.closed:
                     self.txn_index_dirty = True
@@ -470,7 +465,8 @@ class Segment:
             return
         self.closed = True
         self._files.forget(self._log_key)
-        self._files.forget(self._txn_key)
+        if self._aborted is not None:
+            self._files.forget(str(self.txnindex_path))
 
     def file_paths(self) -> tuple[Path, Path, Path, Path]:
         return self.log_path, self.index_path, self.timeindex_path, self.txnindex_path
@@ -482,13 +478,21 @@ class Segment:
     # ---- the transaction index ---------------------------------------------------------------
 
     @property
+    def txnindex_path(self) -> Path:
+        return self.log_path.with_suffix(TXN_INDEX_SUFFIX)
+
+    @property
     def aborted_count(self) -> int:
-        return len(self._txn_lasts)
+        aborted = self._aborted
+        return 0 if aborted is None else len(aborted.lasts)
 
     def aborted_txns(self) -> list[AbortedTxn]:
+        aborted = self._aborted
+        if aborted is None:
+            return []
         return [
             AbortedTxn(*fields)
-            for fields in zip(self._txn_producers, self._txn_firsts, self._txn_lasts, self._txn_stables)
+            for fields in zip(aborted.producers, aborted.firsts, aborted.lasts, aborted.stables)
         ]
 
     def append_aborted(self, txn: AbortedTxn) -> None:
@@ -497,10 +501,14 @@ class Segment:
         A failed write is cut off again (best effort) and raises OSError with nothing noted."""
         assert not self.closed
         assert self.base_offset <= txn.last_offset < self.next_offset, (txn, self.base_offset)
-        assert not self._txn_lasts or self._txn_lasts[-1] < txn.last_offset
+        aborted = self._aborted
+        if aborted is None:
+            aborted = self._aborted = _AbortedTxns()  # first: close forgets the file from now on
+        assert not aborted.lasts or aborted.lasts[-1] < txn.last_offset
         entry = encode_aborted_txn(txn)
-        size = len(self._txn_lasts) * TXN_INDEX_ENTRY_BYTES
-        fd = self._files.acquire(self._txn_key, create=True)
+        size = len(aborted.lasts) * TXN_INDEX_ENTRY_BYTES
+        key = str(self.txnindex_path)
+        fd = self._files.acquire(key, create=True)
         try:
             try:
                 written = os.write(fd, entry)
@@ -510,8 +518,8 @@ class Segment:
                 os.ftruncate(fd, size)
                 raise
         finally:
-            self._files.release(self._txn_key, fd)
-        self._note_aborted(txn)
+            self._files.release(key, fd)
+        aborted.add(txn)
         self.txn_index_dirty = True
 
     def collect_aborted(self, start_offset: int, upper_offset: int, into: list[tuple[int, int]]) -> bool:
@@ -519,12 +527,13 @@ class Segment:
         overlaps [start_offset, upper_offset) to ``into``; True when no later segment can hold one
         that does (an entry's last stable offset reached ``upper_offset``: every transaction still
         in progress then began at or after it)."""
-        lasts = self._txn_lasts
-        if not lasts:
+        aborted = self._aborted
+        if aborted is None:
             return False
-        firsts = self._txn_firsts
-        producers = self._txn_producers
-        stables = self._txn_stables
+        lasts = aborted.lasts
+        firsts = aborted.firsts
+        producers = aborted.producers
+        stables = aborted.stables
         for slot in range(bisect_left(lasts, start_offset), len(lasts)):
             if firsts[slot] < upper_offset:
                 into.append((producers[slot], firsts[slot]))
@@ -539,10 +548,11 @@ class Segment:
         past the segment's end (cut by recovery) are cut from the file; entries that are not in
         marker order, fail their CRC or name offsets outside the segment stop the reading there
         and ask for a rebuild."""
-        self._clear_aborted()
+        aborted = self._aborted = _AbortedTxns()
         try:
             data = self.txnindex_path.read_bytes()
         except FileNotFoundError:
+            self._aborted = None
             return "", False
         whole = len(data) - len(data) % TXN_INDEX_ENTRY_BYTES
         previous_last = self.base_offset - 1
@@ -564,7 +574,7 @@ class Segment:
             ):
                 damaged = f"a damaged entry at byte {position}"
                 break
-            self._note_aborted(txn)
+            aborted.add(txn)
             previous_last = txn.last_offset
             position += TXN_INDEX_ENTRY_BYTES
         cut = ""
@@ -577,42 +587,38 @@ class Segment:
     def replace_aborted(self, txns: list[AbortedTxn], *, write: bool = True) -> None:
         """The segment's aborted transactions are ``txns`` (a rebuild, or what compaction carried
         over); ``write`` rewrites the file whole (removed when there are none)."""
-        self._clear_aborted()
-        for txn in txns:
-            self._note_aborted(txn)
+        aborted = None
+        if txns:
+            aborted = _AbortedTxns()
+            for txn in txns:
+                aborted.add(txn)
+        self._aborted = aborted
         if not write:
             return
-        self._files.forget(self._txn_key)
+        self._files.forget(str(self.txnindex_path))
         if txns:
             write_file_atomically(self.txnindex_path, b"".join(map(encode_aborted_txn, txns)))
         else:
             self.txnindex_path.unlink(missing_ok=True)
 
-    def _note_aborted(self, txn: AbortedTxn) -> None:
-        self._txn_producers.append(txn.producer_id)
-        self._txn_firsts.append(txn.first_offset)
-        self._txn_lasts.append(txn.last_offset)
-        self._txn_stables.append(txn.last_stable_offset)
-
-    def _clear_aborted(self) -> None:
-        for slots in (self._txn_producers, self._txn_firsts, self._txn_lasts, self._txn_stables):
-            del slots[:]
-
     def _cut_aborted(self, offset: int) -> None:
         """Drop the aborted transactions whose marker is at or after ``offset`` (file and memory)."""
-        kept = bisect_left(self._txn_lasts, offset)
-        if kept == len(self._txn_lasts):
+        aborted = self._aborted
+        if aborted is None:
             return
-        for slots in (self._txn_producers, self._txn_firsts, self._txn_lasts, self._txn_stables):
-            del slots[kept:]
+        kept = bisect_left(aborted.lasts, offset)
+        if kept == len(aborted.lasts):
+            return
+        aborted.cut(kept)
+        key = str(self.txnindex_path)
         try:
-            fd = self._files.acquire(self._txn_key)
+            fd = self._files.acquire(key)
         except FileNotFoundError:
             return  # entries that were never written (a failed rebuild): memory was all there is
         try:
             os.ftruncate(fd, kept * TXN_INDEX_ENTRY_BYTES)
         finally:
-            self._files.release(self._txn_key, fd)
+            self._files.release(key, fd)
         self.txn_index_dirty = True
 
     def delete_files(self) -> None:
@@ -664,6 +670,29 @@ class Segment:
             self._files.release(self._log_key, fd)
         self.size_bytes = size_bytes
         self.dirty = True
+
+
+class _AbortedTxns:
+    """A segment's transaction index in memory: one slot per aborted transaction in each array,
+    in marker order (so ``lasts`` is sorted)."""
+
+    __slots__ = ("firsts", "lasts", "producers", "stables")
+
+    def __init__(self) -> None:
+        self.producers = array("q")
+        self.firsts = array("q")
+        self.lasts = array("q")
+        self.stables = array("q")
+
+    def add(self, txn: AbortedTxn) -> None:
+        self.producers.append(txn.producer_id)
+        self.firsts.append(txn.first_offset)
+        self.lasts.append(txn.last_offset)
+        self.stables.append(txn.last_stable_offset)
+
+    def cut(self, kept: int) -> None:
+        for slots in (self.producers, self.firsts, self.lasts, self.stables):
+            del slots[kept:]
 
 
 class _WindowReader:
