@@ -393,6 +393,28 @@ def test_a_torn_marker_reopens_its_transaction(tmp_path: Path, open_log: OpenLog
     assert values(read_committed(reopened)) == [b"x"]
 
 
+def test_a_torn_tail_inside_a_transaction_keeps_what_is_whole(tmp_path: Path, open_log: OpenLog) -> None:
+    log = open_log()
+    producer, other = Producer(P1), Producer(P2)
+    append(log, make_batch([b"x"]))  # 0
+    append(log, other.batch(b"o"))  # 1: other's transaction, whole
+    append(log, producer.batch(b"t1"))  # 2
+    append(log, producer.batch(b"t2"))  # 3: torn below
+    log.detach()  # a crash: no snapshot, no index files
+    log_file = sorted((tmp_path / "topic-0").glob("*.log"))[-1]
+    os.truncate(log_file, log_file.stat().st_size - 3)
+    reopened = open_log()
+    assert reopened.log_end_offset == 3
+    assert reopened.last_stable_offset == 1
+    assert sorted(view.current_txn_start_offset for view in reopened.producers()) == [1, 2]
+    assert reopened.producer_state(P1) == (0, 0)  # the torn batch's sequence is free again
+    producer.sequence = 1
+    append(reopened, producer.batch(b"t2 again"))
+    commit(reopened, other)
+    abort(reopened, producer)
+    assert values(read_committed(reopened)) == [b"x", b"o"]
+
+
 def test_a_torn_txn_index_entry_is_cut(tmp_path: Path, open_log: OpenLog) -> None:
     log = open_log()
     producer = Producer(P1)
