@@ -16,7 +16,7 @@ import crc32c
 
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import CompressionType, compress
-from strom.protocol.records.header import CONTROL_BIT
+from strom.protocol.records.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from strom.protocol.records.varint import encode_varint, encode_varlong
 
 BASE_TIMESTAMP_MS = 1_700_000_000_000
@@ -227,6 +227,24 @@ POISONS: tuple[Poison, ...] = (
     ),
     # Header fields a producer may not set so.
     Poison("control-batch", lambda: assemble(GOOD_PAYLOAD, count=3, attributes=CONTROL_BIT), INVALID),
+    Poison(
+        # A well-formed COMMIT marker (key: version 0, type 1; value: version 0, coordinator
+        # epoch 0), as a broker writes it: a producer may not.
+        "transaction-marker",
+        lambda: assemble(
+            raw_record(b"\x00\x00\x00\x08\x00\x00\x00\x01\x0c\x00\x00\x00\x00\x00\x00\x00"),
+            count=1,
+            attributes=CONTROL_BIT | TRANSACTIONAL_BIT,
+            producer_id=7,
+            producer_epoch=0,
+        ),
+        INVALID,
+    ),
+    Poison(
+        "transactional-without-a-producer-id",
+        lambda: assemble(GOOD_PAYLOAD, count=3, attributes=TRANSACTIONAL_BIT),
+        INVALID,
+    ),
     Poison(
         "producer-id-without-a-sequence",
         lambda: assemble(GOOD_PAYLOAD, count=3, producer_id=7, producer_epoch=0, base_sequence=-1),

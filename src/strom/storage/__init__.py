@@ -1,5 +1,6 @@
 """The partition log: segments, indexes, recovery, retention, compaction, flushing, idempotent
-producer state, and the log manager holding every topic under one data directory.
+producer state, the partition side of transactions (docs/transactions.md), and the log manager
+holding every topic under one data directory.
 
 Pure Python with no asyncio and no sockets: the broker calls it from its event loop, runs
 ``PartitionLog.flush()`` in its fsync thread and the file work of admin operations and compaction in
@@ -14,6 +15,7 @@ from strom.storage.errors import (
     InvalidPartitionsError,
     InvalidProducerEpochError,
     InvalidTopicError,
+    InvalidTxnStateError,
     LogFileError,
     OffsetOutOfOrderError,
     OffsetOutOfRangeError,
@@ -22,14 +24,17 @@ from strom.storage.errors import (
     RecordTooLargeError,
     StorageError,
     TopicExistsError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
     UnknownTopicError,
 )
 from strom.storage.log_manager import LogManager, TopicMetadata, validate_topic_name
-from strom.storage.partition_log import AppendResult, PartitionLog, ReadResult
+from strom.storage.partition_log import AppendResult, PartitionLog, ProducerView, ReadResult
+from strom.storage.segment import AbortedTxn
 
 __all__ = [
     "TOPIC_CONFIG_KEYS",
+    "AbortedTxn",
     "AppendResult",
     "ConfigError",
     "ConfigKeyInfo",
@@ -37,6 +42,7 @@ __all__ = [
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidTopicError",
+    "InvalidTxnStateError",
     "LogConfig",
     "LogFileError",
     "LogManager",
@@ -45,11 +51,13 @@ __all__ = [
     "OutOfOrderSequenceError",
     "PartitionBudgetError",
     "PartitionLog",
+    "ProducerView",
     "ReadResult",
     "RecordTooLargeError",
     "StorageError",
     "TopicExistsError",
     "TopicMetadata",
+    "TransactionCoordinatorFencedError",
     "UnknownProducerIdError",
     "UnknownTopicError",
     "validate_topic_name",

@@ -1,7 +1,7 @@
 """Log compaction: keep the latest record per key in the non-active segments.
 
-One pass over the cleanable segments (the inactive ones, stopping at the first that holds a record
-younger than min.compaction.lag.ms) maps every key to its latest offset; a second pass rewrites the
+One pass over the cleanable segments (the inactive ones below the last stable offset, stopping at the
+first that holds a record younger than min.compaction.lag.ms) maps every key to its latest offset; a second pass rewrites the
 segments keeping, per batch, the records that are still the latest for their key. Offsets never
 change: a batch keeps its base offset and its last offset delta, only losing records; a batch that
 loses them all is dropped. So offsets become sparse, and the log start offset stays where it was:
@@ -9,7 +9,17 @@ a read at an offset that was compacted away gets the next batch that survived (K
 ``Segment.find_batch`` finds the first batch whose last offset is at or after the offset).
 Tombstones (null value) stay until they are older than delete.retention.ms. Records without a key
 are kept (Kafka refuses them on compacted topics at produce time, see ``LogConfig.requires_keys``).
-Control and transactional batches, and batches whose records cannot be decoded, are kept whole.
+Batches whose records cannot be decoded are kept whole.
+
+Transactions (``TxnOutcomes``, from what the log knew when the compaction was planned): only the
+segments wholly below the last stable offset are cleaned (``PartitionLog.plan_compaction``), so
+every transactional batch there belongs to a decided transaction. The batches of an aborted one are
+removed whole and never count as a key's latest value; those of a committed one compact like any
+other. (A batch of a transaction still in progress would be kept whole and not count either: it
+cannot be below the last stable offset, the guard costs nothing.) Control batches (COMMIT / ABORT
+markers) are always kept, and with them the aborted transactions of the transaction index (carried
+over to the merged segment). Kafka drops a marker once the records of its transaction are gone and
+delete.retention.ms has passed; strom does not yet (see docs/transactions.md).
 
 Adjacent cleaned segments are merged while the result fits segment.bytes (and its offsets fit a
 segment's 32-bit relative offsets), as Kafka's cleaner groups them, so a log that keeps rolling
@@ -19,8 +29,9 @@ an emptied segment stays as an empty file when nothing can take it in, so the lo
 
 Threads: ``run_compaction`` reads and writes files only (a worker thread runs it); it writes each
 group next to its first segment as ``<base>.log.cleaned``, fsynced, and builds the new segment's
-in-memory indexes. ``PartitionLog.finish_compaction`` (the loop thread) then renames the cleaned
-file over the first segment's ``.log`` and sends the other segments of the group to the trash, so a
+in-memory indexes (and ``<base>.txnindex.cleaned`` when the merged segment holds aborted transactions
+of segments after the first). ``PartitionLog.finish_compaction`` (the loop thread) then renames the
+cleaned files over the first segment's and sends the other segments of the group to the trash, so a
 crash leaves either the old segments or the merged one plus leftovers that ``PartitionLog.open``
 recognises (a segment starting below the previous one's end) and removes. The active segment is
 never touched, so the hot path never waits for compaction. Keys of the latest records are not
@@ -31,15 +42,23 @@ looked at in the active segment: a key overwritten there is compacted once the s
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from strom.protocol.records.batch import AbsoluteRecord, Record, build_batch, decode_batch
 from strom.protocol.records.header import HEADER, BatchHeader, CorruptBatchError
 from strom.storage.files import write_file_synced
-from strom.storage.segment import RELATIVE_OFFSET_MAX, BatchInfo, Segment
+from strom.storage.segment import (
+    RELATIVE_OFFSET_MAX,
+    AbortedTxn,
+    BatchInfo,
+    Segment,
+    encode_aborted_txn,
+)
 
 if TYPE_CHECKING:
     from strom.storage.partition_log import CompactionJob
@@ -47,11 +66,53 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CleanedGroup:
-    """Adjacent segments and the one segment (written at ``cleaned_path``) that replaces them."""
+    """Adjacent segments and the one segment (written at ``cleaned_path``) that replaces them,
+    with its transaction index at ``cleaned_txn_index_path`` when the first segment's own does not
+    serve (None: it does)."""
 
     old_segments: list[Segment]
     cleaned_path: Path
     new_segment: Segment
+    cleaned_txn_index_path: Path | None = None
+
+
+class Outcome(Enum):
+    COMMITTED = "committed"  # and every batch outside a transaction
+    ABORTED = "aborted"
+    UNDECIDED = "undecided"
+
+
+class TxnOutcomes:
+    """The outcome of the transaction each batch belongs to: from the aborted transactions (per
+    producer, disjoint offset ranges: a producer has one transaction at a time) and the first
+    offset of each producer's transaction in progress."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn], ongoing: Mapping[int, int]) -> None:
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in aborted:
+            ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        self._firsts: dict[int, list[int]] = {}
+        self._lasts: dict[int, list[int]] = {}
+        for producer_id, spans in ranges.items():
+            spans.sort()
+            self._firsts[producer_id] = [first for first, _last in spans]
+            self._lasts[producer_id] = [last for _first, last in spans]
+        self._ongoing = dict(ongoing)
+
+    def outcome(self, header: BatchHeader) -> Outcome:
+        if not header.is_transactional or header.is_control:
+            return Outcome.COMMITTED
+        producer_id = header.producer_id
+        offset = header.base_offset
+        ongoing_first = self._ongoing.get(producer_id)
+        if ongoing_first is not None and offset >= ongoing_first:
+            return Outcome.UNDECIDED
+        firsts = self._firsts.get(producer_id)
+        if firsts:
+            slot = bisect_right(firsts, offset) - 1
+            if slot >= 0 and offset <= self._lasts[producer_id][slot]:
+                return Outcome.ABORTED
+        return Outcome.COMMITTED
 
 
 @dataclass(frozen=True)
@@ -72,28 +133,46 @@ def run_compaction(job: CompactionJob) -> CompactionResult:
         cleanable.append(segment)
     if not cleanable:
         return CompactionResult([])
+    outcomes = TxnOutcomes(job.aborted, job.ongoing)
     latest_offsets: dict[bytes, int] = {}
     for segment in cleanable:
-        for _raw, records in _record_batches(segment):
+        for _raw, records in _record_batches(segment, outcomes):
             for record in records or ():
                 if record.key is not None:
                     latest_offsets[record.key] = record.offset
-    groups = _GroupWriter(job.log.directory, config.segment_bytes, config.index_interval_bytes)
+    groups = _GroupWriter(job.log.directory, config.segment_bytes, config.index_interval_bytes, job.aborted)
     for segment in cleanable:
-        output, changed = _clean_segment(segment, latest_offsets, job.now_ms, config.delete_retention_ms)
+        output, changed = _clean_segment(
+            segment, outcomes, latest_offsets, job.now_ms, config.delete_retention_ms
+        )
         groups.add(segment, output, changed)
     groups.finish()
     return CompactionResult(groups.groups)
 
 
-def _record_batches(segment: Segment) -> Iterator[tuple[bytes, list[AbsoluteRecord] | None]]:
+# The records of a batch of an aborted transaction: it goes whole.
+_ABORTED: list[AbsoluteRecord] = []
+
+
+def _record_batches(
+    segment: Segment, outcomes: TxnOutcomes
+) -> Iterator[tuple[bytes, list[AbsoluteRecord] | None]]:
     """(raw batch bytes, its records with absolute offsets) for each batch of ``segment``; None for
-    the records of a batch kept whole (control, transactional, or not decodable)."""
+    the records of a batch kept whole (control, of a transaction in progress, or not decodable),
+    ``_ABORTED`` for a batch of an aborted transaction."""
     for position, header in segment.scan_headers(0):
         raw = segment.read_bytes(position, header.size_bytes)
-        if header.is_control or header.is_transactional:
+        if header.is_control:
             yield raw, None
             continue
+        if header.is_transactional:
+            outcome = outcomes.outcome(header)
+            if outcome is Outcome.ABORTED:
+                yield raw, _ABORTED
+                continue
+            if outcome is Outcome.UNDECIDED:
+                yield raw, None
+                continue
         try:
             yield raw, decode_batch(raw).absolute_records()
         except CorruptBatchError:
@@ -102,6 +181,7 @@ def _record_batches(segment: Segment) -> Iterator[tuple[bytes, list[AbsoluteReco
 
 def _clean_segment(
     segment: Segment,
+    outcomes: TxnOutcomes,
     latest_offsets: dict[bytes, int],
     now_ms: int,
     delete_retention_ms: int,
@@ -119,9 +199,12 @@ def _clean_segment(
 
     output: list[bytes] = []
     changed = False
-    for raw, records in _record_batches(segment):
+    for raw, records in _record_batches(segment, outcomes):
         if records is None:
             output.append(raw)
+            continue
+        if records is _ABORTED:
+            changed = True
             continue
         kept = [record for record in records if keep(record)]
         if len(kept) == len(records):
@@ -145,10 +228,13 @@ class _GroupWriter:
     """Groups adjacent cleaned segments into as few segments as segment.bytes allows and writes
     each group that differs from what is on disk (a group of one unchanged segment is left alone)."""
 
-    def __init__(self, directory: Path, segment_bytes: int, index_interval_bytes: int) -> None:
+    def __init__(
+        self, directory: Path, segment_bytes: int, index_interval_bytes: int, aborted: list[AbortedTxn]
+    ) -> None:
         self._directory = directory
         self._segment_bytes = segment_bytes
         self._index_interval_bytes = index_interval_bytes
+        self._aborted = aborted
         self._current = _Group()
         self.groups: list[CleanedGroup] = []
 
@@ -183,7 +269,15 @@ class _GroupWriter:
         new_segment.rolling_base_ms = first.rolling_base_ms
         new_segment.seal()
         assert new_segment.size_bytes == len(content) == os.path.getsize(cleaned_path)
-        self.groups.append(CleanedGroup(current.segments, cleaned_path, new_segment))
+        # The markers all stay, so the merged segment's aborted transactions are its segments'.
+        end = current.segments[-1].next_offset
+        txns = [txn for txn in self._aborted if first.base_offset <= txn.last_offset < end]
+        new_segment.replace_aborted(txns, write=False)
+        cleaned_txn_index_path = None
+        if len(txns) > first.aborted_count:
+            cleaned_txn_index_path = first.txnindex_path.with_name(first.txnindex_path.name + ".cleaned")
+            write_file_synced(cleaned_txn_index_path, b"".join(map(encode_aborted_txn, txns)))
+        self.groups.append(CleanedGroup(current.segments, cleaned_path, new_segment, cleaned_txn_index_path))
 
 
 def _rebuild_batch(kept: list[AbsoluteRecord]) -> bytes:

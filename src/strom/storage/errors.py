@@ -49,7 +49,18 @@ class OutOfOrderSequenceError(StorageError):
 
 
 class InvalidProducerEpochError(StorageError):
-    """A batch from an older producer epoch than the one already seen (a fenced producer)."""
+    """A batch or a transaction marker from an older producer epoch than the one already seen (a
+    fenced producer: INVALID_PRODUCER_EPOCH to a producer, PRODUCER_FENCED for a marker)."""
+
+
+class InvalidTxnStateError(StorageError):
+    """A non-transactional batch from a producer whose transaction is in progress on this
+    partition (Kafka answers INVALID_TXN_STATE)."""
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker from a coordinator epoch older than the one of the producer's last
+    marker: a zombie coordinator (Kafka answers TRANSACTION_COORDINATOR_FENCED)."""
 
 
 class UnknownProducerIdError(StorageError):

@@ -10,6 +10,16 @@ Directory ``<data_dir>/<topic>-<partition>/`` holds the segments (see ``segment`
 * ``leader-epoch-checkpoint`` — where each leader epoch starts (see ``leader_epoch``), only for a
   replicated partition (a broker in a cluster).
 
+**Transactions** (KIP-98, the partition's side; docs/transactions.md): transactional batches start
+their producer's transaction, a COMMIT or ABORT marker (``append_marker`` on the leader, a control
+batch copied by ``append_as_follower``) ends it. The producer state keeps each transaction in
+progress (and the snapshot carries it); the last stable offset is the lowest first offset among
+them, capped at the high watermark. Each abort is noted in the ``.txnindex`` of the segment holding
+its marker (see ``segment``): ``aborted_transactions`` answers read_committed fetches from it. On
+open the transaction indexes are checked against the segments and rebuilt from the batches when
+they do not match, replaying the producer state from far enough back to know where each aborted
+transaction began. A log without transactions pays one attribute test per batch for all this.
+
 **Replication** (a broker in a cluster; a single node uses none of it and pays nothing for it):
 the leader-epoch cache is loaded on first use (``leader_epochs``); a leader stamps its epoch into
 the ``partitionLeaderEpoch`` of every batch it appends (``become_leader``); a follower appends the
@@ -40,13 +50,18 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from strom.protocol.records.batch import CREATE_TIME, LOG_APPEND_TIME, NO_PARTITION_LEADER_EPOCH
+from strom.protocol.records.control import EndTxnMarker, build_end_txn_marker, parse_end_txn_marker
 from strom.protocol.records.header import (
     ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
     CRC_OFFSET,
+    HEADER,
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
+    CorruptBatchError,
     compute_crc,
     set_base_offset,
     set_partition_leader_epoch,
@@ -68,7 +83,7 @@ from strom.storage.leader_epoch import (
 )
 from strom.storage.open_files import OpenFileCache
 from strom.storage.producer_state import SNAPSHOT_FILE_NAME, ProducerEntry, ProducerStateTable
-from strom.storage.segment import BatchInfo, Segment
+from strom.storage.segment import TXN_INDEX_SUFFIX, AbortedTxn, BatchInfo, Segment
 
 if TYPE_CHECKING:
     from strom.storage.compaction import CompactionResult
@@ -110,12 +125,27 @@ class AppendResult:
     log_start_offset: int
 
 
-@dataclass(frozen=True)
-class ReadResult:
+class ReadResult(NamedTuple):
+    """What a read returns (a NamedTuple: one is built per partition of every fetch, and it costs
+    a third of a frozen dataclass)."""
+
     records: bytes  # whole batches, exactly as stored (may be b"")
     high_watermark: int
     log_start_offset: int
-    last_stable_offset: int  # = high watermark here (no transactions yet)
+    last_stable_offset: int
+    # read_committed only: (producer id, first offset) of the aborted transactions the records overlap.
+    aborted_transactions: list[tuple[int, int]] | None = None
+
+
+class ProducerView(NamedTuple):
+    """What DescribeProducers reports of one producer of a partition."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int  # -1 when none is known
+    last_timestamp_ms: int
+    coordinator_epoch: int  # of its last transaction marker, -1 when none
+    current_txn_start_offset: int  # first offset of its transaction in progress, -1 when none
 
 
 class PartitionLog:
@@ -202,6 +232,7 @@ class PartitionLog:
         name = f"{topic}-{partition}"
         messages: list[str] = []
         log_sizes: dict[int, int] = {}
+        txn_index_bases: set[int] = set()
         with os.scandir(directory) as entries:
             for entry in entries:
                 if entry.name.endswith(LEFTOVER_SUFFIXES):
@@ -210,9 +241,13 @@ class PartitionLog:
                 stem, _, suffix = entry.name.partition(".")
                 if suffix == "log" and stem.isdigit():
                     log_sizes[int(stem)] = entry.stat().st_size
+                elif suffix == TXN_INDEX_SUFFIX[1:] and stem.isdigit():
+                    txn_index_bases.add(int(stem))
         stored_log_start = _read_log_start_offset(directory / PARTITION_FILE_NAME)
         base_offsets = sorted(log_sizes)
         segments: list[Segment] = []
+        # (offset, producer id) of the ABORT markers of each segment recovered, by base offset.
+        abort_markers: dict[int, list[tuple[int, int]]] = {}
         for position, base_offset in enumerate(base_offsets):
             segment = Segment(
                 directory, base_offset, config.index_interval_bytes, files, size_bytes=log_sizes[base_offset]
@@ -231,6 +266,7 @@ class PartitionLog:
             if not (recover_all or is_last) and segment.load_indexes():
                 continue
             result = segment.recover()
+            abort_markers[base_offset] = result.abort_markers
             if result.truncated_bytes:
                 messages.append(
                     f"recovered {name}: truncated {result.truncated_bytes} bytes at offset "
@@ -246,13 +282,14 @@ class PartitionLog:
                     break
         if not segments:
             segments.append(Segment(directory, stored_log_start, config.index_interval_bytes, files))
+        rebuild = _load_txn_indexes(name, segments, txn_index_bases, abort_markers, messages)
         log_end = segments[-1].next_offset
         log_start = min(max(stored_log_start, segments[0].base_offset), log_end)
         log = cls(
             directory, topic, partition, config, segments, log_start, ProducerStateTable(), files, trash
         )
-        log._load_producer_states()
         log.recovery_messages = messages
+        log._load_producer_states(rebuild)
         log._log_start_on_disk = stored_log_start
         if log_start != stored_log_start:
             log._write_partition_file()
@@ -274,7 +311,11 @@ class PartitionLog:
         segment = Segment(directory, 0, config.index_interval_bytes, files)
         return cls(directory, topic, partition, config, [segment], 0, ProducerStateTable(), files, trash)
 
-    def _load_producer_states(self) -> None:
+    def _load_producer_states(self, rebuild: list[Segment] | None = None) -> None:
+        """The producer state at the log end: the newest snapshot or in-memory copy it can start
+        from, and the batches after it replayed. The transaction indexes of ``rebuild`` are
+        rebuilt on the way (from the first segment when the snapshot starts after one of them:
+        where an aborted transaction began is known only from a state before it)."""
         snapshot = ProducerStateTable.read_snapshot(self.directory / SNAPSHOT_FILE_NAME)
         replay_from = self._segments[0].base_offset
         log_end = self.log_end_offset
@@ -282,15 +323,59 @@ class PartitionLog:
             self._producer_states, replay_from = snapshot
         for covered, entries in reversed(self._producer_state_copies):
             if replay_from < covered <= log_end:
-                table = ProducerStateTable()
-                table.entries = {producer_id: entry.copy() for producer_id, entry in entries.items()}
-                self._producer_states, replay_from = table, covered
+                copied = {producer_id: entry.copy() for producer_id, entry in entries.items()}
+                self._producer_states, replay_from = ProducerStateTable(copied), covered
                 break
-        for header in self._headers_from(replay_from):
-            self._producer_states.replay(header)
+        if rebuild and min(segment.base_offset for segment in rebuild) < replay_from:
+            self._producer_states, replay_from = ProducerStateTable(), self._segments[0].base_offset
+        self._replay(replay_from, rebuild or [])
         # The state at the log end as loaded is the first copy: a cut above it (the tail a
         # restarted follower fetched since) replays only what came after.
         self._copy_producer_states()
+
+    def _replay(self, offset: int, rebuild: list[Segment]) -> None:
+        """Take the batches from ``offset`` on into the producer state (headers only, and the
+        record of each control batch); collect the aborted transactions of the ``rebuild``
+        segments and write their transaction indexes anew."""
+        states = self._producer_states
+        rebuilt: dict[int, list[AbortedTxn]] = {segment.base_offset: [] for segment in rebuild}
+        for segment in self._segments:
+            if segment.next_offset <= offset:
+                continue
+            aborted = rebuilt.get(segment.base_offset)
+            start = segment.position_of_offset_index_floor(offset)
+            for position, header in segment.scan_headers(start):
+                if header.base_offset < offset:
+                    continue
+                if not header.attributes & CONTROL_BIT:
+                    states.replay(header)
+                    continue
+                marker = _read_marker(segment.read_bytes(position, header.size_bytes))
+                if marker is None:
+                    continue
+                completed = states.replay_marker(header, marker)
+                if aborted is not None and not completed.commit:
+                    aborted.append(
+                        AbortedTxn(
+                            completed.producer_id,
+                            completed.first_offset,
+                            completed.last_offset,
+                            completed.last_stable_offset,
+                        )
+                    )
+        name = f"{self.topic}-{self.partition}"
+        for segment in rebuild:
+            txns = rebuilt[segment.base_offset]
+            try:
+                segment.replace_aborted(txns)
+            except OSError as error:
+                # Kept in memory; the file stays as it was and is rebuilt again on the next open.
+                segment.replace_aborted(txns, write=False)
+                log.warning("%s: cannot rewrite %s: %s", name, segment.txnindex_path.name, error)
+            self.recovery_messages.append(
+                f"recovered {name}: rebuilt the transaction index of segment {segment.base_offset} "
+                f"({len(txns)} aborted transactions)"
+            )
 
     def _count_batches_for_state_copy(self, batches: int) -> None:
         self._batches_since_state_copy += batches
@@ -343,6 +428,18 @@ class PartitionLog:
         self._high_watermark = min(offset, self.log_end_offset)
 
     @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided (committed or aborted): the lowest
+        first offset of the transactions in progress, capped at the high watermark — what a
+        read_committed consumer may read up to. Never below the log start: a transaction whose
+        beginning retention removed holds its readers at the log start until it ends."""
+        high_watermark = self.high_watermark
+        first_unstable = self._producer_states.first_unstable_offset()
+        if first_unstable is None or first_unstable >= high_watermark:
+            return high_watermark
+        return max(first_unstable, self._log_start_offset)
+
+    @property
     def size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self._segments)
 
@@ -378,6 +475,7 @@ class PartitionLog:
         next_offset = self.log_end_offset
         base_offsets: list[int] = []
         for header in headers:
+            assert not header.attributes & CONTROL_BIT, "markers are written by append_marker"
             if header.size_bytes > config.max_message_bytes:
                 raise RecordTooLargeError(
                     f"batch of {header.size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
@@ -447,13 +545,20 @@ class PartitionLog:
         assert headers, "append needs at least one batch"
         if self._closed:
             raise LogFileError(f"{self.topic}-{self.partition} is closed (stopping, or its topic deleted)")
-        next_offset = self.log_end_offset
+        old_log_end = next_offset = self.log_end_offset
         batches: list[BatchInfo] = []
         message_count = 0
         epochs = self.leader_epochs
         latest_epoch = epochs.latest_epoch
         epochs_changed = False
-        for header in headers:
+        position = 0
+        markers: dict[int, EndTxnMarker] = {}  # by index in headers
+        for index, header in enumerate(headers):
+            if header.attributes & CONTROL_BIT:
+                marker = _read_marker(memoryview(records)[position : position + header.size_bytes])
+                if marker is not None:
+                    markers[index] = marker
+            position += header.size_bytes
             if header.base_offset < next_offset:
                 raise OffsetOutOfOrderError(
                     f"{self.topic}-{self.partition}: a replicated batch starts at offset "
@@ -472,8 +577,11 @@ class PartitionLog:
             self._write_leader_epochs()
         rolled = self._write_batches(records, batches, now_ms)
         producer_states = self._producer_states
-        for header in headers:
-            producer_states.replay(header)
+        if not markers:
+            for header in headers:
+                producer_states.replay(header)
+        else:
+            self._replay_with_markers(headers, markers, old_log_end)
         self._count_batches_for_state_copy(len(headers))
         if rolled:
             self._pending_snapshot = (
@@ -483,6 +591,122 @@ class PartitionLog:
         if self._appended_messages == self._flushed_messages:
             self._first_unflushed_ms = now_ms
         self._appended_messages += message_count
+
+    def _replay_with_markers(
+        self, headers: list[BatchHeader], markers: dict[int, EndTxnMarker], old_log_end: int
+    ) -> None:
+        """A follower's batches, some of them markers, taken into the producer state in order;
+        each abort noted in the transaction index of the segment its marker went to. If that
+        write fails the batches are cut again (the state rebuilt) and LogFileError raised."""
+        producer_states = self._producer_states
+        for index, header in enumerate(headers):
+            if not header.attributes & CONTROL_BIT:
+                producer_states.replay(header)
+                continue
+            marker = markers.get(index)
+            if marker is None:
+                continue
+            if not marker.commit:
+                offset = header.base_offset
+                first_offset, last_stable = producer_states.completion(header.producer_id, offset)
+                try:
+                    self._segment_of(offset).append_aborted(
+                        AbortedTxn(header.producer_id, first_offset, offset, last_stable)
+                    )
+                except OSError as error:
+                    self.truncate_to(old_log_end)
+                    raise LogFileError(
+                        f"cannot write the transaction index of {self.topic}-{self.partition}: {error}"
+                    ) from error
+            producer_states.replay_marker(header, marker)
+
+    def _segment_of(self, offset: int) -> Segment:
+        segments = self._segments
+        return segments[max(bisect_right(segments, offset, key=_base_offset) - 1, 0)]
+
+    # ---- transactions --------------------------------------------------------------------------
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> int:
+        """Write the COMMIT (``commit``) or ABORT marker ending ``producer_id``'s transaction at
+        the log end, stamped with the leader epoch as ``append`` stamps batches; returns its
+        offset. It ends the producer's transaction in progress (a marker with none is written all
+        the same, as Kafka does); an abort is noted in the transaction index.
+
+        Refused, with nothing written: InvalidProducerEpochError for a producer epoch older than
+        the producer's (fenced), TransactionCoordinatorFencedError for a coordinator epoch older
+        than the one of the producer's last marker (a zombie coordinator), LogFileError when the
+        files cannot be written."""
+        if self._closed:
+            raise LogFileError(f"{self.topic}-{self.partition} is closed (stopping, or its topic deleted)")
+        producer_states = self._producer_states
+        producer_states.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        offset = self.log_end_offset
+        stamp_epoch = self._stamp_epoch
+        batch = build_end_txn_marker(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            commit=commit,
+            coordinator_epoch=coordinator_epoch,
+            timestamp_ms=now_ms,
+            base_offset=offset,
+            partition_leader_epoch=NO_PARTITION_LEADER_EPOCH if stamp_epoch is None else stamp_epoch,
+            timestamp_type=LOG_APPEND_TIME if self.config.log_append_time else CREATE_TIME,
+        )
+        header = BatchHeader._make(HEADER.unpack_from(batch))
+        rolled = self._write_batches(batch, [BatchInfo(offset, offset, now_ms, len(batch))], now_ms)
+        if not commit:
+            first_offset, last_stable = producer_states.completion(producer_id, offset)
+            active = self._segments[-1]
+            try:
+                active.append_aborted(AbortedTxn(producer_id, first_offset, offset, last_stable))
+            except OSError as error:
+                try:
+                    active.truncate_to_offset(offset)
+                except OSError:
+                    log.exception("%s-%d: could not take back a marker", self.topic, self.partition)
+                raise LogFileError(
+                    f"cannot write the transaction index of {self.topic}-{self.partition}: {error}"
+                ) from error
+        producer_states.replay_marker(header, EndTxnMarker(commit, coordinator_epoch))
+        self._count_batches_for_state_copy(1)
+        if rolled:
+            self._pending_snapshot = (
+                self._producer_states.snapshot_bytes(self.log_end_offset),
+                self.log_end_offset,
+            )
+        if self._appended_messages == self._flushed_messages:
+            self._first_unflushed_ms = now_ms
+        self._appended_messages += 1
+        return offset
+
+    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every aborted transaction that overlaps
+        [``start_offset``, ``upper_offset``): what a read_committed fetch of those offsets must
+        be told, in the order their markers were written."""
+        found: list[tuple[int, int]] = []
+        if start_offset >= upper_offset:
+            return found
+        segments = self._segments
+        for index in range(max(bisect_right(segments, start_offset, key=_base_offset) - 1, 0), len(segments)):
+            if segments[index].collect_aborted(start_offset, upper_offset, found):
+                break
+        return found
+
+    def producers(self) -> list[ProducerView]:
+        """Every producer this partition keeps state for (DescribeProducers)."""
+        return [
+            ProducerView(
+                producer_id,
+                entry.epoch,
+                entry.last_sequence,
+                entry.last_timestamp_ms,
+                entry.coordinator_epoch,
+                entry.txn_first_offset,
+            )
+            for producer_id, entry in self._producer_states.entries.items()
+        ]
 
     def _write_batches(
         self, records: bytes | bytearray | memoryview, batches: list[BatchInfo], now_ms: int
@@ -597,10 +821,18 @@ class PartitionLog:
     # ---- read ----------------------------------------------------------------------------------
 
     def read(
-        self, offset: int, max_bytes: int, *, min_one_batch: bool = True, max_offset: int | None = None
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool = True,
+        max_offset: int | None = None,
+        read_committed: bool = False,
     ) -> ReadResult:
         """Whole batches from the one containing ``offset``, at most ``max_bytes`` unless the first
         batch alone is larger and ``min_one_batch`` (then it comes whole, as in KIP-74).
+        ``read_committed`` (a consumer's isolation level): no batch at or past the last stable
+        offset, and the aborted transactions the batches overlap in the result.
 
         OffsetOutOfRangeError outside [log start, log end]; LogFileError if a segment file cannot
         be opened or read (out of descriptors, an I/O error)."""
@@ -610,17 +842,29 @@ class PartitionLog:
                 f"offset {offset} of {self.topic}-{self.partition} is outside "
                 f"[{self._log_start_offset}, {log_end}]"
             )
+        limit = log_end if max_offset is None else min(max_offset, log_end)
         try:
-            return self._read(
-                offset, max_bytes, min_one_batch, log_end if max_offset is None else min(max_offset, log_end)
-            )
+            if read_committed:
+                return self._read_committed(offset, max_bytes, min_one_batch, limit)
+            return self._read(offset, max_bytes, min_one_batch, limit)
         except OSError as error:
             raise LogFileError(f"cannot read {self.topic}-{self.partition}: {error}") from error
+
+    def _read_committed(self, offset: int, max_bytes: int, min_one_batch: bool, limit: int) -> ReadResult:
+        last_stable = self.last_stable_offset
+        result = self._read(offset, max_bytes, min_one_batch, min(limit, last_stable))
+        aborted: list[tuple[int, int]] = []
+        if result.records:
+            aborted = self.aborted_transactions(offset, _end_offset(result.records))
+        return ReadResult(
+            result.records, result.high_watermark, result.log_start_offset, last_stable, aborted
+        )
 
     def _read(self, offset: int, max_bytes: int, min_one_batch: bool, limit: int) -> ReadResult:
         if offset >= limit:  # nothing to read (a follower or consumer at the end): the usual case
             high_watermark = self.high_watermark
-            return ReadResult(b"", high_watermark, self._log_start_offset, high_watermark)
+            stable = self.last_stable_offset if self._producer_states.ongoing else high_watermark
+            return ReadResult(b"", high_watermark, self._log_start_offset, stable)
         parts: list[bytes] = []
         budget = max_bytes
         segments = self._segments
@@ -650,7 +894,8 @@ class PartitionLog:
             offset = segment.next_offset
         records = parts[0] if len(parts) == 1 else b"".join(parts)
         high_watermark = self.high_watermark
-        return ReadResult(records, high_watermark, self._log_start_offset, high_watermark)
+        stable = self.last_stable_offset if self._producer_states.ongoing else high_watermark
+        return ReadResult(records, high_watermark, self._log_start_offset, stable)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """Batch granularity: (base offset, max timestamp) of the earliest batch whose max timestamp
@@ -872,10 +1117,11 @@ class PartitionLog:
         deleted: list[Path] = []
         for segment in segments:
             segment.close()
+            cached = segment.cached_paths()
             for path in segment.file_paths():
                 target = path.with_name(path.name + DELETED_SUFFIX)
                 try:
-                    if path == segment.log_path:
+                    if path in cached:
                         self._files.replace(str(path), str(target))
                     else:
                         os.rename(path, target)
@@ -899,13 +1145,26 @@ class PartitionLog:
 
     def plan_compaction(self, now_ms: int) -> CompactionJob | None:
         """What a compaction of this log would work on now, or None (not compacted, or nothing
-        inactive). Cheap: the loop thread calls it; ``run_compaction`` does the work elsewhere."""
+        inactive). Cheap: the loop thread calls it; ``run_compaction`` does the work elsewhere.
+
+        Only the inactive segments wholly below the last stable offset are cleaned (Kafka's
+        rule): above it a record may still be aborted, or cut by a new leader, and must not make
+        an older value of its key go; and a read_committed consumer reading up to it sees the
+        latest value of every key as of there."""
         if not self.config.compacted or self._closed:
             return None
-        inactive = self._segments[:-1]
+        stable = self.last_stable_offset
+        inactive: list[Segment] = []
+        for segment in self._segments[:-1]:
+            if segment.next_offset > stable:
+                break
+            inactive.append(segment)
         if not inactive:
             return None
-        return CompactionJob(self, inactive, self.config, now_ms)
+        aborted = [txn for segment in self._segments for txn in segment.aborted_txns()]
+        return CompactionJob(
+            self, inactive, self.config, now_ms, aborted, dict(self._producer_states.ongoing)
+        )
 
     def finish_compaction(self, result: CompactionResult) -> int:
         """Swap in the segments compaction built (loop thread). A group whose segments are no longer
@@ -925,10 +1184,14 @@ class PartitionLog:
                 or any(segments[start + i] is not old for i, old in enumerate(group.old_segments))
             ):
                 self._trash.add([group.cleaned_path])
+                if group.cleaned_txn_index_path is not None:
+                    self._trash.add([group.cleaned_txn_index_path])
                 continue
             first = group.old_segments[0]
             first.close()
             self._files.replace(str(group.cleaned_path), str(first.log_path))
+            if group.cleaned_txn_index_path is not None:
+                self._files.replace(str(group.cleaned_txn_index_path), str(first.txnindex_path))
             later = group.old_segments[1:]
             self._segments = [*segments[:start], group.new_segment, *segments[start + count :]]
             self._discard_segments(later)
@@ -1058,12 +1321,63 @@ class PartitionLog:
 @dataclass(frozen=True)
 class CompactionJob:
     """The inactive segments of a log as they were when compaction was planned (they do not change
-    while it runs: only the loop thread replaces segments, and it checks they are still there)."""
+    while it runs: only the loop thread replaces segments, and it checks they are still there),
+    with what was known then of transactions: every aborted one, and the first offset of each one
+    in progress by producer id."""
 
     log: PartitionLog
     segments: list[Segment]
     config: LogConfig
     now_ms: int
+    aborted: list[AbortedTxn]
+    ongoing: dict[int, int]
+
+
+def _read_marker(batch: bytes | memoryview) -> EndTxnMarker | None:
+    """The COMMIT / ABORT marker of a control batch; None for another control type or a control
+    record that does not parse (it ends no transaction: recovery and followers skip it)."""
+    try:
+        return parse_end_txn_marker(batch)
+    except CorruptBatchError:
+        return None
+
+
+def _load_txn_indexes(
+    name: str,
+    segments: list[Segment],
+    txn_index_bases: set[int],
+    abort_markers: dict[int, list[tuple[int, int]]],
+    messages: list[str],
+) -> list[Segment]:
+    """Read the segments' transaction indexes back; the segments whose index must be rebuilt: a
+    damaged file, or (a recovered segment) entries that do not name exactly its ABORT markers."""
+    rebuild: list[Segment] = []
+    for segment in segments:
+        damaged = False
+        if segment.base_offset in txn_index_bases:
+            cut, damaged = segment.load_txn_index()
+            if cut:
+                messages.append(f"recovered {name}: {cut}")
+        markers = abort_markers.get(segment.base_offset)
+        if damaged or (
+            markers is not None
+            and markers != [(txn.last_offset, txn.producer_id) for txn in segment.aborted_txns()]
+        ):
+            rebuild.append(segment)
+    return rebuild
+
+
+def _end_offset(records: bytes) -> int:
+    """The offset after the last of the whole batches ``records`` holds (at least one)."""
+    position = 0
+    last_start = 0
+    end = len(records)
+    while end - position >= _OFFSET_AND_LENGTH.size:
+        _base_offset_of_batch, batch_length = _OFFSET_AND_LENGTH.unpack_from(records, position)
+        last_start = position
+        position += batch_length + 12
+    header = BatchHeader._make(HEADER.unpack_from(records, last_start))
+    return header.last_offset + 1
 
 
 def _fsync_file(path: Path) -> None:

@@ -8,16 +8,30 @@ Files (Kafka's layout, so operators recognise them), named by the segment's base
 * ``<base>.timeindex`` — entries of (timestamp int64, relative offset int32): the segment's running
   maximum timestamp and the base offset of the batch that reached it, added with the offset index
   entries when the maximum grew, plus a final entry when the segment stops being active.
+* ``<base>.txnindex`` — the aborted transactions whose ABORT marker is in this segment, one
+  36-byte entry each in marker order: producer id int64, first offset int64, last offset int64
+  (the marker's), last stable offset int64 (the partition's first unstable offset right after the
+  abort), CRC-32C uint32 of those 32 bytes; big-endian, absolute offsets, no file header. Only a
+  segment that holds an ABORT marker has one.
 
-Both indexes live in memory (arrays) for lookups. The index files are written whole when the log
+The offset and time indexes live in memory (arrays) for lookups. The index files are written whole when the log
 is closed cleanly (``write_index_files``) and read back on the next open, so a cleanly shut down log
 opens without reading its segments; after a crash there is no clean-shutdown marker and every
 segment is recovered from its ``.log`` (which rebuilds the indexes), so index files are never
 trusted unless the shutdown that wrote them was clean.
 
-A segment holds no file descriptor of its own: its ``.log`` is reached through the log manager's
-``OpenFileCache`` (opened when used, closed when the cache needs room), so a broker's descriptors do
-not grow with its segments. A new segment's file is created by its first append. All file access is
+The transaction index is different: aborts are rare and must survive a crash as the markers do, so
+an entry is appended to the file when its marker is written (``append_aborted``) and made durable by
+the next ``fsync`` with the ``.log``; its entries are also kept in memory (four int64 arrays, 32
+bytes per aborted transaction, made on the first: a segment without aborts pays one attribute)
+for ``collect_aborted``. On open the file is read back and checked
+against the segment (``load_txn_index``): a torn tail and entries past the segment's end (a marker
+cut by recovery) are cut; anything else wrong, or a recovered segment whose ABORT markers differ
+from its entries, makes the partition log rebuild the file from the batches (``replace_aborted``).
+
+A segment holds no file descriptor of its own: its ``.log`` (and ``.txnindex``) are reached through
+the log manager's ``OpenFileCache`` (opened when used, closed when the cache needs room), so a
+broker's descriptors do not grow with its segments. A new segment's file is created by its first append. All file access is
 ``os.pread``/``os.write`` on unbuffered descriptors: there is no Python buffer for the flushing
 thread to race with.
 """
@@ -32,19 +46,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import crc32c as _crc32c
+
+from strom.protocol.records.control import parse_end_txn_marker
 from strom.protocol.records.header import (
+    CONTROL_BIT,
     CURRENT_MAGIC,
     HEADER,
     HEADER_BYTES,
     LOG_OVERHEAD_BYTES,
     BatchHeader,
+    CorruptBatchError,
     compute_crc,
 )
-from strom.storage.files import write_file_synced
+from strom.storage.files import write_file_atomically, write_file_synced
 from strom.storage.open_files import OpenFileCache
 
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")
 TIME_INDEX_ENTRY = struct.Struct(">qi")
+TXN_INDEX_FIELDS = struct.Struct(">qqqq")  # producer id, first, last, last stable offset
+TXN_INDEX_CRC = struct.Struct(">I")
+TXN_INDEX_ENTRY_BYTES = TXN_INDEX_FIELDS.size + TXN_INDEX_CRC.size  # 36
+TXN_INDEX_SUFFIX = ".txnindex"
 
 # Reads while scanning headers fetch this much at once, so a scan costs one syscall per window
 # rather than one per batch.
@@ -67,6 +90,33 @@ class RecoveryResult(NamedTuple):
     truncated_bytes: int
     truncated_at_offset: int  # the offset the next batch will get after truncation
     reason: str  # why the tail was cut, "" if nothing was
+    abort_markers: list[tuple[int, int]]  # (offset, producer id) of each ABORT marker kept
+
+
+class AbortedTxn(NamedTuple):
+    """An aborted transaction, as the transaction index keeps it."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the offset of its ABORT marker
+    last_stable_offset: int  # the partition's first unstable offset right after the abort
+
+
+def encode_aborted_txn(txn: AbortedTxn) -> bytes:
+    fields = TXN_INDEX_FIELDS.pack(*txn)
+    return fields + TXN_INDEX_CRC.pack(_crc32c.crc32c(fields))
+
+
+def abort_marker_producer(batch: bytes | memoryview, header: BatchHeader) -> int | None:
+    """The producer id of a control batch that is an ABORT marker, else None (a COMMIT, another
+    control type, or a control record that does not parse: no transaction ends there)."""
+    try:
+        marker = parse_end_txn_marker(batch)
+    except CorruptBatchError:
+        return None
+    if marker is None or marker.commit:
+        return None
+    return header.producer_id
 
 
 def segment_file_stem(base_offset: int) -> str:
@@ -109,7 +159,9 @@ class Segment:
         self._time_timestamps = array("q")
         self._time_offsets = array("q")  # absolute base offsets
         self._bytes_since_index_entry = 0
+        self._aborted: _AbortedTxns | None = None  # the transaction index, once it has an entry
         self.dirty = False  # written since the last fsync
+        self.txn_index_dirty = False  # the .txnindex was written since the last fsync
         self.index_files_current = False  # the index files on disk match the arrays in memory
         self.closed = False
 
@@ -168,6 +220,7 @@ class Segment:
         self._reset_facts()
         position = 0
         reason = ""
+        abort_markers: list[tuple[int, int]] = []
         reader = _WindowReader(self._files, self._log_key, self.size_bytes)
         while position < self.size_bytes:
             left = self.size_bytes - position
@@ -191,6 +244,10 @@ class Segment:
             if compute_crc(batch, 0, header.size_bytes) != header.crc:
                 reason = "CRC mismatch"
                 break
+            if header.attributes & CONTROL_BIT:
+                producer_id = abort_marker_producer(batch, header)
+                if producer_id is not None:
+                    abort_markers.append((header.base_offset, producer_id))
             self._index_batch(header.base_offset, position, header.max_timestamp)
             self._note_batch_facts(header.base_offset, header.last_offset, header.max_timestamp)
             self._bytes_since_index_entry += header.size_bytes
@@ -201,7 +258,7 @@ class Segment:
         if truncated:
             self._truncate_file(position)
         self.index_files_current = False
-        return RecoveryResult(truncated, self.next_offset, reason)
+        return RecoveryResult(truncated, self.next_offset, reason, abort_markers)
 
     # ---- appending -------------------------------------------------------------------------
 
@@ -331,6 +388,7 @@ class Segment:
         position, _header = found
         self._truncate_file(position)
         self._forget_from(position)
+        self._cut_aborted(self.next_offset)
 
     def _forget_from(self, position: int) -> None:
         """The batches from ``position`` on were cut: their index
@@ -367,6 +425,14 @@ class Segment:
         """fsync the log file (safe from a worker thread; a closed segment is skipped)."""
         if self.closed:
             return
+        if self.txn_index_dirty:
+            self.txn_index_dirty = False
+            try:
+                self._files.fsync(str(self.txnindex_path))
+            except OSError:
+                if not self.closed:
+                    self.txn_index_dirty = True
+                    raise
         self.dirty = False
         try:
             self._files.fsync(self._log_key)
@@ -399,9 +465,161 @@ class Segment:
             return
         self.closed = True
         self._files.forget(self._log_key)
+        if self._aborted is not None:
+            self._files.forget(str(self.txnindex_path))
 
-    def file_paths(self) -> tuple[Path, Path, Path]:
-        return self.log_path, self.index_path, self.timeindex_path
+    def file_paths(self) -> tuple[Path, Path, Path, Path]:
+        return self.log_path, self.index_path, self.timeindex_path, self.txnindex_path
+
+    def cached_paths(self) -> tuple[Path, Path]:
+        """The files reached through the open-file cache (renamed through it, see ``replace``)."""
+        return self.log_path, self.txnindex_path
+
+    # ---- the transaction index ---------------------------------------------------------------
+
+    @property
+    def txnindex_path(self) -> Path:
+        return self.log_path.with_suffix(TXN_INDEX_SUFFIX)
+
+    @property
+    def aborted_count(self) -> int:
+        aborted = self._aborted
+        return 0 if aborted is None else len(aborted.lasts)
+
+    def aborted_txns(self) -> list[AbortedTxn]:
+        aborted = self._aborted
+        if aborted is None:
+            return []
+        return [
+            AbortedTxn(*fields)
+            for fields in zip(aborted.producers, aborted.firsts, aborted.lasts, aborted.stables)
+        ]
+
+    def append_aborted(self, txn: AbortedTxn) -> None:
+        """Note an aborted transaction whose ABORT marker was just appended to this segment: one
+        entry appended to the ``.txnindex`` (created by the first), durable with the next fsync.
+        A failed write is cut off again (best effort) and raises OSError with nothing noted."""
+        assert not self.closed
+        assert self.base_offset <= txn.last_offset < self.next_offset, (txn, self.base_offset)
+        aborted = self._aborted
+        if aborted is None:
+            aborted = self._aborted = _AbortedTxns()  # first: close forgets the file from now on
+        assert not aborted.lasts or aborted.lasts[-1] < txn.last_offset
+        entry = encode_aborted_txn(txn)
+        size = len(aborted.lasts) * TXN_INDEX_ENTRY_BYTES
+        key = str(self.txnindex_path)
+        fd = self._files.acquire(key, create=True)
+        try:
+            try:
+                written = os.write(fd, entry)
+                if written != len(entry):
+                    raise OSError(f"short write to {self.txnindex_path} ({written} of {len(entry)} bytes)")
+            except OSError:
+                os.ftruncate(fd, size)
+                raise
+        finally:
+            self._files.release(key, fd)
+        aborted.add(txn)
+        self.txn_index_dirty = True
+
+    def collect_aborted(self, start_offset: int, upper_offset: int, into: list[tuple[int, int]]) -> bool:
+        """Add (producer id, first offset) of each aborted transaction of this segment that
+        overlaps [start_offset, upper_offset) to ``into``; True when no later segment can hold one
+        that does (an entry's last stable offset reached ``upper_offset``: every transaction still
+        in progress then began at or after it)."""
+        aborted = self._aborted
+        if aborted is None:
+            return False
+        lasts = aborted.lasts
+        firsts = aborted.firsts
+        producers = aborted.producers
+        stables = aborted.stables
+        for slot in range(bisect_left(lasts, start_offset), len(lasts)):
+            if firsts[slot] < upper_offset:
+                into.append((producers[slot], firsts[slot]))
+            if stables[slot] >= upper_offset:
+                return True
+        return False
+
+    def load_txn_index(self) -> tuple[str, bool]:
+        """Read the ``.txnindex`` back (after the segment's facts are known: ``recover`` or
+        ``load_indexes``). Returns (what was cut, "" if nothing; whether the file is damaged
+        beyond that and must be rebuilt). A torn last entry and the entries whose marker lies
+        past the segment's end (cut by recovery) are cut from the file; entries that are not in
+        marker order, fail their CRC or name offsets outside the segment stop the reading there
+        and ask for a rebuild."""
+        aborted = self._aborted = _AbortedTxns()
+        try:
+            data = self.txnindex_path.read_bytes()
+        except FileNotFoundError:
+            self._aborted = None
+            return "", False
+        whole = len(data) - len(data) % TXN_INDEX_ENTRY_BYTES
+        previous_last = self.base_offset - 1
+        position = 0
+        damaged = ""
+        while position < whole:
+            fields = data[position : position + TXN_INDEX_FIELDS.size]
+            (crc,) = TXN_INDEX_CRC.unpack_from(data, position + TXN_INDEX_FIELDS.size)
+            txn = AbortedTxn._make(TXN_INDEX_FIELDS.unpack(fields))
+            intact = crc == _crc32c.crc32c(fields)
+            if intact and txn.last_offset >= self.next_offset:
+                break  # its marker is gone (recovery cut the log's tail): cut from here
+            if (
+                not intact
+                or txn.producer_id < 0
+                or txn.last_offset <= previous_last
+                or not 0 <= txn.first_offset <= txn.last_offset
+                or not 0 <= txn.last_stable_offset <= txn.last_offset + 1
+            ):
+                damaged = f"a damaged entry at byte {position}"
+                break
+            aborted.add(txn)
+            previous_last = txn.last_offset
+            position += TXN_INDEX_ENTRY_BYTES
+        cut = ""
+        if position < len(data):
+            cut = f"cut {len(data) - position} bytes of {self.txnindex_path.name}"
+            if not damaged:
+                os.truncate(self.txnindex_path, position)
+        return (damaged or cut), bool(damaged)
+
+    def replace_aborted(self, txns: list[AbortedTxn], *, write: bool = True) -> None:
+        """The segment's aborted transactions are ``txns`` (a rebuild, or what compaction carried
+        over); ``write`` rewrites the file whole (removed when there are none)."""
+        aborted = None
+        if txns:
+            aborted = _AbortedTxns()
+            for txn in txns:
+                aborted.add(txn)
+        self._aborted = aborted
+        if not write:
+            return
+        self._files.forget(str(self.txnindex_path))
+        if txns:
+            write_file_atomically(self.txnindex_path, b"".join(map(encode_aborted_txn, txns)))
+        else:
+            self.txnindex_path.unlink(missing_ok=True)
+
+    def _cut_aborted(self, offset: int) -> None:
+        """Drop the aborted transactions whose marker is at or after ``offset`` (file and memory)."""
+        aborted = self._aborted
+        if aborted is None:
+            return
+        kept = bisect_left(aborted.lasts, offset)
+        if kept == len(aborted.lasts):
+            return
+        aborted.cut(kept)
+        key = str(self.txnindex_path)
+        try:
+            fd = self._files.acquire(key)
+        except FileNotFoundError:
+            return  # entries that were never written (a failed rebuild): memory was all there is
+        try:
+            os.ftruncate(fd, kept * TXN_INDEX_ENTRY_BYTES)
+        finally:
+            self._files.release(key, fd)
+        self.txn_index_dirty = True
 
     def delete_files(self) -> None:
         self.close()
@@ -452,6 +670,29 @@ class Segment:
             self._files.release(self._log_key, fd)
         self.size_bytes = size_bytes
         self.dirty = True
+
+
+class _AbortedTxns:
+    """A segment's transaction index in memory: one slot per aborted transaction in each array,
+    in marker order (so ``lasts`` is sorted)."""
+
+    __slots__ = ("firsts", "lasts", "producers", "stables")
+
+    def __init__(self) -> None:
+        self.producers = array("q")
+        self.firsts = array("q")
+        self.lasts = array("q")
+        self.stables = array("q")
+
+    def add(self, txn: AbortedTxn) -> None:
+        self.producers.append(txn.producer_id)
+        self.firsts.append(txn.first_offset)
+        self.lasts.append(txn.last_offset)
+        self.stables.append(txn.last_stable_offset)
+
+    def cut(self, kept: int) -> None:
+        for slots in (self.producers, self.firsts, self.lasts, self.stables):
+            del slots[kept:]
 
 
 class _WindowReader:

@@ -15,6 +15,12 @@ Who may read what is the ``Replication``'s to say: a consumer reads from the lea
 watermark (a single node: to the log end), checked against its ``current_leader_epoch``; a follower
 (replica id >= 0, a broker of the cluster) reads to the log end, the offset it fetches at telling
 the leader how far it got, and waits for appends while a consumer waits for the high watermark.
+
+Isolation (KIP-98): a consumer fetching read_committed (``isolation_level`` 1) reads below the
+last stable offset (no batch of a transaction still in progress) and is told, per partition, the
+aborted transactions the batches it got overlap (producer id, first offset), from which it skips
+their records. Every partition answer carries the last stable offset, read_uncommitted too (with
+no aborted-transaction list: null). A follower reads to the log end whatever it asks.
 """
 
 from __future__ import annotations
@@ -76,9 +82,12 @@ def _read_partition(
     replica_id: int,
     max_bytes: int,
     first: bool,
+    read_committed: bool = False,
 ) -> tuple[int, bool]:
     """Fill ``partition`` (records, offsets or an error) for ``wanted`` of topic ``name``: (bytes
-    of records, whether it errored). Every field it may carry is set (the object may be reused)."""
+    of records, whether it errored). Every field it may carry is set (the object may be reused),
+    but the aborted transactions, left as they are unless ``read_committed`` (a consumer's
+    read_committed fetch) finds some."""
     partition.error_code = ErrorCode.NONE
     partition.high_watermark = partition.last_stable_offset = partition.log_start_offset = -1
     partition.records = b""
@@ -99,12 +108,16 @@ def _read_partition(
         # KIP-74: the first batch of the response is returned whole even when larger than the
         # limits, so a consumer can never get stuck behind one big batch.
         result = partition_log.read(
-            wanted.fetch_offset, max(max_bytes, 0), min_one_batch=first, max_offset=access.max_offset
+            wanted.fetch_offset,
+            max(max_bytes, 0),
+            min_one_batch=first,
+            max_offset=access.max_offset,
+            read_committed=read_committed,
         )
     except OffsetOutOfRangeError:
         partition.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
         partition.high_watermark = partition_log.high_watermark
-        partition.last_stable_offset = partition_log.high_watermark
+        partition.last_stable_offset = partition_log.last_stable_offset
         partition.log_start_offset = partition_log.log_start_offset
         return 0, True
     except LogFileError:  # e.g. out of file descriptors: this partition, this time
@@ -114,6 +127,11 @@ def _read_partition(
     partition.last_stable_offset = result.last_stable_offset
     partition.log_start_offset = result.log_start_offset
     partition.records = result.records
+    if result.aborted_transactions:
+        partition.aborted_transactions = [
+            FetchResponse.AbortedTransaction(producer_id=producer_id, first_offset=first_offset)
+            for producer_id, first_offset in result.aborted_transactions
+        ]
     return len(result.records), False
 
 
@@ -152,15 +170,14 @@ def _read_all(
     bytes_left = _bytes_allowed(request, response_bytes_max)
     total_bytes = 0
     errored = False
-    aborted: list[FetchResponse.AbortedTransaction] | None = (
-        [] if request.isolation_level == READ_COMMITTED else None
-    )
+    # Isolation is a consumer's: a follower reads to the log end, aborted transactions and all.
+    read_committed = request.isolation_level == READ_COMMITTED and replica_id < 0
     responses: list[FetchResponse.FetchableTopicResponse] = []
     for topic in request.topics:
         resolved = _resolve(state, topic, version)
         partitions: list[PartitionData] = []
         for wanted in topic.partitions:
-            partition = _empty_partition(wanted.partition, aborted)
+            partition = _empty_partition(wanted.partition, [] if read_committed else None)
             partitions.append(partition)
             if isinstance(resolved, ErrorCode):
                 partition.error_code = resolved
@@ -174,6 +191,7 @@ def _read_all(
                 replica_id,
                 min(wanted.partition_max_bytes, bytes_left),
                 total_bytes == 0,
+                read_committed,
             )
             errored |= failed
             total_bytes += size

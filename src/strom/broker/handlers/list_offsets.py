@@ -2,7 +2,8 @@
 and the first offset whose timestamp is at or after a given time.
 
 Answered by the partition's leader (``Replication.readable``, which checks the request's
-``current_leader_epoch``); latest is the high watermark (the log end of a single node)."""
+``current_leader_epoch``); latest is the high watermark (the log end of a single node), or the last
+stable offset for a read_committed consumer (``isolation_level`` 1, v2+): where its reading stops."""
 
 from __future__ import annotations
 
@@ -17,16 +18,20 @@ from strom.storage import OffsetOutOfRangeError, PartitionLog
 
 LATEST = -1
 EARLIEST = -2
+READ_COMMITTED = 1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 
 Partition = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
-def _lookup(partition_log: PartitionLog, timestamp: int, version: int) -> tuple[ErrorCode, int, int]:
+def _lookup(
+    partition_log: PartitionLog, timestamp: int, version: int, read_committed: bool
+) -> tuple[ErrorCode, int, int]:
     """(error, offset, timestamp) for one partition."""
     if timestamp == LATEST:
-        return ErrorCode.NONE, partition_log.high_watermark, -1
+        latest = partition_log.last_stable_offset if read_committed else partition_log.high_watermark
+        return ErrorCode.NONE, latest, -1
     if timestamp == EARLIEST or (timestamp == EARLIEST_LOCAL and version >= 8):
         return ErrorCode.NONE, partition_log.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP and version >= 7:
@@ -74,6 +79,7 @@ def _first_record_at(
 async def handle_list_offsets(context: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     state = context.broker
     version = context.api_version
+    read_committed = version >= 2 and request.isolation_level == READ_COMMITTED
     topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
     for topic in request.topics:
         partitions: list[Partition] = []
@@ -86,7 +92,7 @@ async def handle_list_offsets(context: RequestContext, request: ListOffsetsReque
             if isinstance(access, ErrorCode):
                 partition.error_code = access
                 continue
-            error, offset, timestamp = _lookup(access.log, wanted.timestamp, version)
+            error, offset, timestamp = _lookup(access.log, wanted.timestamp, version, read_committed)
             partition.error_code = error
             partition.offset = offset
             partition.timestamp = timestamp

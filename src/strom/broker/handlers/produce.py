@@ -32,6 +32,7 @@ from strom.protocol.records.validate import InvalidRecordError
 from strom.storage import (
     DuplicateSequenceError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     PartitionLog,
     RecordTooLargeError,
@@ -134,6 +135,8 @@ async def _append(
             raise Refused(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, str(error)) from None
         except InvalidProducerEpochError as error:
             raise Refused(ErrorCode.INVALID_PRODUCER_EPOCH, str(error)) from None
+        except InvalidTxnStateError as error:
+            raise Refused(ErrorCode.INVALID_TXN_STATE, str(error)) from None
         except UnknownProducerIdError as error:
             raise Refused(ErrorCode.UNKNOWN_PRODUCER_ID, str(error)) from None
         except RecordTooLargeError as error:

@@ -8,8 +8,9 @@ checks the same, per batch, once, on produce (``header.validate_batches`` has ch
 magic and CRC before):
 
 - the header: a record count of at least one that equals lastOffsetDelta + 1; no control batch
-  from a client; a producer id comes with a base sequence of 0 or more; a known codec (bits 0-2
-  of the attributes are 0-4);
+  from a client (transaction markers are the broker's to write); a producer id comes with a base
+  sequence of 0 or more, and a transactional batch with a producer id; a known codec (bits 0-2 of
+  the attributes are 0-4);
 - the payload: a compressed one decompresses within ``decompressed_bytes_max``; then exactly
   recordCount records fill it to its last byte, each ending where its length says: varints of at
   most 5 bytes holding an int32 (10 bytes and an int64 for the timestamp delta), key and value
@@ -78,6 +79,7 @@ from strom.protocol.records.header import (
     CRC_OFFSET,
     HEADER_BYTES,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     CorruptBatchError,
     validate_batches,
@@ -293,7 +295,11 @@ def _check_header(header: BatchHeader) -> None:
             f"with {header.record_count} records declared"
         )
     if header.attributes & CONTROL_BIT:
-        raise InvalidRecordError("clients may not write control batches")
+        raise InvalidRecordError(
+            "clients may not write control batches: transaction markers are written by the broker"
+        )
+    if header.attributes & TRANSACTIONAL_BIT and header.producer_id < 0:
+        raise InvalidRecordError("a transactional batch needs a producer id")
     if header.producer_id >= 0 and header.base_sequence < 0:
         raise InvalidRecordError(
             f"invalid base sequence {header.base_sequence} for producer id {header.producer_id}"

@@ -24,6 +24,7 @@ from strom.protocol.records import (
 )
 from strom.protocol.records.batch import build_batch_from_rows
 from strom.protocol.records.compression import DecompressedTooLargeError, MappedOutput
+from strom.protocol.records.control import EndTxnMarker, parse_end_txn_marker
 from strom.protocol.records.validate import (
     DEFAULT_TUNING,
     KEYLESS_REASON,
@@ -573,3 +574,13 @@ def test_a_guessed_plan_reports_the_keys_of_the_records_it_takes() -> None:
     assert validate_records(keyless, 100, keyless_listed_max=200).keyless_count == 100
     assert validate_records(keyed, 100, keyless_listed_max=200).keyless_count == 0
     assert validator._plans_by_guess
+
+
+def test_a_transaction_marker_from_a_producer_is_refused_with_a_clear_message() -> None:
+    marker = next(poison for poison in POISONS if poison.name == "transaction-marker").batch
+    assert parse_end_txn_marker(marker) == EndTxnMarker(commit=True, coordinator_epoch=0)
+    with pytest.raises(InvalidRecordError, match="transaction markers are written by the broker"):
+        _validate(marker)
+    unowned = next(poison for poison in POISONS if poison.name == "transactional-without-a-producer-id")
+    with pytest.raises(InvalidRecordError, match="a transactional batch needs a producer id"):
+        _validate(unowned.batch)
