@@ -38,6 +38,7 @@ from strom.coordinator.transactions import (
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records.batch import iter_batches
 from strom.storage import LogManager, StorageError
+from strom.storage.errors import InvalidProducerEpochError, TransactionCoordinatorFencedError
 
 if TYPE_CHECKING:
     from strom.broker.state import BrokerState
@@ -62,12 +63,9 @@ def transaction_state_topic_config(min_insync_replicas: int | None = None) -> di
 
 def marker_error(error: StorageError) -> ErrorCode:
     """The error a partition answers a marker it cannot take with."""
-    from strom.storage import errors as storage_errors
-
-    fenced_coordinator = getattr(storage_errors, "CoordinatorEpochFencedError", None)
-    if fenced_coordinator is not None and isinstance(error, fenced_coordinator):
+    if isinstance(error, TransactionCoordinatorFencedError):
         return ErrorCode.TRANSACTION_COORDINATOR_FENCED
-    if isinstance(error, storage_errors.InvalidProducerEpochError):
+    if isinstance(error, InvalidProducerEpochError):
         return ErrorCode.PRODUCER_FENCED
     return ErrorCode.KAFKA_STORAGE_ERROR
 
@@ -87,7 +85,7 @@ async def write_marker(
         return refused.error
     now_ms = state.clock.wall_ms()
     try:
-        partition_log.append_marker(  # type: ignore[attr-defined]
+        partition_log.append_marker(
             markers.producer_id, markers.producer_epoch, markers.commit, markers.coordinator_epoch, now_ms
         )
     except StorageError as failure:
