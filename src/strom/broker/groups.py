@@ -180,7 +180,7 @@ class OffsetsTopicWriter:
         self.replicated: ReplicatedWrites | None = None
         self.commit_timeout_ms = 0
         # Per partition, the replicated writes not yet delivered, oldest first:
-        # [on_complete, its answer once known].
+        # [on_complete, its answer once known, the batch's base offset].
         self._in_flight: dict[int, collections.deque[list[Any]]] = {}
         self._waits: set[asyncio.Task[ErrorCode]] = set()
 
@@ -195,23 +195,48 @@ class OffsetsTopicWriter:
         records: list[tuple[bytes, bytes | None]],
         on_complete: Callable[[ErrorCode], None],
     ) -> None:
+        self._write(partition, BatchBuilder(), records, lambda error, base_offset: on_complete(error))
+
+    def append_transactional(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        producer_id: int,
+        producer_epoch: int,
+        on_complete: Callable[[ErrorCode, int], None],
+    ) -> None:
+        """One transactional batch of the producer (TxnOffsetCommit): its records count once its
+        marker is written. No sequence number (base sequence -1), as Kafka writes these batches:
+        they are not part of the producer's idempotent sequence of its partitions. Completes as
+        ``append`` does, with the batch's base offset."""
+        builder = BatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
+        self._write(partition, builder, records, on_complete)
+
+    def _write(
+        self,
+        partition: int,
+        builder: BatchBuilder,
+        records: list[tuple[bytes, bytes | None]],
+        on_complete: Callable[[ErrorCode, int], None],
+    ) -> None:
         if self.replicated is not None:
-            self._append_replicated(self.replicated, partition, records, on_complete)
+            self._append_replicated(self.replicated, partition, builder, records, on_complete)
             return
         partition_log = self._logs.log(OFFSETS_TOPIC, partition)
         if partition_log is None:
-            on_complete(ErrorCode.NOT_COORDINATOR)
+            on_complete(ErrorCode.NOT_COORDINATOR, -1)
             return
         now_ms = self._clock.wall_ms()
-        if not self._append_batch(partition_log, partition, records, now_ms, on_complete):
+        base_offset = self._append_batch(partition_log, partition, builder, records, now_ms, on_complete)
+        if base_offset is None:
             return
         pending = self._flush(partition) if partition_log.needs_flush(now_ms) else None
         if pending is None:
-            on_complete(ErrorCode.NONE)
+            on_complete(ErrorCode.NONE, base_offset)
         else:
             pending.add_done_callback(
                 lambda done: on_complete(
-                    ErrorCode.NONE if done.exception() is None else ErrorCode.KAFKA_STORAGE_ERROR
+                    ErrorCode.NONE if done.exception() is None else ErrorCode.KAFKA_STORAGE_ERROR, base_offset
                 )
             )
 
@@ -219,39 +244,43 @@ class OffsetsTopicWriter:
         self,
         partition_log: PartitionLog,
         partition: int,
+        builder: BatchBuilder,
         records: list[tuple[bytes, bytes | None]],
         now_ms: int,
-        on_complete: Callable[[ErrorCode], None],
-    ) -> bool:
-        builder = BatchBuilder()
+        on_complete: Callable[[ErrorCode, int], None],
+    ) -> int | None:
+        """Append the records as one batch; its base offset, or None once told ``on_complete``."""
         for key, value in records:
             builder.append(now_ms, key, value)
         data = bytearray(builder.build())
+        base_offset = partition_log.log_end_offset  # what the append gives the batch's first record
         try:
             partition_log.append(data, [parse_batch_header(data)], now_ms)
         except StorageError as error:
             log.error("writing to %s-%d failed: %s", OFFSETS_TOPIC, partition, error)
-            on_complete(ErrorCode.KAFKA_STORAGE_ERROR)
-            return False
+            on_complete(ErrorCode.KAFKA_STORAGE_ERROR, -1)
+            return None
         self._notify_append(OFFSETS_TOPIC, partition)
-        return True
+        return base_offset
 
     def _append_replicated(
         self,
         replicated: ReplicatedWrites,
         partition: int,
+        builder: BatchBuilder,
         records: list[tuple[bytes, bytes | None]],
-        on_complete: Callable[[ErrorCode], None],
+        on_complete: Callable[[ErrorCode, int], None],
     ) -> None:
         try:
             partition_log = replicated.writable(OFFSETS_TOPIC, partition, ACKS_ALL)
         except Refused as refused:
-            on_complete(refused.error)
+            on_complete(refused.error, -1)
             return
         now_ms = self._clock.wall_ms()
-        if not self._append_batch(partition_log, partition, records, now_ms, on_complete):
+        base_offset = self._append_batch(partition_log, partition, builder, records, now_ms, on_complete)
+        if base_offset is None:
             return
-        entry: list[Any] = [on_complete, None]
+        entry: list[Any] = [on_complete, None, base_offset]
         self._in_flight.setdefault(partition, collections.deque()).append(entry)
         flushed = self._flush(partition) if partition_log.needs_flush(now_ms) else None
         acknowledged = replicated.wait_for_acks(
@@ -284,8 +313,8 @@ class OffsetsTopicWriter:
             entry[1] = task.result()
         queue = self._in_flight.get(partition)
         while queue and queue[0][1] is not None:
-            on_complete, error = queue.popleft()
-            on_complete(error)
+            on_complete, error, base_offset = queue.popleft()
+            on_complete(error, base_offset)
         if queue is not None and not queue:
             del self._in_flight[partition]
 
@@ -423,6 +452,13 @@ class GroupService:
                         "%s-%d: skipped a record that does not decode: %s", OFFSETS_TOPIC, partition, error
                     )
         return skipped
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker (COMMIT if ``commit``) of ``producer_id`` is written to
+        ``partition`` of ``__consumer_offsets``: its pending offsets there count, or are dropped
+        (``GroupCoordinator.complete_transaction``). Whoever writes markers calls it once the
+        marker is appended."""
+        self.coordinator.complete_transaction(partition, producer_id, commit)
 
     # ---- a broker in a cluster: coordinating the partitions it leads ------------------------------
 
