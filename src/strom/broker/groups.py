@@ -20,6 +20,7 @@ import collections
 import contextlib
 import gc
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -27,9 +28,12 @@ from typing import Any, Protocol
 from strom.base.clock import Clock
 from strom.broker.refused import Refused
 from strom.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
-from strom.coordinator.records import CorruptCoordinatorRecord, compacted_replay_order
+from strom.coordinator.log_replay import CompactedPartition
+from strom.coordinator.records import CorruptCoordinatorRecord
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import BatchBuilder, CorruptBatchError, iter_batches, parse_batch_header
+from strom.protocol.records.batch import DecodedBatch
+from strom.protocol.records.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from strom.storage import LogManager, PartitionLog, StorageError
 
 log = logging.getLogger("strom.broker.groups")
@@ -43,6 +47,11 @@ LOAD_REPLAY_STEP_RECORDS = 20_000
 LOAD_ERRORS_LOGGED_MAX = 10
 # acks=all: the coordinator's writes in a cluster wait for every in-sync replica.
 ACKS_ALL = -1
+# A control record's key: int16 version, int16 type. (To move to the shared control-record codec.)
+_CONTROL_KEY = struct.Struct(">hh")
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
+_TRANSACTIONAL_OR_CONTROL = TRANSACTIONAL_BIT | CONTROL_BIT
 
 
 @contextlib.contextmanager
@@ -62,6 +71,60 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _skipped(partition: int, error: CorruptCoordinatorRecord, skipped: int) -> int:
+    skipped += 1
+    if skipped <= LOAD_ERRORS_LOGGED_MAX:
+        log.error("%s-%d: skipped a record that does not decode: %s", OFFSETS_TOPIC, partition, error)
+    return skipped
+
+
+def control_record_commits(key: bytes | None) -> bool | None:
+    """What a control record's key says: True for COMMIT, False for ABORT, None for anything else.
+
+    The key is int16 version (0; a later version keeps the type second) + int16 type (0 ABORT,
+    1 COMMIT); its value (the coordinator epoch) does not matter here."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return None
+    version, control_type = _CONTROL_KEY.unpack_from(key)
+    if version < 0 or control_type not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
+        return None
+    return bool(control_type == CONTROL_TYPE_COMMIT)
+
+
+def _read_transactional(
+    compacted: CompactedPartition, batch: DecodedBatch, from_offset: int, partition: int
+) -> int:
+    """Read a batch of the load's slow path (transactional, control, or any while a transaction
+    is open) into ``compacted``; the records read (markers are not counted)."""
+    header = batch.header
+    if header.is_control:
+        if header.is_transactional and header.last_offset >= from_offset and batch.records:
+            commit = control_record_commits(batch.records[0].key)
+            if commit is None:
+                log.error(
+                    "%s-%d: control batch at offset %d is no transaction marker: ignored",
+                    OFFSETS_TOPIC,
+                    partition,
+                    header.base_offset,
+                )
+            else:
+                compacted.marker(header.producer_id, commit)
+        return 0
+    read = 0
+    base_offset = header.base_offset
+    transactional = header.is_transactional
+    for record in batch.records:
+        key = record.key
+        log_offset = base_offset + record.offset_delta
+        if key is not None and log_offset >= from_offset:
+            if transactional:
+                compacted.transactional(header.producer_id, key, record.value, log_offset)
+            else:
+                compacted.plain(key, record.value)
+            read += 1
+    return read
 
 
 class ReplicatedWrites(Protocol):
@@ -395,12 +458,16 @@ class GroupService:
 
         The partition is read once, keeping the latest value of each key (what compaction would
         keep), and only those are decoded and replayed (``compacted_replay_order``): a log where
-        every offset was committed many times costs one decode per offset. The loop serves other
+        every offset was committed many times costs one decode per offset. Records of
+        transactional batches (TxnOffsetCommit) wait for their producer's marker in the partition
+        (``CompactedPartition``): committed they count as any other, aborted they are dropped, and
+        those with no marker yet are replayed last as pending offsets. The loop serves other
         requests between chunks of the log and steps of the replay; during each step the cyclic
         garbage collector is paused (``collector_paused``). A record that does not decode is
         skipped with an error line (the rest of the partition still loads)."""
         records_total = 0
-        latest: dict[bytes, bytes | None] = {}
+        compacted = CompactedPartition()
+        latest = compacted.latest
         partition_log = self._logs.log(OFFSETS_TOPIC, partition)
         offset = partition_log.log_start_offset if partition_log is not None else 0
         while partition_log is not None and offset < partition_log.log_end_offset:
@@ -411,7 +478,9 @@ class GroupService:
                 with collector_paused():
                     for batch in iter_batches(data):
                         header = batch.header
-                        if not header.is_control:
+                        if header.attributes & _TRANSACTIONAL_OR_CONTROL or compacted.open_transactions:
+                            records_total += _read_transactional(compacted, batch, offset, partition)
+                        else:
                             base_offset = header.base_offset
                             for record in batch.records:
                                 key = record.key
@@ -424,14 +493,28 @@ class GroupService:
                 break
             await asyncio.sleep(0)
         skipped = 0
-        records = compacted_replay_order(latest)
-        del latest
+        records = compacted.replay_order()
+        open_records = compacted.open_records()
+        del latest, compacted
         for start in range(0, len(records), LOAD_REPLAY_STEP_RECORDS):
             with collector_paused():
                 skipped = self._replay_step(
                     partition, records[start : start + LOAD_REPLAY_STEP_RECORDS], skipped
                 )
             await asyncio.sleep(0)
+        with collector_paused():
+            for producer_id, key, value, log_offset in open_records:
+                try:
+                    self.coordinator.replay_transactional(partition, producer_id, key, value, log_offset)
+                except CorruptCoordinatorRecord as error:
+                    skipped = _skipped(partition, error, skipped)
+        if open_records:
+            log.info(
+                "%s-%d: %d offset(s) of open transactions pending their markers",
+                OFFSETS_TOPIC,
+                partition,
+                len(open_records),
+            )
         if skipped:
             log.error("%s-%d: %d record(s) skipped while loading", OFFSETS_TOPIC, partition, skipped)
         with collector_paused():
@@ -446,11 +529,7 @@ class GroupService:
             try:
                 self.coordinator.replay(partition, key, value)
             except CorruptCoordinatorRecord as error:
-                skipped += 1
-                if skipped <= LOAD_ERRORS_LOGGED_MAX:
-                    log.error(
-                        "%s-%d: skipped a record that does not decode: %s", OFFSETS_TOPIC, partition, error
-                    )
+                skipped = _skipped(partition, error, skipped)
         return skipped
 
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
