@@ -27,9 +27,13 @@ from typing import Any, Protocol
 from strom.base.clock import Clock
 from strom.broker.refused import Refused
 from strom.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
-from strom.coordinator.records import CorruptCoordinatorRecord, compacted_replay_order
+from strom.coordinator.log_replay import CompactedPartition
+from strom.coordinator.records import CorruptCoordinatorRecord
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import BatchBuilder, CorruptBatchError, iter_batches, parse_batch_header
+from strom.protocol.records.batch import DecodedBatch
+from strom.protocol.records.control import marker_commits
+from strom.protocol.records.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from strom.storage import LogManager, PartitionLog, StorageError
 
 log = logging.getLogger("strom.broker.groups")
@@ -43,6 +47,7 @@ LOAD_REPLAY_STEP_RECORDS = 20_000
 LOAD_ERRORS_LOGGED_MAX = 10
 # acks=all: the coordinator's writes in a cluster wait for every in-sync replica.
 ACKS_ALL = -1
+_TRANSACTIONAL_OR_CONTROL = TRANSACTIONAL_BIT | CONTROL_BIT
 
 
 @contextlib.contextmanager
@@ -62,6 +67,47 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _skipped(partition: int, error: CorruptCoordinatorRecord, skipped: int) -> int:
+    skipped += 1
+    if skipped <= LOAD_ERRORS_LOGGED_MAX:
+        log.error("%s-%d: skipped a record that does not decode: %s", OFFSETS_TOPIC, partition, error)
+    return skipped
+
+
+def _read_transactional(
+    compacted: CompactedPartition, batch: DecodedBatch, from_offset: int, partition: int
+) -> int:
+    """Read a batch of the load's slow path (transactional, control, or any while a transaction
+    is open) into ``compacted``; the records read (markers are not counted)."""
+    header = batch.header
+    if header.is_control:
+        if header.is_transactional and header.last_offset >= from_offset and batch.records:
+            commit = marker_commits(batch.records[0].key)
+            if commit is None:
+                log.error(
+                    "%s-%d: control batch at offset %d is no transaction marker: ignored",
+                    OFFSETS_TOPIC,
+                    partition,
+                    header.base_offset,
+                )
+            else:
+                compacted.marker(header.producer_id, commit)
+        return 0
+    read = 0
+    base_offset = header.base_offset
+    transactional = header.is_transactional
+    for record in batch.records:
+        key = record.key
+        log_offset = base_offset + record.offset_delta
+        if key is not None and log_offset >= from_offset:
+            if transactional:
+                compacted.transactional(header.producer_id, key, record.value, log_offset)
+            else:
+                compacted.plain(key, record.value)
+            read += 1
+    return read
 
 
 class ReplicatedWrites(Protocol):
@@ -183,7 +229,7 @@ class CoordinatorTopicWriter:
         self.replicated: ReplicatedWrites | None = None
         self.commit_timeout_ms = 0
         # Per partition, the replicated writes not yet delivered, oldest first:
-        # [on_complete, its answer once known].
+        # [on_complete, its answer once known, the batch's base offset].
         self._in_flight: dict[int, collections.deque[list[Any]]] = {}
         self._waits: set[asyncio.Task[ErrorCode]] = set()
 
@@ -198,23 +244,48 @@ class CoordinatorTopicWriter:
         records: list[tuple[bytes, bytes | None]],
         on_complete: Callable[[ErrorCode], None],
     ) -> None:
+        self._write(partition, BatchBuilder(), records, lambda error, base_offset: on_complete(error))
+
+    def append_transactional(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        producer_id: int,
+        producer_epoch: int,
+        on_complete: Callable[[ErrorCode, int], None],
+    ) -> None:
+        """One transactional batch of the producer (TxnOffsetCommit): its records count once its
+        marker is written. No sequence number (base sequence -1), as Kafka writes these batches:
+        they are not part of the producer's idempotent sequence of its partitions. Completes as
+        ``append`` does, with the batch's base offset."""
+        builder = BatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True)
+        self._write(partition, builder, records, on_complete)
+
+    def _write(
+        self,
+        partition: int,
+        builder: BatchBuilder,
+        records: list[tuple[bytes, bytes | None]],
+        on_complete: Callable[[ErrorCode, int], None],
+    ) -> None:
         if self.replicated is not None:
-            self._append_replicated(self.replicated, partition, records, on_complete)
+            self._append_replicated(self.replicated, partition, builder, records, on_complete)
             return
         partition_log = self._logs.log(self.topic, partition)
         if partition_log is None:
-            on_complete(ErrorCode.NOT_COORDINATOR)
+            on_complete(ErrorCode.NOT_COORDINATOR, -1)
             return
         now_ms = self._clock.wall_ms()
-        if not self._append_batch(partition_log, partition, records, now_ms, on_complete):
+        base_offset = self._append_batch(partition_log, partition, builder, records, now_ms, on_complete)
+        if base_offset is None:
             return
         pending = self._flush(partition) if partition_log.needs_flush(now_ms) else None
         if pending is None:
-            on_complete(ErrorCode.NONE)
+            on_complete(ErrorCode.NONE, base_offset)
         else:
             pending.add_done_callback(
                 lambda done: on_complete(
-                    ErrorCode.NONE if done.exception() is None else ErrorCode.KAFKA_STORAGE_ERROR
+                    ErrorCode.NONE if done.exception() is None else ErrorCode.KAFKA_STORAGE_ERROR, base_offset
                 )
             )
 
@@ -222,39 +293,43 @@ class CoordinatorTopicWriter:
         self,
         partition_log: PartitionLog,
         partition: int,
+        builder: BatchBuilder,
         records: list[tuple[bytes, bytes | None]],
         now_ms: int,
-        on_complete: Callable[[ErrorCode], None],
-    ) -> bool:
-        builder = BatchBuilder()
+        on_complete: Callable[[ErrorCode, int], None],
+    ) -> int | None:
+        """Append the records as one batch; its base offset, or None once told ``on_complete``."""
         for key, value in records:
             builder.append(now_ms, key, value)
         data = bytearray(builder.build())
+        base_offset = partition_log.log_end_offset  # what the append gives the batch's first record
         try:
             partition_log.append(data, [parse_batch_header(data)], now_ms)
         except StorageError as error:
             log.error("writing to %s-%d failed: %s", self.topic, partition, error)
-            on_complete(ErrorCode.KAFKA_STORAGE_ERROR)
-            return False
+            on_complete(ErrorCode.KAFKA_STORAGE_ERROR, -1)
+            return None
         self._notify_append(self.topic, partition)
-        return True
+        return base_offset
 
     def _append_replicated(
         self,
         replicated: ReplicatedWrites,
         partition: int,
+        builder: BatchBuilder,
         records: list[tuple[bytes, bytes | None]],
-        on_complete: Callable[[ErrorCode], None],
+        on_complete: Callable[[ErrorCode, int], None],
     ) -> None:
         try:
             partition_log = replicated.writable(self.topic, partition, ACKS_ALL)
         except Refused as refused:
-            on_complete(refused.error)
+            on_complete(refused.error, -1)
             return
         now_ms = self._clock.wall_ms()
-        if not self._append_batch(partition_log, partition, records, now_ms, on_complete):
+        base_offset = self._append_batch(partition_log, partition, builder, records, now_ms, on_complete)
+        if base_offset is None:
             return
-        entry: list[Any] = [on_complete, None]
+        entry: list[Any] = [on_complete, None, base_offset]
         self._in_flight.setdefault(partition, collections.deque()).append(entry)
         flushed = self._flush(partition) if partition_log.needs_flush(now_ms) else None
         acknowledged = replicated.wait_for_acks(
@@ -287,8 +362,8 @@ class CoordinatorTopicWriter:
             entry[1] = task.result()
         queue = self._in_flight.get(partition)
         while queue and queue[0][1] is not None:
-            on_complete, error = queue.popleft()
-            on_complete(error)
+            on_complete, error, base_offset = queue.popleft()
+            on_complete(error, base_offset)
         if queue is not None and not queue:
             del self._in_flight[partition]
 
@@ -369,12 +444,16 @@ class GroupService:
 
         The partition is read once, keeping the latest value of each key (what compaction would
         keep), and only those are decoded and replayed (``compacted_replay_order``): a log where
-        every offset was committed many times costs one decode per offset. The loop serves other
+        every offset was committed many times costs one decode per offset. Records of
+        transactional batches (TxnOffsetCommit) wait for their producer's marker in the partition
+        (``CompactedPartition``): committed they count as any other, aborted they are dropped, and
+        those with no marker yet are replayed last as pending offsets. The loop serves other
         requests between chunks of the log and steps of the replay; during each step the cyclic
         garbage collector is paused (``collector_paused``). A record that does not decode is
         skipped with an error line (the rest of the partition still loads)."""
         records_total = 0
-        latest: dict[bytes, bytes | None] = {}
+        compacted = CompactedPartition()
+        latest = compacted.latest
         partition_log = self._logs.log(OFFSETS_TOPIC, partition)
         offset = partition_log.log_start_offset if partition_log is not None else 0
         while partition_log is not None and offset < partition_log.log_end_offset:
@@ -385,7 +464,9 @@ class GroupService:
                 with collector_paused():
                     for batch in iter_batches(data):
                         header = batch.header
-                        if not header.is_control:
+                        if header.attributes & _TRANSACTIONAL_OR_CONTROL or compacted.open_transactions:
+                            records_total += _read_transactional(compacted, batch, offset, partition)
+                        else:
                             base_offset = header.base_offset
                             for record in batch.records:
                                 key = record.key
@@ -398,14 +479,28 @@ class GroupService:
                 break
             await asyncio.sleep(0)
         skipped = 0
-        records = compacted_replay_order(latest)
-        del latest
+        records = compacted.replay_order()
+        open_records = compacted.open_records()
+        del latest, compacted
         for start in range(0, len(records), LOAD_REPLAY_STEP_RECORDS):
             with collector_paused():
                 skipped = self._replay_step(
                     partition, records[start : start + LOAD_REPLAY_STEP_RECORDS], skipped
                 )
             await asyncio.sleep(0)
+        with collector_paused():
+            for producer_id, key, value, log_offset in open_records:
+                try:
+                    self.coordinator.replay_transactional(partition, producer_id, key, value, log_offset)
+                except CorruptCoordinatorRecord as error:
+                    skipped = _skipped(partition, error, skipped)
+        if open_records:
+            log.info(
+                "%s-%d: %d offset(s) of open transactions pending their markers",
+                OFFSETS_TOPIC,
+                partition,
+                len(open_records),
+            )
         if skipped:
             log.error("%s-%d: %d record(s) skipped while loading", OFFSETS_TOPIC, partition, skipped)
         with collector_paused():
@@ -420,12 +515,15 @@ class GroupService:
             try:
                 self.coordinator.replay(partition, key, value)
             except CorruptCoordinatorRecord as error:
-                skipped += 1
-                if skipped <= LOAD_ERRORS_LOGGED_MAX:
-                    log.error(
-                        "%s-%d: skipped a record that does not decode: %s", OFFSETS_TOPIC, partition, error
-                    )
+                skipped = _skipped(partition, error, skipped)
         return skipped
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker (COMMIT if ``commit``) of ``producer_id`` is written to
+        ``partition`` of ``__consumer_offsets``: its pending offsets there count, or are dropped
+        (``GroupCoordinator.complete_transaction``). Whoever writes markers calls it once the
+        marker is appended."""
+        self.coordinator.complete_transaction(partition, producer_id, commit)
 
     # ---- a broker in a cluster: coordinating the partitions it leads ------------------------------
 

@@ -106,9 +106,7 @@ async def write_marker(
             except Exception:
                 error = ErrorCode.KAFKA_STORAGE_ERROR
     if error == ErrorCode.NONE and topic == OFFSETS_TOPIC:
-        state.groups.complete_transaction(  # type: ignore[attr-defined]  # the group side lands next
-            index, markers.producer_id, markers.commit
-        )
+        state.groups.complete_transaction(index, markers.producer_id, markers.commit)
     return error
 
 

@@ -124,8 +124,11 @@ class Admin:
             else:
                 group.transition_to(GroupState.DEAD, self.runtime.now_wall_ms())
                 self.runtime.cancel_group_timers(group)
+                # Offsets pending in a transaction are tombstoned too: written later, the
+                # tombstones beat them, and their transaction's commit brings nothing back.
+                keys = list(group.offsets) + sorted(group.pending_offset_keys() - group.offsets.keys())
                 records: list[Record] = [
-                    (offset_key_bytes(group_id, topic, partition), None) for topic, partition in group.offsets
+                    (offset_key_bytes(group_id, topic, partition), None) for topic, partition in keys
                 ]
                 records.append((group_key_bytes(group_id), None))
                 results[group_id] = ErrorCode.NONE

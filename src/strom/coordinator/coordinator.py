@@ -19,6 +19,7 @@ from strom.coordinator.records import CoordinatorLogWriter
 from strom.coordinator.runtime import CoordinatorRuntime, PartitionStatus
 from strom.coordinator.state import GroupState
 from strom.coordinator.timers import Timer, offsets_expiry_key
+from strom.coordinator.transactional_offsets import TransactionalOffsets
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
@@ -30,6 +31,7 @@ from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCom
 from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from strom.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 
 class GroupCoordinator:
@@ -40,6 +42,7 @@ class GroupCoordinator:
         self._membership = Membership(self._runtime)
         self._offsets = Offsets(self._runtime, self._membership)
         self._admin = Admin(self._runtime, self._membership)
+        self._transactional = TransactionalOffsets(self._runtime)
         self._offsets.schedule_expiry()
 
     # ---------------------------------------------------------------- partitions of __consumer_offsets
@@ -49,19 +52,40 @@ class GroupCoordinator:
             self.unload(partition)
         self._runtime.partitions[partition] = PartitionStatus.LOADING
         self._runtime.partition_epochs[partition] = self._runtime.partition_epochs.get(partition, 0) + 1
+        self._runtime.open_transactions.pop(partition, None)
+        self._runtime.markers_while_loading[partition] = []
 
     def replay(self, partition: int, key: bytes, value: bytes | None) -> None:
         """One record of the partition, in log order (``value`` None for a tombstone)."""
+        self._assert_loading(partition)
+        self._runtime.apply_record(key, value, loading=True)
+
+    def replay_transactional(
+        self, partition: int, producer_id: int, key: bytes, value: bytes | None, log_offset: int
+    ) -> None:
+        """A record of a transactional batch of ``producer_id`` at ``log_offset`` whose marker has
+        not been replayed (yet): a pending offset. Raises ``CorruptCoordinatorRecord`` for a record
+        that is not an offset commit."""
+        self._assert_loading(partition)
+        self._runtime.apply_transactional_record(partition, producer_id, key, value, log_offset)
+
+    def replay_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The producer's COMMIT or ABORT marker, in log order among the replayed records."""
+        self._assert_loading(partition)
+        self._runtime.complete_transaction(partition, producer_id, commit)
+
+    def _assert_loading(self, partition: int) -> None:
         assert self._runtime.partitions.get(partition) is PartitionStatus.LOADING, (
             f"replay into partition {partition} that is not loading"
         )
-        self._runtime.apply_record(key, value, loading=True)
 
     def finish_loading(self, partition: int) -> None:
         assert self._runtime.partitions.get(partition) is PartitionStatus.LOADING, (
             f"partition {partition} finished loading without beginning"
         )
         self._runtime.partitions[partition] = PartitionStatus.ACTIVE
+        for producer_id, commit in self._runtime.markers_while_loading.pop(partition, []):
+            self._runtime.complete_transaction(partition, producer_id, commit)
         for group in self._groups_of(partition):
             self._membership.arm_loaded_sessions(group)
 
@@ -70,6 +94,8 @@ class GroupCoordinator:
         for group in self._groups_of(partition):
             self._drop_group(group, ErrorCode.NOT_COORDINATOR)
         self._runtime.partitions.pop(partition, None)
+        self._runtime.open_transactions.pop(partition, None)
+        self._runtime.markers_while_loading.pop(partition, None)
 
     def owns(self, group_id: str) -> bool:
         return self._runtime.partition_of(group_id) in self._runtime.partitions
@@ -125,6 +151,31 @@ class GroupCoordinator:
         self, request: OffsetDeleteRequest, version: int, respond: Callable[[OffsetDeleteResponse], None]
     ) -> None:
         self._offsets.delete(request, version, respond)
+
+    # ---------------------------------------------------------------- transactional offsets
+    def commit_transactional_offsets(
+        self,
+        request: TxnOffsetCommitRequest,
+        version: int,
+        respond: Callable[[TxnOffsetCommitResponse], None],
+    ) -> None:
+        """TxnOffsetCommit: the offsets are written as one transactional batch of the request's
+        producer and are pending until ``complete_transaction``."""
+        self._transactional.commit(request, version, respond)
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The broker wrote ``producer_id``'s marker (COMMIT if ``commit``, else ABORT) to
+        ``partition`` of ``__consumer_offsets``: the producer's pending offsets of that partition's
+        groups become committed (each unless a later write of its partition's offset won already)
+        or are dropped. Call it once the marker is written (in the log, as the transactional batch
+        it completes). A partition this coordinator does not own is no concern of it; one still
+        loading applies the marker once loaded (the load may have read the log before it — a marker
+        read twice completes nothing the second time)."""
+        status = self._runtime.partitions.get(partition)
+        if status is PartitionStatus.LOADING:
+            self._runtime.markers_while_loading.setdefault(partition, []).append((producer_id, commit))
+        elif status is PartitionStatus.ACTIVE:
+            self._runtime.complete_transaction(partition, producer_id, commit)
 
     def expire_offsets(self) -> None:
         """Run offset expiry now (it also runs every offsets.retention.check.interval.ms)."""

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from strom.coordinator.records import CommittedOffset, consumer_subscribed_topics
+from strom.coordinator.records import CommittedOffset, TransactionalOffset, consumer_subscribed_topics
 from strom.coordinator.state import GroupState, check_transition
 from strom.protocol.errors import ErrorCode
 
@@ -121,6 +121,11 @@ class Group:
     # Members of the current generation that have not sent SyncGroup yet.
     pending_sync_members: set[str] = field(default_factory=set)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # Per producer id, offsets written in a transaction whose marker has not come yet: not
+    # committed (OffsetFetch does not return them), made committed by a COMMIT marker.
+    pending_transactional_offsets: dict[int, dict[tuple[str, int], TransactionalOffset]] = field(
+        default_factory=dict
+    )
     # The initial rebalance delay of a new group is running; a new member extends it.
     initial_delay_active: bool = False
     new_member_added: bool = False
@@ -138,6 +143,44 @@ class Group:
         )
         self.state = target
         self.state_timestamp_ms = now_wall_ms
+
+    # ---------------------------------------------------------------- transactional offsets
+    def add_pending_offset(
+        self, producer_id: int, key: tuple[str, int], pending: TransactionalOffset
+    ) -> None:
+        self.pending_transactional_offsets.setdefault(producer_id, {})[key] = pending
+
+    def has_pending_offset(self, key: tuple[str, int]) -> bool:
+        """Whether some transaction not completed yet wrote an offset of this partition."""
+        return any(key in written for written in self.pending_transactional_offsets.values())
+
+    def pending_offset_keys(self) -> set[tuple[str, int]]:
+        return {key for written in self.pending_transactional_offsets.values() for key in written}
+
+    def supersede_pending_offsets(self, key: tuple[str, int], written_before: int | None = None) -> None:
+        """A later write of the partition's offset became committed: pending offsets of it written
+        before (every one when ``written_before`` is None: a non-transactional write, applied in
+        log order, is later than all of them) lose to it and are forgotten."""
+        for producer_id, written in list(self.pending_transactional_offsets.items()):
+            pending = written.get(key)
+            if pending is not None and (written_before is None or pending.log_offset < written_before):
+                del written[key]
+                if not written:
+                    del self.pending_transactional_offsets[producer_id]
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> None:
+        """The producer's marker: COMMIT makes its pending offsets committed, ABORT drops them.
+
+        Each committed one also beats the pending offsets of the same partition that other
+        producers wrote before it, so whichever of them commits later still loses to it: the
+        later write wins, whatever the order of the markers (Kafka's rule)."""
+        written = self.pending_transactional_offsets.pop(producer_id, None)
+        if not written or not commit:
+            return
+        for key, pending in written.items():
+            self.offsets[key] = pending.committed
+            if self.pending_transactional_offsets:
+                self.supersede_pending_offsets(key, written_before=pending.log_offset)
 
     def is_state(self, *states: GroupState) -> bool:
         return self.state in states

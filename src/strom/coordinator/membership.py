@@ -163,6 +163,7 @@ class Membership:
             and not group.members
             and not group.pending_members
             and not group.offsets
+            and not group.pending_transactional_offsets
         ):
             self.runtime.groups.pop(group.group_id, None)
 

@@ -28,6 +28,7 @@ from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDel
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 
 _NO_OFFSET = -1
+REQUIRE_STABLE_MIN_VERSION = 7
 _TIMESTAMP_MS_MAX = 2**63 - 1
 
 
@@ -150,6 +151,9 @@ class Offsets:
 
     # ================================================================ OffsetFetch
     def fetch(self, request: OffsetFetchRequest, version: int) -> OffsetFetchResponse:
+        # v7+: a partition with an offset pending in a transaction is answered
+        # UNSTABLE_OFFSET_COMMIT (the consumer retries) instead of its last committed offset.
+        require_stable = version >= REQUIRE_STABLE_MIN_VERSION and request.require_stable
         if version >= 8:
             groups = [
                 self._fetch_group_v8(
@@ -157,6 +161,7 @@ class Offsets:
                     None
                     if entry.topics is None
                     else [(t.name, list(t.partition_indexes)) for t in entry.topics],
+                    require_stable,
                 )
                 for entry in request.groups
             ]
@@ -166,7 +171,7 @@ class Offsets:
             if request.topics is None
             else [(topic.name, list(topic.partition_indexes)) for topic in request.topics]
         )
-        error, found = self._fetch(request.group_id, topics)
+        error, found = self._fetch(request.group_id, topics, require_stable)
         response_topics = [
             OffsetFetchResponse.OffsetFetchResponseTopic(
                 name=topic,
@@ -177,9 +182,9 @@ class Offsets:
                         committed_leader_epoch=committed.leader_epoch if committed and version >= 5 else -1,
                         metadata=committed.metadata if committed else "",
                         # v0-1 have no top-level error: the group's error goes in every partition.
-                        error_code=error if version < 2 else ErrorCode.NONE,
+                        error_code=error if version < 2 else partition_error,
                     )
-                    for partition, committed in partitions
+                    for partition, committed, partition_error in partitions
                 ],
             )
             for topic, partitions in found
@@ -189,9 +194,9 @@ class Offsets:
         return OffsetFetchResponse(topics=response_topics)
 
     def _fetch_group_v8(
-        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool
     ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
-        error, found = self._fetch(group_id, topics)
+        error, found = self._fetch(group_id, topics, require_stable)
         return OffsetFetchResponse.OffsetFetchResponseGroup(
             group_id=group_id,
             error_code=error,
@@ -204,9 +209,9 @@ class Offsets:
                             committed_offset=committed.offset if committed else _NO_OFFSET,
                             committed_leader_epoch=committed.leader_epoch if committed else -1,
                             metadata=committed.metadata if committed else "",
-                            error_code=ErrorCode.NONE,
+                            error_code=partition_error,
                         )
-                        for partition, committed in partitions
+                        for partition, committed, partition_error in partitions
                     ],
                 )
                 for topic, partitions in found
@@ -214,21 +219,32 @@ class Offsets:
         )
 
     def _fetch(
-        self, group_id: str, topics: list[tuple[str, list[int]]] | None
-    ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, CommittedOffset | None]]]]]:
-        """The group's error and, per topic, (partition, committed offset or None)."""
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool
+    ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, CommittedOffset | None, ErrorCode]]]]]:
+        """The group's error and, per topic, (partition, committed offset or None, its error)."""
         error = self.runtime.group_error(group_id)
         group = self.runtime.groups.get(group_id) if error is None else None
-        offsets = {} if group is None or group.state is GroupState.DEAD else group.offsets
+        if group is None or group.state is GroupState.DEAD:
+            offsets: dict[tuple[str, int], CommittedOffset] = {}
+            unstable: set[tuple[str, int]] = set()
+        else:
+            offsets = group.offsets
+            unstable = group.pending_offset_keys() if require_stable else set()
+
+        def entry(topic: str, partition: int) -> tuple[int, CommittedOffset | None, ErrorCode]:
+            if (topic, partition) in unstable:
+                return partition, None, ErrorCode.UNSTABLE_OFFSET_COMMIT
+            return partition, offsets.get((topic, partition)), ErrorCode.NONE
+
         if topics is None:
-            # Every committed offset of the group (v2+ with a null topic list).
-            by_topic: dict[str, list[tuple[int, CommittedOffset | None]]] = {}
-            for (topic, partition), committed in sorted(offsets.items()):
-                by_topic.setdefault(topic, []).append((partition, committed))
+            # Every committed offset of the group (v2+ with a null topic list), as Kafka lists
+            # them: a partition with only a pending offset has no committed one to list.
+            by_topic: dict[str, list[tuple[int, CommittedOffset | None, ErrorCode]]] = {}
+            for topic, partition in sorted(offsets):
+                by_topic.setdefault(topic, []).append(entry(topic, partition))
             return error or ErrorCode.NONE, list(by_topic.items())
         found = [
-            (topic, [(partition, offsets.get((topic, partition))) for partition in partitions])
-            for topic, partitions in topics
+            (topic, [entry(topic, partition) for partition in partitions]) for topic, partitions in topics
         ]
         return error or ErrorCode.NONE, found
 
@@ -262,7 +278,9 @@ class Offsets:
                     errors[key] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                     continue
                 errors[key] = ErrorCode.NONE
-                if key in group.offsets:
+                # A tombstone also beats an offset pending in a transaction (written later, it
+                # wins): the transaction's commit does not bring the deleted offset back.
+                if key in group.offsets or group.has_pending_offset(key):
                     records.append((offset_key_bytes(group_id, key[0], key[1]), None))
 
         def build() -> OffsetDeleteResponse:
@@ -310,7 +328,7 @@ class Offsets:
             expired = self._expired_offsets(group, now_ms, retention_ms)
             records: list[Record] = [(offset_key_bytes(group_id, topic, p), None) for topic, p in expired]
             remaining = set(group.offsets) - set(expired)
-            if group.state is GroupState.EMPTY and not remaining:
+            if group.state is GroupState.EMPTY and not remaining and not group.pending_transactional_offsets:
                 group.transition_to(GroupState.DEAD, now_ms)
                 records.append((group_key_bytes(group_id), None))
             if records:
@@ -325,27 +343,38 @@ class Offsets:
 
     @staticmethod
     def _expired_offsets(group: Group, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
-        expired = []
-        if group.state is GroupState.EMPTY:
-            for key, committed in group.offsets.items():
-                if committed.expire_timestamp_ms >= 0:
-                    if now_ms >= committed.expire_timestamp_ms:
-                        expired.append(key)
-                    continue
-                # Groups with a protocol count from when they became Empty; member-less
-                # (manual assignment) groups from each commit.
-                base_ms = (
-                    group.state_timestamp_ms
-                    if group.protocol_type and group.state_timestamp_ms >= 0
-                    else committed.commit_timestamp_ms
-                )
-                if now_ms - base_ms >= retention_ms:
-                    expired.append(key)
-            return expired
-        subscribed = group.subscribed_topics()
-        if group.state is GroupState.STABLE and subscribed is not None:
-            # A consumer group expires offsets of topics it no longer subscribes to.
-            for key, committed in group.offsets.items():
-                if key[0] not in subscribed and now_ms - committed.commit_timestamp_ms >= retention_ms:
-                    expired.append(key)
+        """The group's offsets past their retention. An offset with a newer one pending in a
+        transaction is kept: its tombstone would beat the pending one (written later), and the
+        transaction's commit would then leave the partition without an offset."""
+        expired = _expired_by_retention(group, now_ms, retention_ms)
+        if group.pending_transactional_offsets:
+            pending = group.pending_offset_keys()
+            expired = [key for key in expired if key not in pending]
         return expired
+
+
+def _expired_by_retention(group: Group, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+    expired = []
+    if group.state is GroupState.EMPTY:
+        for key, committed in group.offsets.items():
+            if committed.expire_timestamp_ms >= 0:
+                if now_ms >= committed.expire_timestamp_ms:
+                    expired.append(key)
+                continue
+            # Groups with a protocol count from when they became Empty; member-less
+            # (manual assignment) groups from each commit.
+            base_ms = (
+                group.state_timestamp_ms
+                if group.protocol_type and group.state_timestamp_ms >= 0
+                else committed.commit_timestamp_ms
+            )
+            if now_ms - base_ms >= retention_ms:
+                expired.append(key)
+        return expired
+    subscribed = group.subscribed_topics()
+    if group.state is GroupState.STABLE and subscribed is not None:
+        # A consumer group expires offsets of topics it no longer subscribes to.
+        for key, committed in group.offsets.items():
+            if key[0] not in subscribed and now_ms - committed.commit_timestamp_ms >= retention_ms:
+                expired.append(key)
+    return expired

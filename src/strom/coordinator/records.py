@@ -32,7 +32,20 @@ class CoordinatorLogWriter(Protocol):
         partition: int,
         records: list[tuple[bytes, bytes | None]],
         on_complete: Callable[[ErrorCode], None],
-    ) -> None: ...
+    ) -> None:
+        """Append ``records`` as one batch; ``on_complete(error)`` once durable (or failed)."""
+
+    def append_transactional(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        producer_id: int,
+        producer_epoch: int,
+        on_complete: Callable[[ErrorCode, int], None],
+    ) -> None:
+        """Append ``records`` as one transactional batch of ``producer_id`` at ``producer_epoch``;
+        ``on_complete(error, base_offset)`` once durable, ``base_offset`` the log offset of the
+        batch's first record (its records follow one offset each; meaningless on an error)."""
 
 
 class CorruptCoordinatorRecord(ValueError):
@@ -58,6 +71,14 @@ class CommittedOffset(NamedTuple):
     commit_timestamp_ms: int
     # -1 unless the commit asked for its own retention (OffsetCommit v2-4).
     expire_timestamp_ms: int
+
+
+class TransactionalOffset(NamedTuple):
+    """An offset written in a transaction not completed yet, and where in the log it was written:
+    of two writes of one partition's offset, the later one wins."""
+
+    committed: CommittedOffset
+    log_offset: int
 
 
 def offset_key_bytes(group_id: str, topic: str, partition: int) -> bytes:

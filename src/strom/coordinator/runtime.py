@@ -17,9 +17,11 @@ from strom.coordinator.group import Group, Member
 from strom.coordinator.partitioning import partition_for_group
 from strom.coordinator.records import (
     CoordinatorLogWriter,
+    CorruptCoordinatorRecord,
     GroupKey,
     OffsetKey,
     Record,
+    TransactionalOffset,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -93,6 +95,13 @@ class CoordinatorRuntime:
         self.partition_epochs: dict[int, int] = {}
         # Rebalances started since this coordinator was built (a monotonic count for metrics).
         self.rebalances_total = 0
+        # Per partition, per producer id: the groups holding offsets that producer wrote in a
+        # transaction not completed yet, found again when its marker is written to the partition.
+        # A hint: a group deleted since, or whose offsets were superseded, is skipped then.
+        self.open_transactions: dict[int, dict[int, set[str]]] = {}
+        # Markers written to a partition while it was loading: applied once it has loaded (the
+        # load may have read the log before them).
+        self.markers_while_loading: dict[int, list[tuple[int, bool]]] = {}
 
     # ---------------------------------------------------------------- ownership
     def partition_of(self, group_id: str) -> int:
@@ -131,7 +140,63 @@ class CoordinatorRuntime:
 
         self.writer.append(partition, records, completed)
 
+    def write_transactional(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        records: list[Record],
+        on_complete: Callable[[ErrorCode], None],
+    ) -> None:
+        """Append offset records as one transactional batch of the producer; once written, they
+        are pending offsets of the group (``apply_transactional_record``) until the marker."""
+        partition = self.partition_of(group_id)
+        epoch = self.partition_epochs.get(partition)
+
+        def completed(error: ErrorCode, base_offset: int) -> None:
+            if (
+                error == ErrorCode.NONE
+                and self.partitions.get(partition) is PartitionStatus.ACTIVE
+                and self.partition_epochs.get(partition) == epoch
+            ):
+                for index, (key, value) in enumerate(records):
+                    self.apply_transactional_record(partition, producer_id, key, value, base_offset + index)
+            on_complete(error)
+
+        self.writer.append_transactional(partition, records, producer_id, producer_epoch, completed)
+
     # ---------------------------------------------------------------- replay
+    def apply_transactional_record(
+        self, partition: int, producer_id: int, key: bytes, value: bytes | None, log_offset: int
+    ) -> None:
+        """A record of the producer's transactional batch at ``log_offset``: a pending offset."""
+        decoded_key = decode_key(key)
+        if not isinstance(decoded_key, OffsetKey) or value is None:
+            # Only offset commits are ever written in a transaction (TxnOffsetCommit).
+            raise CorruptCoordinatorRecord(
+                f"transactional record of producer {producer_id} at offset {log_offset} is not an offset commit"
+            )
+        committed = decode_offset_value(value)
+        group = self.groups.get(decoded_key.group_id)
+        if group is None:
+            # A group that does not exist may commit offsets: a group without members.
+            group = Group(decoded_key.group_id, state_timestamp_ms=-1)
+            self.groups[decoded_key.group_id] = group
+        group.add_pending_offset(
+            producer_id,
+            (decoded_key.topic, decoded_key.partition),
+            TransactionalOffset(committed, log_offset),
+        )
+        self.open_transactions.setdefault(partition, {}).setdefault(producer_id, set()).add(group.group_id)
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The producer's marker in ``partition``: its pending offsets there committed or dropped."""
+        group_ids = self.open_transactions.get(partition, {}).pop(producer_id, None)
+        for group_id in sorted(group_ids or ()):
+            group = self.groups.get(group_id)
+            if group is not None:
+                group.complete_transaction(producer_id, commit)
+
     def apply_record(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
         decoded_key = decode_key(key)
         if isinstance(decoded_key, OffsetKey):
@@ -150,7 +215,15 @@ class CoordinatorRuntime:
         if value is None:
             if group is not None:
                 group.offsets.pop((key.topic, key.partition), None)
-                if loading and not group.offsets and group.protocol_type is None and not group.members:
+                if group.pending_transactional_offsets:
+                    group.supersede_pending_offsets((key.topic, key.partition))
+                if (
+                    loading
+                    and not group.offsets
+                    and not group.pending_transactional_offsets
+                    and group.protocol_type is None
+                    and not group.members
+                ):
                     # Loading: a group known only by offsets, all deleted since, is no group (as
                     # if the log had been compacted: the load gives the same state either way).
                     del self.groups[key.group_id]
@@ -160,14 +233,21 @@ class CoordinatorRuntime:
             group = Group(key.group_id, state_timestamp_ms=-1)
             self.groups[key.group_id] = group
         group.offsets[(key.topic, key.partition)] = decode_offset_value(value)
+        if group.pending_transactional_offsets:
+            # Written after every pending transactional offset of the partition: it wins over them.
+            group.supersede_pending_offsets((key.topic, key.partition))
 
     def _apply_group_tombstone(self, group_id: str) -> None:
         group = self.groups.get(group_id)
         if group is None:
             return
-        if group.offsets and group.state is not GroupState.DEAD:
+        if (group.offsets or group.pending_transactional_offsets) and group.state is not GroupState.DEAD:
             # The metadata is gone but offsets remain: an Empty group holding only offsets.
-            self.groups[group_id] = Group(group_id, offsets=group.offsets)
+            self.groups[group_id] = Group(
+                group_id,
+                offsets=group.offsets,
+                pending_transactional_offsets=group.pending_transactional_offsets,
+            )
         else:
             del self.groups[group_id]
 
@@ -183,6 +263,7 @@ class CoordinatorRuntime:
             protocol_name=value.protocol or None,
             leader_id=value.leader or None,
             offsets={} if previous is None else previous.offsets,
+            pending_transactional_offsets={} if previous is None else previous.pending_transactional_offsets,
         )
         for recorded in value.members:
             protocols = [(value.protocol, recorded.subscription)] if value.protocol else []

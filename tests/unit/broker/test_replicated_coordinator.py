@@ -27,6 +27,7 @@ from strom.protocol.messages.join_group import JoinGroupRequest, JoinGroupRespon
 from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest
 from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from strom.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from strom.storage import LogConfig, LogManager, PartitionLog
 
 TOPIC_ID = uuid.uuid4()
@@ -313,6 +314,50 @@ def test_a_broker_leading_again_loads_what_was_acknowledged(tmp_path: Path) -> N
         broker.lose_leadership()
         await broker.lead()  # leader again in a later epoch: loaded from its log
         assert broker.committed("g") == 11
+        await broker.close()
+
+    run(scenario)
+
+
+def test_a_transactional_commit_counts_once_replicated_and_stays_pending_across_a_move(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        broker = Broker(tmp_path / "data")
+        await broker.lead()
+        broker.commit("g", 3)
+        request = TxnOffsetCommitRequest(
+            transactional_id="tx",
+            group_id="g",
+            producer_id=77,
+            producer_epoch=0,
+            topics=[
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                    name="t",
+                    partitions=[
+                        TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=9
+                        )
+                    ],
+                )
+            ],
+        )
+        box: list[TxnOffsetCommitResponse] = []
+        broker.service.coordinator.commit_transactional_offsets(request, 3, box.append)
+        await settle()
+        assert box == []  # both writes wait for the followers
+        broker.followers_fetch(2, 3)
+        await settle()
+        assert box[0].topics[0].partitions[0].error_code == ErrorCode.NONE
+        group = broker.service.coordinator.group("g")
+        assert group is not None and group.pending_transactional_offsets[77][("t", 0)].log_offset == 1
+        assert broker.committed("g") == 3
+        broker.lose_leadership()
+        await broker.lead()  # loaded again: the transaction is still open
+        group = broker.service.coordinator.group("g")
+        assert group is not None and group.pending_transactional_offsets[77][("t", 0)].log_offset == 1
+        broker.service.complete_transaction(0, 77, commit=True)
+        assert broker.committed("g") == 9
         await broker.close()
 
     run(scenario)

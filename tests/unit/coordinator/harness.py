@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from strom.base.clock import ManualClock
 from strom.coordinator import CoordinatorConfig, GroupCoordinator, ManualTimer
@@ -15,15 +15,31 @@ from strom.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupRes
 from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from strom.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 Record = tuple[bytes, bytes | None]
 
 
+class LogEntry(NamedTuple):
+    """One record of a fake partition: plain, of a transactional batch, or a transaction marker."""
+
+    key: bytes | None
+    value: bytes | None
+    # >= 0: a record of that producer's transactional batch, or its marker.
+    producer_id: int = -1
+    # A control record: True for COMMIT, False for ABORT.
+    marker: bool | None = None
+
+
 class FakeLog:
-    """The partitions of __consumer_offsets: appends complete at once unless told otherwise."""
+    """The partitions of __consumer_offsets: appends complete at once unless told otherwise.
+
+    ``partitions`` holds the non-transactional records; ``entries`` every record in log order (a
+    record's log offset is its index there), transactional records and markers included."""
 
     def __init__(self) -> None:
         self.partitions: dict[int, list[Record]] = {}
+        self.entries: dict[int, list[LogEntry]] = {}
         self.fail_with: ErrorCode = ErrorCode.NONE
         self.defer = False
         # With ``defer``: the records are in the log at once and only the answer waits (a broker
@@ -32,20 +48,52 @@ class FakeLog:
         self.deferred: list[Callable[[], None]] = []
 
     def append(self, partition: int, records: list[Record], on_complete: Callable[[ErrorCode], None]) -> None:
+        self._append(partition, records, -1, lambda error, base_offset: on_complete(error))
+
+    def append_transactional(
+        self,
+        partition: int,
+        records: list[Record],
+        producer_id: int,
+        producer_epoch: int,
+        on_complete: Callable[[ErrorCode, int], None],
+    ) -> None:
+        assert producer_id >= 0 and producer_epoch >= 0
+        self._append(partition, records, producer_id, on_complete)
+
+    def _append(
+        self,
+        partition: int,
+        records: list[Record],
+        producer_id: int,
+        on_complete: Callable[[ErrorCode, int], None],
+    ) -> None:
         error = self.fail_with
         appended = self.append_before_answer and error == ErrorCode.NONE
-        if appended:
-            self.partitions.setdefault(partition, []).extend(records)
+        base_offset = self._write(partition, records, producer_id) if appended else -1
 
         def complete() -> None:
+            nonlocal base_offset
             if error == ErrorCode.NONE and not appended:
-                self.partitions.setdefault(partition, []).extend(records)
-            on_complete(error)
+                base_offset = self._write(partition, records, producer_id)
+            on_complete(error, base_offset)
 
         if self.defer:
             self.deferred.append(complete)
         else:
             complete()
+
+    def _write(self, partition: int, records: list[Record], producer_id: int) -> int:
+        entries = self.entries.setdefault(partition, [])
+        base_offset = len(entries)
+        entries.extend(LogEntry(key, value, producer_id) for key, value in records)
+        if producer_id < 0:
+            self.partitions.setdefault(partition, []).extend(records)
+        return base_offset
+
+    def write_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The broker writing the transaction's marker (the test then tells the coordinator)."""
+        self.entries.setdefault(partition, []).append(LogEntry(None, None, producer_id, commit))
 
     def complete_deferred(self) -> None:
         pending, self.deferred = self.deferred, []
@@ -260,6 +308,122 @@ class Harness:
             assert response.error_code == ErrorCode.NONE, response
         return {
             (topic.name, partition.partition_index): (partition.committed_offset, partition.metadata or "")
+            for topic in response.topics
+            for partition in topic.partitions
+        }
+
+    def txn_commit(
+        self,
+        group_id: str,
+        offsets: dict[tuple[str, int], int],
+        *,
+        producer_id: int = 1000,
+        producer_epoch: int = 0,
+        member_id: str = "",
+        generation_id: int = -1,
+        instance_id: str | None = None,
+        version: int = 3,
+        metadata: str | None = "meta",
+        leader_epoch: int = -1,
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """A TxnOffsetCommit; the partitions' errors ({} while its write waits)."""
+        by_topic: dict[str, list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]] = {}
+        for (topic, partition), offset in offsets.items():
+            by_topic.setdefault(topic, []).append(
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                    partition_index=partition,
+                    committed_offset=offset,
+                    committed_leader_epoch=leader_epoch if version >= 2 else -1,
+                    committed_metadata=metadata,
+                )
+            )
+        request = TxnOffsetCommitRequest(
+            transactional_id="tx",
+            group_id=group_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            generation_id=generation_id if version >= 3 else -1,
+            member_id=member_id if version >= 3 else "",
+            group_instance_id=instance_id if version >= 3 else None,
+            topics=[
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=topic, partitions=partitions)
+                for topic, partitions in by_topic.items()
+            ],
+        )
+        request = encoded(request, version)
+        box: list[TxnOffsetCommitResponse] = []
+        self.coordinator.commit_transactional_offsets(
+            request, version, lambda response: box.append(encoded(response, version))
+        )
+        if not box:
+            return {}
+        return {
+            (topic.name, partition.partition_index): ErrorCode(partition.error_code)
+            for topic in box[0].topics
+            for partition in topic.partitions
+        }
+
+    def complete(self, producer_id: int, commit: bool, partition: int = 0) -> None:
+        """The broker writes the producer's marker to ``partition`` and tells the coordinator."""
+        self.log.write_marker(partition, producer_id, commit)
+        self.coordinator.complete_transaction(partition, producer_id, commit)
+
+    def fetch_stable(
+        self,
+        group_id: str,
+        topics: dict[str, list[int]] | None,
+        *,
+        version: int = 7,
+        require_stable: bool = True,
+    ) -> dict[tuple[str, int], tuple[int, ErrorCode]]:
+        """OffsetFetch v7+ (``require_stable``): (committed offset, the partition's error) of each."""
+        if version >= 8:
+            request = OffsetFetchRequest(
+                groups=[
+                    OffsetFetchRequest.OffsetFetchRequestGroup(
+                        group_id=group_id,
+                        topics=None
+                        if topics is None
+                        else [
+                            OffsetFetchRequest.OffsetFetchRequestTopics(
+                                name=name, partition_indexes=partitions
+                            )
+                            for name, partitions in topics.items()
+                        ],
+                    )
+                ],
+                require_stable=require_stable,
+            )
+            request = encoded(request, version)
+            response: OffsetFetchResponse = encoded(self.coordinator.fetch_offsets(request, version), version)
+            (group,) = response.groups
+            assert group.error_code == ErrorCode.NONE, response
+            return {
+                (topic.name, partition.partition_index): (
+                    partition.committed_offset,
+                    ErrorCode(partition.error_code),
+                )
+                for topic in group.topics
+                for partition in topic.partitions
+            }
+        request = OffsetFetchRequest(
+            group_id=group_id,
+            topics=None
+            if topics is None
+            else [
+                OffsetFetchRequest.OffsetFetchRequestTopic(name=name, partition_indexes=partitions)
+                for name, partitions in topics.items()
+            ],
+            require_stable=require_stable,
+        )
+        request = encoded(request, version)
+        response = encoded(self.coordinator.fetch_offsets(request, version), version)
+        assert response.error_code == ErrorCode.NONE, response
+        return {
+            (topic.name, partition.partition_index): (
+                partition.committed_offset,
+                ErrorCode(partition.error_code),
+            )
             for topic in response.topics
             for partition in topic.partitions
         }

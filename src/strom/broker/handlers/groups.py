@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from strom.broker.context import RequestContext
 from strom.broker.metrics import add_remote_wait
@@ -32,6 +32,7 @@ from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCom
 from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from strom.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -40,6 +41,7 @@ BATCHED_KEYS_MIN_VERSION = 4
 AUTHORIZED_OPERATIONS_MIN_VERSION = 3
 
 Response = TypeVar("Response")
+CommitRequest = TypeVar("CommitRequest", OffsetCommitRequest, TxnOffsetCommitRequest)
 
 
 async def _parked(start: Callable[[Callable[[Response], None]], None]) -> Response:
@@ -149,8 +151,8 @@ async def handle_leave_group(context: RequestContext, request: LeaveGroupRequest
     return context.broker.groups.coordinator.leave_group(request, context.api_version)
 
 
-def _unknown_partitions(context: RequestContext, request: OffsetCommitRequest) -> set[tuple[str, int]]:
-    """The partitions of the commit that do not exist on this broker."""
+def _unknown_partitions(context: RequestContext, request: Any) -> set[tuple[str, int]]:
+    """The partitions of the commit (OffsetCommit or TxnOffsetCommit) that do not exist here."""
     unknown: set[tuple[str, int]] = set()
     for topic in request.topics:
         metadata = context.broker.replication.topic(topic.name)
@@ -163,17 +165,21 @@ def _unknown_partitions(context: RequestContext, request: OffsetCommitRequest) -
     return unknown
 
 
-@handles(OffsetCommitRequest, OffsetCommitResponse, 0, 8)
-async def handle_offset_commit(context: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
-    """Partitions that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION without reaching the
-    coordinator, as Kafka does (an admin's AlterConsumerGroupOffsets is this same request); the
-    rest are committed, or refused as the group's state says."""
-    coordinator = context.broker.groups.coordinator
+PartitionErrors = list[tuple[str, list[tuple[int, int]]]]
+
+
+async def _commit_existing_partitions(
+    context: RequestContext,
+    request: CommitRequest,
+    commit: Callable[[CommitRequest], Awaitable[Response]],
+    build: Callable[[PartitionErrors], Response],
+) -> Response:
+    """Commit (OffsetCommit or TxnOffsetCommit) the partitions that exist; those that do not are
+    answered UNKNOWN_TOPIC_OR_PARTITION without reaching the coordinator, as Kafka does. The
+    answer, by ``build``, lists the partitions in the request's order."""
     unknown = _unknown_partitions(context, request)
     if not unknown:
-        return await _parked(
-            lambda respond: coordinator.commit_offsets(request, context.api_version, respond)
-        )
+        return await commit(request)
     known = copy.copy(request)
     known.topics = []
     for topic in request.topics:
@@ -184,32 +190,91 @@ async def handle_offset_commit(context: RequestContext, request: OffsetCommitReq
             known.topics.append(known_topic)
     errors: dict[tuple[str, int], int] = dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if known.topics:
-        answered: OffsetCommitResponse = await _parked(
-            lambda respond: coordinator.commit_offsets(known, context.api_version, respond)
-        )
+        answered: Any = await commit(known)
         for answered_topic in answered.topics:
             for answered_partition in answered_topic.partitions:
                 errors[(answered_topic.name, answered_partition.partition_index)] = (
                     answered_partition.error_code
                 )
-    response = OffsetCommitResponse()
+    by_topic: PartitionErrors = []
     for topic in request.topics:
         indexes = dict.fromkeys(
             p.partition_index for p in topic.partitions if (topic.name, p.partition_index) in errors
         )
         if indexes:
-            response.topics.append(
+            by_topic.append((topic.name, [(index, errors.pop((topic.name, index))) for index in indexes]))
+    return build(by_topic)
+
+
+@handles(OffsetCommitRequest, OffsetCommitResponse, 0, 8)
+async def handle_offset_commit(context: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    """Partitions that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION without reaching the
+    coordinator, as Kafka does (an admin's AlterConsumerGroupOffsets is this same request); the
+    rest are committed, or refused as the group's state says."""
+    coordinator = context.broker.groups.coordinator
+
+    def build(by_topic: PartitionErrors) -> OffsetCommitResponse:
+        return OffsetCommitResponse(
+            topics=[
                 OffsetCommitResponse.OffsetCommitResponseTopic(
-                    name=topic.name,
+                    name=name,
                     partitions=[
                         OffsetCommitResponse.OffsetCommitResponsePartition(
-                            partition_index=index, error_code=errors.pop((topic.name, index))
+                            partition_index=index, error_code=error
                         )
-                        for index in indexes
+                        for index, error in partitions
                     ],
                 )
-            )
-    return response
+                for name, partitions in by_topic
+            ]
+        )
+
+    return await _commit_existing_partitions(
+        context,
+        request,
+        lambda known: _parked(
+            lambda respond: coordinator.commit_offsets(known, context.api_version, respond)
+        ),
+        build,
+    )
+
+
+@handles(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3)
+async def handle_txn_offset_commit(
+    context: RequestContext, request: TxnOffsetCommitRequest
+) -> TxnOffsetCommitResponse:
+    """A transactional producer's offsets (``send_offsets_to_transaction``): written as one
+    transactional batch of its producer id and epoch, answered once written, counted once the
+    transaction's COMMIT marker is written to the group's ``__consumer_offsets`` partition
+    (``GroupService.complete_transaction``). Partitions that do not exist: as OffsetCommit.
+    v4 (KIP-890's TRANSACTION_ABORTABLE, verification against the transaction coordinator) is
+    not implemented."""
+    coordinator = context.broker.groups.coordinator
+
+    def build(by_topic: PartitionErrors) -> TxnOffsetCommitResponse:
+        return TxnOffsetCommitResponse(
+            topics=[
+                TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(
+                    name=name,
+                    partitions=[
+                        TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(
+                            partition_index=index, error_code=error
+                        )
+                        for index, error in partitions
+                    ],
+                )
+                for name, partitions in by_topic
+            ]
+        )
+
+    return await _commit_existing_partitions(
+        context,
+        request,
+        lambda known: _parked(
+            lambda respond: coordinator.commit_transactional_offsets(known, context.api_version, respond)
+        ),
+        build,
+    )
 
 
 @handles(OffsetFetchRequest, OffsetFetchResponse, 0, 8)

@@ -40,6 +40,7 @@ __all__ = [
     "ControlType",
     "EndTxnMarker",
     "build_end_txn_marker",
+    "marker_commits",
     "parse_control_record",
     "parse_end_txn_marker",
 ]
@@ -105,6 +106,17 @@ def build_end_txn_marker(
         is_transactional=True,
         is_control=True,
     )
+
+
+def marker_commits(key: bytes | None) -> bool | None:
+    """What the key of a decoded control record says: True for COMMIT, False for ABORT, None for
+    anything else (another control type, a key too short or of a negative version)."""
+    if key is None or len(key) < _KEY.size:
+        return None
+    version, control_type = _KEY.unpack_from(key)
+    if version < 0 or control_type not in (ControlType.ABORT, ControlType.COMMIT):
+        return None
+    return bool(control_type == ControlType.COMMIT)
 
 
 def parse_control_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> ControlRecord:
