@@ -9,6 +9,7 @@ replicas' files on disk, compared byte for byte once the partition heals.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -17,6 +18,7 @@ from strom.broker.cluster.peer import PeerConnection
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 from strom.protocol.records.batch import Record, build_batch
+from tools.fault_proxy import Direction, Fault, broker_name
 
 from .cluster_support import SESSION_TIMEOUT_MS, heal, view, wait_until
 from .fault_support import ProxiedCluster, create_assigned_topic, wait_for_identical_replicas
@@ -198,3 +200,35 @@ def test_a_leader_cut_off_from_the_brokers_but_not_from_zookeeper_stays_leader_a
     for deliveries, what in ((before, "acks=all"), (during_1, "acks=1"), (after, "acks=all")):
         assert_in_log(at, deliveries, what)
     wait_for_identical_replicas(cluster, topic, 0, replicas=3)
+
+
+def test_a_restarted_broker_answers_metadata_once_the_controller_told_it_the_topics(
+    proxied_cluster: ProxiedCluster,
+) -> None:
+    """A broker that has just restarted knows no topic until the controller's first
+    UpdateMetadata. Answered from that empty image, a client was told its topics did not exist
+    (a chaos campaign: librdkafka then dropped its assignment, "desired partition is no longer
+    available"). Here the controller's commands to the restarted broker are held for 2 s: its
+    answer to a client's Metadata waits for them and names the topic with its leader."""
+    cluster = proxied_cluster
+    controller = view(cluster.bootstrap).controller
+    target = min(node_id for node_id in cluster.brokers if node_id != controller)
+    topic = "metadata-after-restart"
+    create_assigned_topic(cluster, topic, [[controller, target]])
+    broker = cluster.brokers[target]
+    broker.kill()
+    cluster.proxy.cut(broker_name(controller), broker_name(target), Fault.BLACKHOLE, Direction.FORWARD)
+    broker.start()
+    broker.wait_listening()
+    healing = threading.Timer(2.0, lambda: cluster.proxy.heal(broker_name(controller), broker_name(target)))
+    healing.start()
+    try:
+        asked = time.monotonic()
+        told = view(broker.address, topic)
+        waited_s = time.monotonic() - asked
+    finally:
+        healing.cancel()
+        cluster.proxy.heal()
+    assert told.partitions.get((topic, 0)) is not None, f"told {told} after {waited_s:.1f} s"
+    assert told.partitions[(topic, 0)].leader == controller
+    report({"metadata_answered_after_s": round(waited_s, 2)})

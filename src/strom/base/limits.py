@@ -107,6 +107,10 @@ znode_bytes_max = 1_048_575
 # that the client's queue and the server's throttle stay small.
 zookeeper_requests_in_flight_max = 1_000
 
+# A cluster broker that has not yet heard the controller's first UpdateMetadata (it has just
+# started, and the controller is busy or being elected) holds a Metadata request at most this long
+# before answering from what it knows (clients' requests time out after 30-60 s).
+metadata_wait_ms = 5_000
 # Long-poll fetches wait at most this long regardless of what the client asks for.
 fetch_max_wait_ms_max = 60_000
 # Incremental fetch sessions (strom.broker.fetch_sessions): at most this many sessions (Kafka's

@@ -117,6 +117,13 @@ class Replication(Protocol):
 
     def controller_id(self) -> int: ...
 
+    async def metadata_known(self, timeout_ms: int) -> bool:
+        """Wait (at most ``timeout_ms``) until this broker knows the cluster's topics; whether it
+        does. A cluster broker that has just started (or restarted) knows nothing until the
+        controller's first UpdateMetadata: answering Metadata from the empty image would tell
+        clients that their topics do not exist (librdkafka then drops its assignment)."""
+        ...
+
     def topic_names(self) -> list[str]: ...
 
     def topic(self, name: str) -> TopicView | None: ...
@@ -213,6 +220,9 @@ class SingleNode:
 
     def brokers(self, listener: str) -> list[BrokerView]:
         return [self._self(listener)]
+
+    async def metadata_known(self, timeout_ms: int) -> bool:
+        return True
 
     def controller_id(self) -> int:
         return self._state.node_id

@@ -253,6 +253,8 @@ class ClusterReplication:
         # Set once this broker is registered and knows its broker epoch: a command of the
         # controller can arrive before (the controller sees the registration at once), and waits.
         self._joined = asyncio.Event()
+        # Set once the controller's first UpdateMetadata has been applied (``metadata_known``).
+        self._metadata_received = asyncio.Event()
         # Set (and replaced) whenever this broker learns a new broker epoch of its own.
         self._registered = asyncio.Event()
         self._stopping = False
@@ -526,6 +528,7 @@ class ClusterReplication:
         await self._ready_for(command.broker_epoch)
         error = self.control.on_update_metadata(command)
         if error == ErrorCode.NONE:
+            self._metadata_received.set()
             for info in command.partitions:
                 if info.leader == LEADER_DURING_DELETE:
                     # Deleted: a topic created again under the name has its own config.
@@ -882,6 +885,14 @@ class ClusterReplication:
             endpoint = self._state.advertised_endpoint(listener)
             return [BrokerView(self.node_id, endpoint.host, endpoint.port, self.settings.rack)]
         return [_view(broker, listener) for broker in live]
+
+    async def metadata_known(self, timeout_ms: int) -> bool:
+        if self._metadata_received.is_set():
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_ms / 1000):
+                await self._metadata_received.wait()
+        return self._metadata_received.is_set()
 
     def controller_id(self) -> int:
         return self.control.metadata.controller_id

@@ -145,6 +145,9 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
     # v0: an empty list means every topic; v1+: null means every topic, empty means none.
     every_topic = request.topics is None or (version == 0 and not request.topics)
     replication = state.replication
+    # A cluster broker that has just started answers once it knows the topics (or after the
+    # bound, from what it knows): an empty image would say the clients' topics do not exist.
+    await replication.metadata_known(limits.metadata_wait_ms)
     if every_topic:
         for name in sorted(replication.topic_names()):
             found = replication.topic(name)
