@@ -19,6 +19,7 @@ def register_all() -> None:
         metadata,
         produce,
         producer_ids,
+        producers,
         records,
         replication,
         topics,
