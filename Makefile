@@ -95,6 +95,7 @@ bench: install-test bench-deps
 	$(PY) -m benchmarks.coordinator_load
 	$(PY) -m benchmarks.cluster
 	$(PY) -m benchmarks.coordinator_failover
+	$(PY) -m benchmarks.transactions
 
 # A wheel of strom in $(DIST_DIR), to install anywhere without a clone:
 # pip install dist/strom-<version>-py3-none-any.whl (add [spark] or [plot] for the extras).
