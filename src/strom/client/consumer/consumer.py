@@ -141,6 +141,7 @@ class Consumer:
                 retry_backoff_ms=self.config.retry_backoff_ms,
                 request_timeout_ms=self.config.request_timeout_ms,
                 metadata_max_age_ms=self.config.metadata_max_age_ms,
+                require_stable=self.config.isolation_level == "read_committed",
             )
             self._group_task = asyncio.ensure_future(self._group.run())
 
