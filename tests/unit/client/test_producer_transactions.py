@@ -384,7 +384,10 @@ def test_a_fenced_produce_answer_is_fatal() -> None:
     driver = Driver()
     driver.init()
     driver.begin_with(TP0)
-    driver.manager.batch_failed(fatal_code(ErrorCode.INVALID_PRODUCER_EPOCH), sequenced=True)
+    refused = fatal_code(ErrorCode.INVALID_PRODUCER_EPOCH)
+    delivered = driver.manager.batch_failed(refused, sequenced=True)
+    assert isinstance(delivered, ProducerFencedError), "the record's own error says it was fenced"
+    assert delivered.__cause__ is refused
     assert driver.manager.state is S.FATAL_ERROR
     with pytest.raises(ProducerFencedError):
         driver.manager.check_send()

@@ -247,7 +247,7 @@ class SenderCore:
 
     def _fail(self, batch: ProducerBatch, error: Exception) -> None:
         if self.transactions is not None:
-            self.transactions.batch_failed(error, sequenced=batch.encoded is not None)
+            error = self.transactions.batch_failed(error, sequenced=batch.encoded is not None)
         try:
             batch.fail(error)
         finally:

@@ -506,19 +506,25 @@ class TransactionManager:
             return self.last_error
         return None
 
-    def batch_failed(self, error: Exception, sequenced: bool) -> None:
+    def batch_failed(self, error: Exception, sequenced: bool) -> Exception:
         """A batch failed for good (``sequenced``: it had sequence numbers, so its partition's
-        sequence now has a gap)."""
+        sequence now has a gap). Returns the error its records fail with: the fatal error when
+        the failure is one (a fenced producer's records say so), else ``error``."""
         if sequenced:
             self.epoch_bump_required = True
         if isinstance(error, _NOT_A_TRANSACTION_FAILURE):
-            return
+            return error
         code = error.code if isinstance(error, KafkaError) else None
         if code in _FATAL:
             self._fatal(code, f"a record was refused: {error}")
-        elif self.state in _SENDING_STATES:
+            assert self.last_error is not None
+            fatal = _fresh(self.last_error)
+            fatal.__cause__ = error
+            return fatal
+        if self.state in _SENDING_STATES:
             cause = error if isinstance(error, KafkaError) else KafkaError(str(error))
             self._abortable(f"a record of the transaction failed: {cause.message}", cause.code)
+        return error
 
     def wake_in_ms(self, now_ms: int) -> int | None:
         """When ``next_request`` may have something after a backoff (None: when woken)."""
