@@ -376,7 +376,8 @@ def test_fenced_on_end_txn_is_fatal_and_every_call_says_so(error: ErrorCode) -> 
     ):
         with pytest.raises(ProducerFencedError):
             call()
-    assert driver.manager.queued_batches_error() is driver.manager.last_error
+    queued = driver.manager.queued_batches_error()
+    assert isinstance(queued, ProducerFencedError) and str(queued) == str(driver.manager.last_error)
     assert driver.next() is None
 
 

@@ -442,12 +442,7 @@ class TransactionManager:
         pending = self._pending("commit_transaction")
         if pending is not None:
             return pending
-        if self.state is _S.ABORTABLE_ERROR:
-            assert self.last_error is not None
-            raise TransactionAbortableError(
-                f"cannot commit: {self.last_error.message}; call abort_transaction()", self.last_error.code
-            )
-        self._raise_if_failed()
+        self._raise_if_failed()  # an abortable error says to abort instead
         self._require("commit_transaction", _S.IN_TRANSACTION)
         self.transition_to(_S.COMMITTING)
         self._end = True
@@ -502,8 +497,9 @@ class TransactionManager:
         """The error to fail queued (not in flight) batches with, when they must not be sent."""
         if self.state is _S.ABORTING:
             return TransactionAbortedError("the transaction was aborted before this record was sent")
-        if self.state in (_S.ABORTABLE_ERROR, _S.FATAL_ERROR):
-            return self.last_error
+        error = self.last_error
+        if self.state in (_S.ABORTABLE_ERROR, _S.FATAL_ERROR) and error is not None:
+            return _fresh(error)
         return None
 
     def batch_failed(self, error: Exception, sequenced: bool) -> Exception:
@@ -702,7 +698,7 @@ class TransactionManager:
 
     def _classify(self, kind: RequestKind, code: ErrorCode, now_ms: int, default_fatal: bool = True) -> None:
         """Act on a request's error ``code`` (not NONE)."""
-        what = f"{kind.value} for transactional id {self.transactional_id!r}"
+        what = kind.value
         if code in _COORDINATOR_MOVED:
             self._forget_coordinator(kind)
             self._retry_later(now_ms)
@@ -719,11 +715,11 @@ class TransactionManager:
             self.coordinator = coordinator
             return
         if code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            self._fatal(code, f"find the coordinator of transactional id {self.transactional_id!r}")
+            self._fatal(code, "FindCoordinator")
         elif _code(code).retriable:
             self._retry_later(now_ms)
         else:
-            self._fatal(code, f"find the coordinator of transactional id {self.transactional_id!r}")
+            self._fatal(code, "FindCoordinator")
 
     def _on_init_producer_id(self, response: InitProducerIdResponse, now_ms: int) -> None:
         code = _code(response.error_code)
