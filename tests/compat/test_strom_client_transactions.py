@@ -224,11 +224,17 @@ def test_a_zombie_sending_records_after_the_fence_is_refused(bootstrap: str) -> 
 def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(bootstrap: str) -> None:
     topic = unique_topic("txn-timeout")
     create_topic(bootstrap, topic, 1)
-    producer = transactional(bootstrap, f"tx-{topic}", transaction_timeout_ms=1_000)
+    transactional_id = f"tx-{topic}"
+    producer = transactional(bootstrap, transactional_id, transaction_timeout_ms=1_000)
     try:
         producer.begin_transaction()
         producer.send(topic, b"too slow").result(TIMEOUT_S)
-        time.sleep(2.5)
+        # The coordinator aborts it once the timeout has passed (it looks every 200 ms).
+        deadline = time.monotonic() + TIMEOUT_S
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            while admin.describe_transactions([transactional_id])[transactional_id].state == "Ongoing":
+                assert time.monotonic() < deadline, "the coordinator did not abort the timed-out transaction"
+                time.sleep(0.2)
         with pytest.raises(ProducerFencedError):
             producer.commit_transaction(TIMEOUT_S)
     finally:
@@ -311,8 +317,9 @@ def test_consume_transform_produce_gives_every_input_record_exactly_once(bootstr
         while time.monotonic() < deadline:
             records = consumer.poll(timeout_ms=300)
             if not records:
-                idle_polls += 1
-                if idle_polls >= 10 and consumer.assignment():
+                # Idle only counts once partitions are assigned (joining is not idleness).
+                idle_polls = idle_polls + 1 if consumer.assignment() else 0
+                if idle_polls >= 10:
                     return consumer, producer
                 continue
             idle_polls = 0
