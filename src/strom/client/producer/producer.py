@@ -1,4 +1,6 @@
-"""The Producer: synchronous, thread-safe ``send()`` in front of a sender task on the loop thread."""
+"""The Producer: synchronous, thread-safe ``send()`` in front of a sender task on the loop thread;
+with ``transactional.id``, its transactions (the pure ``transactions.TransactionManager``, whose
+requests the sender task sends to the coordinators)."""
 
 from __future__ import annotations
 
