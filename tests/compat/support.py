@@ -219,9 +219,11 @@ def confluent_read_all(
     *,
     start_offset: int = 0,
     timeout_s: float = CONSUME_TIMEOUT_S,
+    **settings: object,
 ) -> list[ReadRecord]:
-    """Read every partition from ``start_offset`` to its end (partition EOF), failing on any error."""
-    consumer = confluent_consumer(bootstrap)
+    """Read every partition from ``start_offset`` to its end (partition EOF), failing on any error.
+    ``settings``: more consumer settings (``isolation_level="read_committed"``)."""
+    consumer = confluent_consumer(bootstrap, **settings)
     try:
         consumer.assign([TopicPartition(topic, partition, start_offset) for partition in range(partitions)])
         at_end: set[int] = set()

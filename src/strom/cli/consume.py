@@ -89,6 +89,13 @@ def register(commands: Any) -> None:
         "@MS for milliseconds since the epoch: records before it are printed)",
     )
     parser.add_argument("--group", default=None, metavar="GROUP", help="join consumer group GROUP")
+    parser.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default=None,
+        help="read_committed: only records of committed transactions (and no further than the "
+        "first transaction still open); read_uncommitted (the default): every record",
+    )
     parser.add_argument("--max-messages", type=int, default=None, metavar="N", help="stop after N records")
     parser.add_argument(
         "--timeout-ms",
@@ -389,6 +396,8 @@ def _consume(arguments: argparse.Namespace) -> int:
     settings = client_settings(arguments, passthrough=True)
     start = _start_at(arguments)
     settings.setdefault("auto.offset.reset", start if start in ("earliest", "latest") else "latest")
+    if arguments.isolation_level is not None:
+        settings.setdefault("isolation.level", arguments.isolation_level)
     if arguments.group is not None:
         settings["group.id"] = arguments.group
         # The command commits what it has printed, after printing it: nothing unprinted is committed.

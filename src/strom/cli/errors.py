@@ -22,6 +22,7 @@ ADVICE: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN_MEMBER_ID: "the group has active members: stop its consumers first",
     ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: "the group's members still read the topic: stop them first",
     ErrorCode.GROUP_ID_NOT_FOUND: "`strom groups list` shows the groups there are",
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: "`strom transactions list` shows the transactional ids there are",
     ErrorCode.OFFSET_OUT_OF_RANGE: "`strom topics describe` shows where each partition's log starts and ends",
     ErrorCode.MESSAGE_TOO_LARGE: "send smaller records, or raise the topic's max.message.bytes "
     "(`strom configs alter --topic T --add-config max.message.bytes=N`)",

@@ -1,9 +1,11 @@
-"""Admin: topics, partitions, configs, records and offsets, and consumer groups.
+"""Admin: topics, partitions, configs, records and offsets, consumer groups, and transactions.
 
 Group operations go to each group's coordinator, found with FindCoordinator: list, describe (with
 consumer assignments decoded), delete, and the group's committed offsets (list, alter, reset to
 earliest/latest/a timestamp/given offsets, delete). Requests are built for the version the broker
-negotiated by small pure functions below, so they are tested without a broker.
+negotiated by small pure functions below, so they are tested without a broker. Transactions are
+listed from every broker (ListTransactions) and described by each id's transaction coordinator
+(DescribeTransactions), found with FindCoordinator too.
 """
 
 from __future__ import annotations
@@ -43,8 +45,13 @@ from strom.protocol.messages.describe_cluster import DescribeClusterRequest
 from strom.protocol.messages.describe_configs import DescribeConfigsRequest
 from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from strom.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
+from strom.protocol.messages.describe_transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+)
 from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from strom.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+from strom.protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
 from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
@@ -64,6 +71,8 @@ __all__ = [
     "OffsetAndMetadata",
     "PartitionDescription",
     "TopicDescription",
+    "TransactionDescription",
+    "TransactionListing",
 ]
 
 T = TypeVar("T")
@@ -141,8 +150,9 @@ def _raise_for(code: int, message: str | None, context: str) -> None:
 # consumer protocol's encoding, which describe_groups decodes.
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
-# FindCoordinator's key type for a consumer group (1 is a transactional id).
+# FindCoordinator's key types: a consumer group, a transactional id.
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
 
 # OffsetCommit from outside the group: no generation, no member. The coordinator accepts it only
 # while the group has no members.
@@ -192,25 +202,81 @@ class OffsetAndMetadata:
     metadata: str | None = None
 
 
+# -- transactions: results ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """One transactional id as ListTransactions gives it."""
+
+    transactional_id: str
+    producer_id: int
+    # The coordinator's state name: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+    # CompleteAbort, PrepareEpochFence, Dead.
+    state: str
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """One transactional id as its coordinator describes it (DescribeTransactions)."""
+
+    transactional_id: str
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    # When the open transaction began (ms since the epoch), -1 when none is open.
+    start_time_ms: int
+    # The partitions in the open transaction, sorted.
+    partitions: list[TopicPartition]
+
+
+def transaction_description_from(
+    state: DescribeTransactionsResponse.TransactionState, coordinator_id: int
+) -> TransactionDescription:
+    """One DescribeTransactions result. Raises its error code (TRANSACTIONAL_ID_NOT_FOUND, ...)."""
+    _raise_for(state.error_code, None, f"describe transactional id {state.transactional_id!r}")
+    return TransactionDescription(
+        transactional_id=state.transactional_id,
+        coordinator_id=coordinator_id,
+        state=state.transaction_state,
+        producer_id=state.producer_id,
+        producer_epoch=state.producer_epoch,
+        timeout_ms=state.transaction_timeout_ms,
+        start_time_ms=state.transaction_start_time_ms,
+        partitions=sorted(
+            TopicPartition(topic.topic, partition) for topic in state.topics for partition in topic.partitions
+        ),
+    )
+
+
 # -- consumer groups: requests and responses for a negotiated version (pure) -----------------------
 
 
-def find_coordinator_request(group_id: str, version: int) -> FindCoordinatorRequest:
-    """v4+ takes a list of keys; older versions one key."""
+def find_coordinator_request(
+    key: str, version: int, key_type: int = GROUP_KEY_TYPE
+) -> FindCoordinatorRequest:
+    """v4+ takes a list of keys; older versions one key (v0 only a group's)."""
     if version >= 4:
-        return FindCoordinatorRequest(key_type=GROUP_KEY_TYPE, coordinator_keys=[group_id])
-    return FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY_TYPE if version >= 1 else 0)
+        return FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+    if version == 0 and key_type != GROUP_KEY_TYPE:
+        raise UnsupportedVersionError("finding a transaction coordinator needs FindCoordinator v1+")
+    return FindCoordinatorRequest(key=key, key_type=key_type if version >= 1 else 0)
 
 
-def coordinator_from_response(response: FindCoordinatorResponse, group_id: str, version: int) -> BrokerNode:
+def coordinator_from_response(
+    response: FindCoordinatorResponse, key: str, version: int, key_type: int = GROUP_KEY_TYPE
+) -> BrokerNode:
     """The coordinator's address, or the error as a ``KafkaError`` (retriable ones included)."""
-    context = f"find coordinator of group {group_id!r}"
+    what = "group" if key_type == GROUP_KEY_TYPE else "transactional id"
+    context = f"find coordinator of {what} {key!r}"
     if version >= 4:
         for coordinator in response.coordinators:
-            if coordinator.key == group_id:
+            if coordinator.key == key:
                 _raise_for(coordinator.error_code, coordinator.error_message, context)
                 return BrokerNode(coordinator.node_id, coordinator.host, coordinator.port)
-        raise ProtocolError(f"{context}: the response does not name the group")
+        raise ProtocolError(f"{context}: the response does not name the {what}")
     _raise_for(response.error_code, response.error_message, context)
     return BrokerNode(response.node_id, response.host, response.port)
 
@@ -715,24 +781,27 @@ class Admin:
         channel = await self._transport.channel(node_id)
         return channel.connection.version_for(api_key)
 
-    async def _find_coordinator(self, group_id: str) -> int:
-        """The connection id of ``group_id``'s coordinator, asked afresh every time: callers retry
-        NOT_COORDINATOR and friends by calling this again."""
+    async def _find_coordinator(self, key: str, key_type: int = GROUP_KEY_TYPE) -> int:
+        """The connection id of the coordinator of a group (or, with ``TRANSACTION_KEY_TYPE``, of
+        a transactional id), asked afresh every time: callers retry NOT_COORDINATOR and friends
+        by calling this again."""
         transport = self._transport
         node = transport.least_loaded_node()
         version = await self._version(node, FindCoordinatorRequest.API_KEY)
-        response = await transport.send(node, find_coordinator_request(group_id, version))
-        coordinator = coordinator_from_response(response, group_id, version)
+        response = await transport.send(node, find_coordinator_request(key, version, key_type))
+        coordinator = coordinator_from_response(response, key, version, key_type)
         connection_id = _COORDINATOR_CONNECTION_BASE - coordinator.node_id
         transport.register_address(connection_id, coordinator.host, coordinator.port)
         return connection_id
 
-    def _on_coordinator(self, group_id: str, operation: Callable[[int], Awaitable[T]]) -> T:
+    def _on_coordinator(
+        self, key: str, operation: Callable[[int], Awaitable[T]], key_type: int = GROUP_KEY_TYPE
+    ) -> T:
         """Run ``operation(coordinator connection id)``, finding the coordinator again and retrying
         while the answer is retriable (coordinator moving or loading) within request.timeout.ms."""
 
         async def attempt() -> T:
-            return await operation(await self._find_coordinator(group_id))
+            return await operation(await self._find_coordinator(key, key_type))
 
         return self._run(self._transport.with_retries(attempt))
 
@@ -970,3 +1039,76 @@ class Admin:
             for name, description in sorted(described.items())
             for partition in description.partitions
         ]
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def list_transactions(
+        self,
+        states: Iterable[str] | None = None,
+        producer_ids: Iterable[int] | None = None,
+        duration_ms: int | None = None,
+    ) -> list[TransactionListing]:
+        """Every transactional id on every broker (ListTransactions), sorted; optionally only those
+        in ``states`` ("Ongoing", "Empty", "CompleteCommit", ...), of ``producer_ids``, or whose
+        open transaction has run longer than ``duration_ms`` (ListTransactions v1+)."""
+        wanted_states = sorted(set(states or ()))
+        wanted_producers = sorted(set(producer_ids or ()))
+        if duration_ms is not None and duration_ms < 0:
+            raise ValueError(f"duration_ms must not be negative, not {duration_ms}")
+
+        async def ask(node_id: int) -> list[TransactionListing]:
+            version = await self._version(node_id, ListTransactionsRequest.API_KEY)
+            if duration_ms is not None and version < 1:
+                raise UnsupportedVersionError(
+                    f"filtering transactions by duration needs ListTransactions v1+; broker {node_id} offers v{version}"
+                )
+            request = ListTransactionsRequest(
+                state_filters=wanted_states,
+                producer_id_filters=wanted_producers,
+                duration_filter=-1 if duration_ms is None else duration_ms,
+            )
+            response: ListTransactionsResponse = await self._transport.send(node_id, request)
+            _raise_for(response.error_code, None, f"list transactions on broker {node_id}")
+            if response.unknown_state_filters:
+                raise KafkaError(
+                    f"unknown transaction state {', '.join(response.unknown_state_filters)} (the states are "
+                    "Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort, "
+                    "PrepareEpochFence, Dead)"
+                )
+            return [
+                TransactionListing(listed.transactional_id, listed.producer_id, listed.transaction_state)
+                for listed in response.transaction_states
+            ]
+
+        async def attempt() -> list[TransactionListing]:
+            await self._transport.refresh_metadata([])
+            answers = await asyncio.gather(
+                *(ask(node_id) for node_id in sorted(self._transport.metadata.brokers))
+            )
+            return sorted(
+                (listing for answer in answers for listing in answer), key=lambda each: each.transactional_id
+            )
+
+        return self._run(self._transport.with_retries(attempt))
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        """State, producer, timeout and partitions of each transactional id, from its coordinator.
+        Raises ``BrokerResponseError`` (TRANSACTIONAL_ID_NOT_FOUND) for an id the cluster does not know."""
+        descriptions: dict[str, TransactionDescription] = {}
+        for transactional_id in dict.fromkeys(transactional_ids):
+            descriptions[transactional_id] = self._describe_transaction(transactional_id)
+        return descriptions
+
+    def _describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        async def describe(coordinator: int) -> TransactionDescription:
+            response: DescribeTransactionsResponse = await self._transport.send(
+                coordinator, DescribeTransactionsRequest(transactional_ids=[transactional_id])
+            )
+            for state in response.transaction_states:
+                if state.transactional_id == transactional_id:
+                    return transaction_description_from(state, _COORDINATOR_CONNECTION_BASE - coordinator)
+            raise ProtocolError(
+                f"describe transactional id {transactional_id!r}: the response does not name it"
+            )
+
+        return self._on_coordinator(transactional_id, describe, TRANSACTION_KEY_TYPE)

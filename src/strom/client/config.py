@@ -161,13 +161,21 @@ class ProducerConfig(ClientConfig):
     max_block_ms: int = 60_000
     partitioner_ignore_keys: bool = False
     buffer_memory: int = 33_554_432
+    # Makes the producer transactional (docs/client.md, Transactions); implies idempotence.
+    transactional_id: str | None = None
+    # How long the coordinator lets a transaction stay open before aborting it (and fencing us).
+    transaction_timeout_ms: int = 60_000
 
     @classmethod
     def _fill_defaults(cls, values: dict[str, Any]) -> None:
         """Idempotence is on by default only where nothing given conflicts with it (acks other than
         all, retries=0, more than 5 requests in flight), as in the Java client: then it is off.
-        Asked for explicitly together with a conflicting setting, ``validate`` refuses it."""
+        Asked for explicitly together with a conflicting setting, ``validate`` refuses it. A
+        transactional producer needs idempotence: it stays on, and a conflict is refused."""
         if "enable_idempotence" in values:
+            return
+        if values.get("transactional_id") is not None:
+            values["enable_idempotence"] = True
             return
         conflicting = (
             values.get("acks", -1) != -1
@@ -185,6 +193,8 @@ class ProducerConfig(ClientConfig):
         if self.max_in_flight_requests_per_connection < 1:
             raise ConfigError("config 'max.in.flight.requests.per.connection' must be at least 1")
         if self.enable_idempotence:
+            if self.acks != -1 and self.transactional_id is not None:
+                raise ConfigError(f"transactional.id requires acks=all, not acks={self.acks}")
             if self.acks != -1:
                 raise ConfigError(
                     f"enable.idempotence=true requires acks=all, not acks={self.acks} "
@@ -194,6 +204,17 @@ class ProducerConfig(ClientConfig):
                 raise ConfigError("enable.idempotence requires max.in.flight.requests.per.connection <= 5")
             if self.retries == 0:
                 raise ConfigError("enable.idempotence requires retries > 0")
+        if self.transactional_id is not None:
+            if not self.transactional_id:
+                raise ConfigError("config 'transactional.id' must not be empty")
+            if not self.enable_idempotence:
+                raise ConfigError(
+                    "transactional.id requires enable.idempotence=true (transactions are idempotent)"
+                )
+            if self.transaction_timeout_ms <= 0:
+                raise ConfigError(
+                    f"config 'transaction.timeout.ms' must be positive, not {self.transaction_timeout_ms}"
+                )
 
 
 @dataclass

@@ -30,8 +30,10 @@ API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 _UNSUPPORTED_VERSION_BYTES = int(ErrorCode.UNSUPPORTED_VERSION).to_bytes(2, "big", signed=True)
 
 # Highest versions this client speaks where that is lower than what the codec can encode.
-# Fetch 13+ names topics by id; the fetcher names them by name.
-CLIENT_VERSION_CAPS: dict[int, int] = {1: 12}
+# Fetch 13+ names topics by id; the fetcher names them by name. AddPartitionsToTxn 4+ is for
+# brokers (KIP-890 verification); EndTxn 5+ bumps the epoch on every transaction (KIP-890 part 2),
+# which the transactional producer does not do.
+CLIENT_VERSION_CAPS: dict[int, int] = {1: 12, 24: 3, 26: 4}
 
 # Lowest versions the client's code paths need: record batches v2 for Produce (3) and Fetch (4).
 CLIENT_VERSION_FLOORS: dict[int, int] = {0: 3, 1: 4, 2: 1, 3: 1}

@@ -21,8 +21,13 @@ __all__ = [
     "KafkaTimeoutError",
     "MaxPollIntervalExceededError",
     "NoOffsetForPartitionError",
+    "ProducerFencedError",
     "ProtocolError",
     "TopicAlreadyExistsError",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionFatalError",
+    "TransactionStateError",
     "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
     "describe_error_code",
@@ -98,6 +103,30 @@ class FencedInstanceIdError(GroupError):
     """Another consumer with the same ``group.instance.id`` joined the group; this one is fenced."""
 
 
+class TransactionStateError(KafkaError):
+    """A transactional call made in a state that does not allow it (``send()`` outside a
+    transaction, ``commit_transaction()`` before ``begin_transaction()``, ...). Nothing changed."""
+
+
+class TransactionAbortableError(KafkaError):
+    """The current transaction cannot commit (a record failed, the group refused its offsets):
+    call ``abort_transaction()``, then the producer can begin the next one. ``code`` is the cause's."""
+
+
+class TransactionAbortedError(KafkaError):
+    """A record failed because its transaction was aborted before it was sent."""
+
+
+class TransactionFatalError(KafkaError):
+    """The transactional producer cannot go on (fenced, not authorized, a broker too old, an
+    answer the protocol does not allow): close it; a new one may ``init_transactions()``."""
+
+
+class ProducerFencedError(TransactionFatalError):
+    """Another producer with the same ``transactional.id`` has started (or the coordinator aborted
+    this one's transaction after its timeout and bumped the epoch): this instance is a zombie."""
+
+
 class BrokerResponseError(KafkaError):
     """The broker answered with an error code."""
 
@@ -147,9 +176,9 @@ _WORDS: dict[ErrorCode, str] = {
     ErrorCode.REQUEST_TIMED_OUT: "the broker timed out on the request",
     ErrorCode.MESSAGE_TOO_LARGE: "a record batch is larger than the broker or topic accepts",
     ErrorCode.NETWORK_EXCEPTION: "the connection closed before the answer came",
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "the group coordinator is still loading",
-    ErrorCode.COORDINATOR_NOT_AVAILABLE: "no group coordinator is available yet",
-    ErrorCode.NOT_COORDINATOR: "this broker is not the group's coordinator",
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "the coordinator is still loading",
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: "no coordinator is available yet",
+    ErrorCode.NOT_COORDINATOR: "this broker is not the coordinator",
     ErrorCode.INVALID_TOPIC_EXCEPTION: "not a valid topic name, or a topic that cannot be used so",
     ErrorCode.RECORD_LIST_TOO_LARGE: "the request's records are larger than the broker accepts",
     ErrorCode.NOT_ENOUGH_REPLICAS: "fewer in-sync replicas than min.insync.replicas",
@@ -173,6 +202,15 @@ _WORDS: dict[ErrorCode, str] = {
     ErrorCode.FENCED_INSTANCE_ID: "another consumer with the same group.instance.id took over",
     ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: "the group's members are subscribed to the topic",
     ErrorCode.OFFSET_NOT_AVAILABLE: "the offset is not available yet",
+    ErrorCode.INVALID_PRODUCER_EPOCH: "the producer's epoch is not the current one (fenced)",
+    ErrorCode.PRODUCER_FENCED: "another producer with the same transactional.id has started",
+    ErrorCode.INVALID_TXN_STATE: "the transaction is not in a state that allows this",
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: "the coordinator does not know this producer for the transactional id",
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: "the transaction timeout is above transaction.max.timeout.ms",
+    ErrorCode.CONCURRENT_TRANSACTIONS: "the previous transaction of this transactional id is still completing",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "not authorized for the transactional id",
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: "no such transactional id",
+    ErrorCode.OPERATION_NOT_ATTEMPTED: "not attempted because another part of the request failed",
 }
 
 

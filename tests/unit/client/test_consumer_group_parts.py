@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 
 from strom.client.cluster import TopicPartition
-from strom.client.consumer.coordinator import fit_request
+from strom.client.consumer.coordinator import _offset_fetch_request, fit_request
 from strom.client.consumer.positions import SubscriptionState
 from strom.client.errors import UnsupportedVersionError
 from strom.protocol.messages.find_coordinator import FindCoordinatorRequest
 from strom.protocol.messages.heartbeat import HeartbeatRequest
 from strom.protocol.messages.join_group import JoinGroupRequest
 from strom.protocol.messages.leave_group import LeaveGroupRequest
+from strom.protocol.messages.offset_fetch import OffsetFetchRequest
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -23,6 +24,14 @@ def test_find_coordinator_fits_every_version(version: int) -> None:
     request = fit_request(FindCoordinatorRequest(coordinator_keys=["g"]), version)
     request.encode(version)  # refuses any field the version lacks
     assert (request.key if version < 4 else request.coordinator_keys[0]) == "g"
+
+
+@pytest.mark.parametrize("version", range(OffsetFetchRequest.MIN_VERSION, OffsetFetchRequest.MAX_VERSION + 1))
+def test_a_read_committed_offset_fetch_asks_for_stable_offsets_where_the_version_can(version: int) -> None:
+    request = _offset_fetch_request("g", {"t": [0]}, version, require_stable=True)
+    request.encode(version)
+    assert request.require_stable is (version >= 7)
+    assert _offset_fetch_request("g", {"t": [0]}, version).require_stable is False
 
 
 @pytest.mark.parametrize("version", range(LeaveGroupRequest.MAX_VERSION + 1))

@@ -8,10 +8,12 @@ from strom.client.consumer.consumer import (
     GroupsNotAvailableError,
 )
 from strom.client.consumer.positions import ConsumerRecord
+from strom.client.group_metadata import ConsumerGroupMetadata
 
 __all__ = [
     "CommitCallback",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "GroupsNotAvailableError",

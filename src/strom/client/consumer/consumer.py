@@ -33,6 +33,7 @@ from strom.client.consumer.membership import (
 )
 from strom.client.consumer.positions import ConsumerRecord, SubscriptionState
 from strom.client.errors import ClientClosedError, ConfigError, KafkaError
+from strom.client.group_metadata import ConsumerGroupMetadata
 from strom.client.offsets import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, OffsetAndTimestamp, list_offsets
 from strom.client.transport import LoopThread, Transport
 
@@ -140,6 +141,7 @@ class Consumer:
                 retry_backoff_ms=self.config.retry_backoff_ms,
                 request_timeout_ms=self.config.request_timeout_ms,
                 metadata_max_age_ms=self.config.metadata_max_age_ms,
+                require_stable=self.config.isolation_level == "read_committed",
             )
             self._group_task = asyncio.ensure_future(self._group.run())
 
@@ -301,6 +303,18 @@ class Consumer:
         while self._commit_outcomes:
             callback, offsets, error = self._commit_outcomes.popleft()
             callback(offsets, error)
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group id, current generation, member id and group instance id, for ``Producer.send_offsets_to_transaction()`` (KIP-447): the coordinator takes
+        the offsets only while the member is still in that generation. Needs ``group.id``."""
+        membership, _ = self._require_group()
+        with self._group_lock:
+            return ConsumerGroupMetadata(
+                group_id=membership.settings.group_id,
+                generation_id=membership.generation_id,
+                member_id=membership.member_id,
+                group_instance_id=membership.settings.group_instance_id,
+            )
 
     def committed(
         self, partitions: Iterable[tuple[str, int]], timeout_ms: int | None = None

@@ -96,6 +96,7 @@ class GroupCoordinator:
         retry_backoff_ms: int,
         request_timeout_ms: int,
         metadata_max_age_ms: int,
+        require_stable: bool = False,
     ) -> None:
         self.transport = transport
         self.membership = membership
@@ -104,6 +105,10 @@ class GroupCoordinator:
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self.metadata_max_age_ms = metadata_max_age_ms
+        # read_committed (KIP-447): committed offsets are fetched only once no transaction still
+        # holds offsets of the group pending (UNSTABLE_OFFSET_COMMIT is retried), so a member
+        # never starts from offsets that a completing transaction is about to replace.
+        self.require_stable = require_stable
         self.wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_metadata_ms = 0
@@ -292,7 +297,7 @@ class GroupCoordinator:
                     channel = await self.transport.channel(node_id)
                     version = channel.connection.version_for(OffsetFetchRequest.API_KEY)
                     response: OffsetFetchResponse = await channel.request(
-                        _offset_fetch_request(group_id, by_topic, version)
+                        _offset_fetch_request(group_id, by_topic, version, self.require_stable)
                     )
                 results, code = _read_offset_fetch(response, version)
                 if code == ErrorCode.NONE:
@@ -321,9 +326,15 @@ class GroupCoordinator:
                     await self.request(send.coordinator, send.request, timeout_ms)
 
 
-def _offset_fetch_request(group_id: str, by_topic: dict[str, list[int]], version: int) -> OffsetFetchRequest:
+def _offset_fetch_request(
+    group_id: str, by_topic: dict[str, list[int]], version: int, require_stable: bool = False
+) -> OffsetFetchRequest:
+    # require_stable exists from v7; an older broker cannot be asked (as Kafka's consumer, it
+    # then fetches without it).
+    require_stable = require_stable and version >= 7
     if version >= 8:
         return OffsetFetchRequest(
+            require_stable=require_stable,
             groups=[
                 OffsetFetchRequest.OffsetFetchRequestGroup(
                     group_id=group_id,
@@ -332,10 +343,11 @@ def _offset_fetch_request(group_id: str, by_topic: dict[str, list[int]], version
                         for topic, indexes in by_topic.items()
                     ],
                 )
-            ]
+            ],
         )
     return OffsetFetchRequest(
         group_id=group_id,
+        require_stable=require_stable,
         topics=[
             OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=indexes)
             for topic, indexes in by_topic.items()

@@ -7,6 +7,12 @@ the batch, the record count) and each record becomes its ``ConsumerRecord`` in o
 with ``tuple.__new__`` (the NamedTuple's own constructor is a Python function call per record).
 Batches wholly before the fetch offset are skipped without decoding their records. Legacy v0/v1
 message sets go through the general decoder.
+
+read_committed: the broker stops a fetch at the last stable offset and lists the aborted
+transactions its batches overlap (producer id, first offset). A listed producer's transactional
+batches are skipped from that first offset until its ABORT marker, without decoding them
+(``_AbortedTransactions``); a fetch whose list is empty (always so for read_uncommitted) pays one
+test per batch for it.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from __future__ import annotations
 import functools
 import gc
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import repeat
+from typing import Protocol
 
 from strom.base import limits
 from strom.client.cluster import TopicPartition
@@ -23,6 +30,7 @@ from strom.client.consumer.positions import ConsumerRecord, FetchedRecords
 from strom.protocol.records import CorruptBatchError, iter_batches
 from strom.protocol.records.batch import RECORD_BYTES_MIN, decode_record_headers
 from strom.protocol.records.compression import CompressionType, decompress
+from strom.protocol.records.control import ControlType, parse_control_record
 from strom.protocol.records.header import (
     COMPRESSION_MASK,
     CONTROL_BIT,
@@ -31,6 +39,8 @@ from strom.protocol.records.header import (
     LOG_OVERHEAD_BYTES,
     MAGIC_OFFSET,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    BatchHeader,
     compute_crc,
     parse_batch_header,
 )
@@ -42,16 +52,57 @@ _BATCH_LENGTH = struct.Struct(">i")
 Header = tuple[str, bytes | None]
 
 
+class AbortedTransaction(Protocol):
+    """What a Fetch answer says of one aborted transaction (``FetchResponse.AbortedTransaction``)."""
+
+    producer_id: int
+    first_offset: int
+
+
+class _AbortedTransactions:
+    """The read_committed filter over one fetched partition's batches, in offset order.
+
+    A listed transaction becomes active once a batch reaches its first offset; while its
+    producer is active, that producer's transactional data batches are aborted records and are
+    skipped; its ABORT marker ends it. Control batches are skipped in any case."""
+
+    __slots__ = ("_active", "_pending")
+
+    def __init__(self, aborted: Sequence[AbortedTransaction]) -> None:
+        # Latest first offset first, so the next to activate is popped from the end.
+        self._pending = sorted(
+            ((transaction.first_offset, transaction.producer_id) for transaction in aborted), reverse=True
+        )
+        self._active: set[int] = set()
+
+    def skips(self, buf: bytes, pos: int, header: BatchHeader) -> bool:
+        """Whether the transactional batch at ``pos`` is skipped (aborted data, or a marker)."""
+        pending = self._pending
+        last_offset = header.base_offset + header.last_offset_delta
+        while pending and pending[-1][0] <= last_offset:
+            self._active.add(pending.pop()[1])
+        if header.attributes & CONTROL_BIT:
+            if (
+                header.producer_id in self._active
+                and parse_control_record(buf, pos).type == ControlType.ABORT
+            ):
+                self._active.discard(header.producer_id)
+            return True
+        return header.producer_id in self._active
+
+
 def decode_partition_records(
     topic_partition: TopicPartition,
     fetch_offset: int,
     records: bytes | bytearray | memoryview | None,
     *,
+    aborted_transactions: Sequence[AbortedTransaction] | None = None,
     decompressed_bytes_max: int = limits.decompressed_batch_bytes_max,
 ) -> FetchedRecords:
     """The records at or after ``fetch_offset`` (a fetch returns whole batches, which may start
-    earlier), without control records. A trailing partial batch is ignored; anything corrupt
-    raises ``CorruptBatchError``."""
+    earlier), without control records, nor (read_committed) the records of the
+    ``aborted_transactions`` the broker listed. A trailing partial batch is ignored; anything
+    corrupt raises ``CorruptBatchError``."""
     decoded: list[ConsumerRecord] = []
     next_offset = fetch_offset
     if not records:
@@ -63,8 +114,11 @@ def decode_partition_records(
     collector_was_enabled = gc.isenabled()
     if collector_was_enabled:
         gc.disable()
+    aborted = _AbortedTransactions(aborted_transactions) if aborted_transactions else None
     try:
-        next_offset = _decode_payload(records, topic_partition, fetch_offset, decompressed_bytes_max, decoded)
+        next_offset = _decode_payload(
+            records, topic_partition, fetch_offset, decompressed_bytes_max, decoded, aborted
+        )
     finally:
         if collector_was_enabled:
             gc.enable()
@@ -77,6 +131,7 @@ def _decode_payload(
     fetch_offset: int,
     decompressed_bytes_max: int,
     decoded: list[ConsumerRecord],
+    aborted: _AbortedTransactions | None,
 ) -> int:
     next_offset = fetch_offset
     buf = records if isinstance(records, bytes) else bytes(records)
@@ -101,6 +156,9 @@ def _decode_payload(
         last_offset = header.base_offset + header.last_offset_delta
         if last_offset >= next_offset:
             next_offset = last_offset + 1
+        if aborted is not None and header.attributes & TRANSACTIONAL_BIT and aborted.skips(buf, pos, header):
+            pos = batch_end  # aborted records or a marker (which may end an aborted transaction)
+            continue
         if last_offset < fetch_offset:
             pos = batch_end  # wholly before the position: not even its CRC matters
             continue

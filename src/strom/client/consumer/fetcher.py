@@ -36,6 +36,8 @@ class Fetcher:
         self.transport = transport
         self.subscriptions = subscriptions
         self.wakeup = asyncio.Event()
+        # read_committed: the records of aborted transactions are dropped (the broker lists them).
+        self._read_committed = config.isolation_level == "read_committed"
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         # An error poll() must raise (e.g. no offset and auto.offset.reset=none), set by the loop.
         self.pending_error: KafkaError | None = None
@@ -194,7 +196,12 @@ class Fetcher:
         code = partition.error_code
         if code == ErrorCode.NONE:
             try:
-                fetched = decode_partition_records(tp, fetch_offset, partition.records)
+                fetched = decode_partition_records(
+                    tp,
+                    fetch_offset,
+                    partition.records,
+                    aborted_transactions=partition.aborted_transactions if self._read_committed else None,
+                )
             except CorruptBatchError as error:
                 self.pending_error = KafkaError(f"corrupt records in {tp} at offset {fetch_offset}: {error}")
                 return

@@ -101,7 +101,7 @@ class ProducerBatch:
     def record_count(self) -> int:
         return len(self.rows)
 
-    def build(self, compression: int = CompressionType.NONE) -> bytes:
+    def build(self, compression: int = CompressionType.NONE, transactional: bool = False) -> bytes:
         """The batch's bytes (built on first call, the same bytes on every later one)."""
         if self.encoded is None:
             self.encoded = build_batch_from_rows(
@@ -110,6 +110,7 @@ class ProducerBatch:
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 base_sequence=self.base_sequence,
+                is_transactional=transactional,
             )
         return self.encoded
 

@@ -1,4 +1,6 @@
-"""The Producer: synchronous, thread-safe ``send()`` in front of a sender task on the loop thread."""
+"""The Producer: synchronous, thread-safe ``send()`` in front of a sender task on the loop thread;
+with ``transactional.id``, its transactions (the pure ``transactions.TransactionManager``, whose
+requests the sender task sends to the coordinators)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Self
@@ -14,10 +16,25 @@ from typing import Any, Self
 from strom.base.clock import SystemClock
 from strom.client.cluster import TopicPartition
 from strom.client.config import ProducerConfig
-from strom.client.errors import ClientClosedError, ConfigError, KafkaError, KafkaTimeoutError, error_for_code
+from strom.client.errors import (
+    ClientClosedError,
+    ConfigError,
+    KafkaError,
+    KafkaTimeoutError,
+    TransactionStateError,
+    error_for_code,
+)
+from strom.client.group_metadata import ConsumerGroupMetadata
 from strom.client.producer.accumulator import DeliveryCallback, RecordAccumulator, RecordMetadata
 from strom.client.producer.partitioner import StickyPartitioner, partition_for_key
 from strom.client.producer.sender import ProduceJob, SenderCore
+from strom.client.producer.transactions import (
+    TransactionManager,
+    TransactionRequest,
+    TransactionResult,
+    TransactionState,
+    fit_transaction_request,
+)
 from strom.client.transport import LoopThread, Transport
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.init_producer_id import InitProducerIdRequest
@@ -31,6 +48,10 @@ HeadersArgument = Iterable[tuple[str, bytes | str | None]] | Mapping[str, bytes 
 # When batches wait for something the sender is not told about (a connection, a partition's
 # requests in flight), it looks again this often.
 _IDLE_RECHECK_MS = 50
+
+# Connection ids for coordinators (transaction and group), below every bootstrap id (-1, -2, ...):
+# transactional requests get their own connection and never queue behind produce requests.
+_COORDINATOR_CONNECTION_BASE = -1_000_000
 
 
 def _to_bytes(what: str, data: object) -> bytes | None:
@@ -73,12 +94,22 @@ class Producer:
         self._closed = False
         self._closing = False
         self._wake_pending = False
+        self._transactions: TransactionManager | None = None
+        if self.config.transactional_id is not None:
+            self._transactions = TransactionManager(
+                self.config.transactional_id, self.config.transaction_timeout_ms, self.config.retry_backoff_ms
+            )
+            # A transactional send() checks the transaction's state first. Bound here, per
+            # instance, so that every other producer's send() pays nothing for it.
+            self.send = self._send_in_transaction  # type: ignore[method-assign]
         self._loop_thread = LoopThread(f"strom-producer-{self.config.client_id}")
         self._loop_thread.run(self._start())
 
     async def _start(self) -> None:
         self._transport = Transport(self.config, clock=self._clock, allow_auto_topic_creation=True)
-        self._core = SenderCore(self.config, self._accumulator, self._transport.metadata)
+        self._core = SenderCore(
+            self.config, self._accumulator, self._transport.metadata, transactions=self._transactions
+        )
         self._wakeup = asyncio.Event()
         self._refresh_task: asyncio.Task[None] | None = None
         # Strong references to background tasks (the loop keeps only weak ones).
@@ -144,6 +175,97 @@ class Producer:
             self._wake()
         return future
 
+    def _send_in_transaction(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        headers: HeadersArgument = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        callback: DeliveryCallback | None = None,
+    ) -> Future[RecordMetadata]:
+        """``send()`` of a transactional producer: only inside a transaction."""
+        assert self._transactions is not None
+        self._transactions.check_send()
+        return Producer.send(self, topic, value, key, headers, partition, timestamp, callback)
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id`` with its coordinator and get the producer id and epoch:
+        an earlier producer with the same id is fenced, and its open transaction aborted. Called
+        once, before the first ``begin_transaction()``. ``timeout`` in seconds (default
+        ``max.block.ms``); after a ``KafkaTimeoutError`` call it again to go on waiting."""
+        self._wait(
+            self._transactional_call("init_transactions", TransactionManager.init_transactions), timeout
+        )
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (no request: the coordinator hears of it with its first partition)."""
+        self._transactional_call("begin_transaction", TransactionManager.begin_transaction)
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[tuple[str, int], int],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's ``offsets`` (``(topic, partition)`` -> the offset of the NEXT
+        record to read) as part of the transaction: they count if and only if it commits.
+        ``group_metadata`` is the consumer's ``consumer_group_metadata()`` (a bare group id
+        commits without the generation check that fences a zombie, KIP-447)."""
+        converted: dict[TopicPartition, int] = {}
+        for topic_partition, offset in offsets.items():
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise ValueError(f"offset of {tuple(topic_partition)} must be an int >= 0, not {offset!r}")
+            converted[TopicPartition(*topic_partition)] = offset
+        group = ConsumerGroupMetadata(group_metadata) if isinstance(group_metadata, str) else group_metadata
+        if not isinstance(group, ConsumerGroupMetadata) or not group.group_id:
+            raise ValueError(f"group_metadata must name a group, not {group_metadata!r}")
+        self._wait(
+            self._transactional_call(
+                "send_offsets_to_transaction", lambda manager: manager.send_offsets(converted, group)
+            ),
+            timeout,
+        )
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send everything queued (ignoring ``linger.ms``), then commit. Raises
+        ``TransactionAbortableError`` if a record of the transaction failed (then abort);
+        after a ``KafkaTimeoutError`` call it again to go on waiting."""
+        self._accumulator.flushing += 1
+        try:
+            self._wake()
+            self._wait(self._transactional_call("commit_transaction", TransactionManager.commit), timeout)
+        finally:
+            self._accumulator.flushing -= 1
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort: records not yet sent fail with ``TransactionAbortedError``, those sent are
+        discarded by read_committed consumers. The way out of ``TransactionAbortableError``."""
+        self._wait(self._transactional_call("abort_transaction", TransactionManager.abort), timeout)
+
+    def _transactional_call(
+        self, name: str, call: Callable[[TransactionManager], TransactionResult | None]
+    ) -> TransactionResult | None:
+        manager = self._transactions
+        if manager is None:
+            raise TransactionStateError(f"{name}() needs a transactional producer: set transactional.id")
+        if self._closing:
+            raise ClientClosedError("producer is closed")
+
+        async def on_loop() -> TransactionResult | None:
+            result = call(manager)
+            self._wakeup.set()
+            return result
+
+        return self._loop_thread.run(on_loop())
+
+    def _wait(self, result: TransactionResult | None, timeout: float | None) -> None:
+        if result is not None:
+            result.wait(self.config.max_block_ms / 1000 if timeout is None else timeout)
+
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now (ignoring linger) and wait until all of it is resolved."""
         self._accumulator.flushing += 1
@@ -161,12 +283,24 @@ class Producer:
         return self._partition_counts.get(topic) or self._wait_for_topic(topic)
 
     def close(self, timeout: float | None = None) -> None:
-        """Deliver what is queued (within ``timeout``), then stop. Idempotent."""
+        """Deliver what is queued (within ``timeout``), then stop. Idempotent. A transaction still
+        open is aborted first, as Kafka's producer does (its records would otherwise hold back
+        read_committed consumers until the coordinator times it out)."""
         if self._closed:
             return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        manager = self._transactions
+        if manager is not None and manager.state in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.ABORTABLE_ERROR,
+        ):
+            try:
+                self.abort_transaction(timeout)
+            except KafkaError as error:
+                log.warning("producer closing: aborting the open transaction failed: %s", error)
         self._closing = True
         try:
-            self.flush(timeout)
+            self.flush(None if deadline is None else max(deadline - time.monotonic(), 0))
         except KafkaTimeoutError:
             log.warning("producer closing with undelivered records")
         finally:
@@ -223,11 +357,17 @@ class Producer:
             try:
                 if core.needs_producer_id:
                     await self._init_producer_id()
+                if self._transactions is not None:
+                    self._sync_transaction()
                 if self._transport.metadata.stale(self._clock.monotonic_ms()):
                     self._start_refresh()
                 jobs, next_ms = core.collect(self._clock.monotonic_ms(), self._node_ready)
                 for job in jobs:
                     self._spawn(self._send_job(job))
+                if self._transactions is not None:
+                    wake_ms = self._next_transactional_request()
+                    if wake_ms is not None:
+                        next_ms = wake_ms if next_ms is None else min(next_ms, wake_ms)
             except KafkaError as error:
                 # Retriable failures (no broker yet, a timeout) repeat every retry.backoff.ms while
                 # they last: worth a line at info, not a warning each time.
@@ -281,6 +421,76 @@ class Producer:
         finally:
             self._wakeup.set()
 
+    def _sync_transaction(self) -> None:
+        """Before draining batches: fail those the transaction's state forbids sending, and take
+        a new producer id or epoch (after init_transactions, or the bump that ends an abort)."""
+        manager = self._transactions
+        assert manager is not None
+        core = self._core
+        error = manager.queued_batches_error()
+        if error is not None and self._accumulator.incomplete > core.in_flight_batches:
+            core.fail_queued(error)
+        if manager.producer_id >= 0 and (manager.producer_id, manager.producer_epoch) != (
+            core.producer_id,
+            core.producer_epoch,
+        ):
+            core.set_producer_id(manager.producer_id, manager.producer_epoch)
+
+    def _next_transactional_request(self) -> int | None:
+        """Send the transactional request due now, if any; the ms until one may be due after a
+        backoff (None: nothing until woken)."""
+        manager = self._transactions
+        assert manager is not None
+        now_ms = self._clock.monotonic_ms()
+        sent = manager.next_request(now_ms, self._accumulator.incomplete > 0)
+        if sent is not None:
+            self._spawn(self._send_transactional(sent))
+            return None
+        return manager.wake_in_ms(now_ms)
+
+    async def _send_transactional(self, sent: TransactionRequest) -> None:
+        manager = self._transactions
+        assert manager is not None
+        try:
+            response = await self._coordinator_request(sent)
+        except KafkaError as error:
+            log.log(
+                logging.INFO if error.retriable else logging.WARNING,
+                "transactional id %r: %s failed: %s",
+                manager.transactional_id,
+                sent.kind.value,
+                error,
+            )
+            manager.on_request_failed(sent, error, self._clock.monotonic_ms())
+        except Exception as error:  # a bug: make the producer fail loudly rather than hang
+            log.exception("transactional request failed")
+            manager.on_request_failed(
+                sent, KafkaError(f"internal error: {error!r}"), self._clock.monotonic_ms()
+            )
+        else:
+            manager.on_response(sent, response, self._clock.monotonic_ms())
+        finally:
+            self._wakeup.set()
+
+    async def _coordinator_request(self, sent: TransactionRequest) -> Any:
+        """Send to the request's coordinator (on a connection of its own) or any broker, fitted
+        to the version the broker negotiated."""
+        transport = self._transport
+        coordinator = sent.coordinator
+        if coordinator is None:
+            node_id = transport.least_loaded_node()
+        else:
+            node_id = _COORDINATOR_CONNECTION_BASE - coordinator.node_id
+            transport.register_address(node_id, coordinator.host, coordinator.port)
+        timeout_ms = self.config.request_timeout_ms
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                channel = await transport.channel(node_id)
+                version = channel.connection.version_for(sent.request.API_KEY)
+                return await channel.request(fit_transaction_request(sent.request, version))
+        except TimeoutError:
+            raise KafkaTimeoutError(f"{sent.kind.value}: no answer within {timeout_ms} ms") from None
+
     async def _init_producer_id(self) -> None:
         request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000)
         response = await self._transport.send_any(request)
@@ -318,4 +528,8 @@ class Producer:
         with contextlib.suppress(asyncio.CancelledError):
             await self._sender_task
         self._core.fail_everything(ClientClosedError("producer closed before these records were sent"))
+        if self._transactions is not None:
+            self._transactions.closed(
+                ClientClosedError("producer closed before the transactional call completed")
+            )
         await self._transport.close()

@@ -16,6 +16,7 @@ from strom.client.cluster import ClusterMetadata, TopicPartition
 from strom.client.config import ProducerConfig
 from strom.client.errors import KafkaError, KafkaTimeoutError, error_for_code
 from strom.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from strom.client.producer.transactions import TransactionManager
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 
@@ -52,6 +53,10 @@ class SenderCore:
     producer_epoch: int = -1
     _partitions: dict[TopicPartition, _PartitionState] = field(default_factory=dict)
     in_flight_batches: int = 0
+    # A transactional producer's transaction state (None: not transactional). Its producer id
+    # comes from the transaction's InitProducerId, and a partition's batches wait until the
+    # partition is in the transaction.
+    transactions: TransactionManager | None = None
 
     @property
     def idempotent(self) -> bool:
@@ -59,7 +64,8 @@ class SenderCore:
 
     @property
     def needs_producer_id(self) -> bool:
-        return self.idempotent and self.producer_id < 0
+        """An idempotent (not transactional) producer has yet to get its producer id."""
+        return self.idempotent and self.producer_id < 0 and self.transactions is None
 
     def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         self.producer_id = producer_id
@@ -92,12 +98,22 @@ class SenderCore:
                 batch, KafkaTimeoutError(f"{batch.record_count} records for {batch.topic_partition} expired")
             )
 
+    def _blocked_in_transaction(self, topic_partition: TopicPartition) -> bool:
+        transactions = self.transactions
+        assert transactions is not None
+        return not transactions.may_send(topic_partition) or self.blocked(topic_partition)
+
     def collect(self, now_ms: int, node_ready: Callable[[int], bool]) -> tuple[list[ProduceJob], int | None]:
         """Produce requests to send now, and the ms until another batch will be ready."""
         if self.needs_producer_id:
             return [], None
         self.expire(now_ms)
-        ready, next_ms = self.accumulator.ready(now_ms, self.blocked)
+        blocked = self.blocked
+        if self.transactions is not None:
+            if self.producer_id < 0:
+                return [], None
+            blocked = self._blocked_in_transaction
+        ready, next_ms = self.accumulator.ready(now_ms, blocked)
         by_node: dict[int, list[TopicPartition]] = {}
         for topic_partition in ready:
             leader = self.metadata.leader_for(topic_partition)
@@ -154,7 +170,7 @@ class SenderCore:
             batch.producer_epoch = self.producer_epoch
             batch.base_sequence = state.next_sequence
             state.next_sequence = (state.next_sequence + batch.record_count) % _SEQUENCE_MODULUS
-        batch.build(self.accumulator.compression)
+        batch.build(self.accumulator.compression, self.transactions is not None)
 
     # -- answers -------------------------------------------------------------------------------
 
@@ -230,10 +246,19 @@ class SenderCore:
             self.accumulator.done(batch)
 
     def _fail(self, batch: ProducerBatch, error: Exception) -> None:
+        if self.transactions is not None:
+            error = self.transactions.batch_failed(error, sequenced=batch.encoded is not None)
         try:
             batch.fail(error)
         finally:
             self.accumulator.done(batch)
+
+    def fail_queued(self, error: Exception) -> None:
+        """Fail every batch not in flight (an aborted transaction's, a fenced producer's)."""
+        for batch in self.accumulator.drain_all():
+            if batch.encoded is not None:  # put back for a retry
+                self._state(batch.topic_partition).retries_waiting -= 1
+            self._fail(batch, error)
 
     def fail_everything(self, error: Exception) -> None:
         """The producer is closing without delivering: fail whatever is still queued."""
