@@ -280,7 +280,8 @@ def _wait_drained(evidence: Evidence, timeout_s: float) -> None:
         with evidence.lock:
             ends: dict[int, int] = {}
             for record in evidence.acked:
-                ends[record.partition] = max(ends.get(record.partition, -1), record.offset)
+                if record.offset is not None:
+                    ends[record.partition] = max(ends.get(record.partition, -1), record.offset)
             done: dict[int, int] = {}
             for event in evidence.processed:
                 done[event.partition] = max(done.get(event.partition, -1), event.offset)
@@ -330,11 +331,15 @@ def _check(
     evidence: Evidence, log: dict[int, dict[int, bytes]], start: float, end: float
 ) -> checker.Findings:
     with evidence.lock:
-        findings = checker.Findings(acknowledged=len(evidence.acked))
-        findings.lost = checker.lost_records(evidence.acked, log)
+        acked = checker.with_offsets(evidence.acked, log)
+        findings = checker.Findings(
+            acknowledged=len(acked),
+            acknowledged_without_offset=sum(1 for record in evidence.acked if record.offset is None),
+        )
+        findings.lost = checker.lost_records(acked, log)
         findings.duplicates = checker.duplicated_values(log)
         findings.consumption_gaps = checker.consumption_gaps(evidence.processed)
-        findings.unprocessed = checker.unprocessed_records(evidence.acked, evidence.processed)
+        findings.unprocessed = checker.unprocessed_records(acked, evidence.processed)
         findings.commit_regressions = checker.commit_regressions(
             evidence.committed, evidence.observed_commits
         )
@@ -479,6 +484,7 @@ def summary(outcome: Outcome) -> str:
         *(f"| faults: {kind} | {count} |" for kind, count in sorted(outcome.faults_by_kind.items())),
         f"| partition-zookeeper that outlasted the session | {outcome.sessions_ended} |",
         f"| records acknowledged | {findings.acknowledged:,} |",
+        f"| acknowledged without an offset (found by value) | {findings.acknowledged_without_offset:,} |",
         f"| records processed by the group | {outcome.records_processed:,} |",
         f"| producer errors reported (retried) | {outcome.producer_errors} |",
         f"| lost | {len(findings.lost)} |",

@@ -17,6 +17,8 @@ from .workload import Acked, Assigned, Committed, Processed
 @dataclass
 class Findings:
     acknowledged: int = 0
+    # Acknowledged without an offset, found by their value in the log.
+    acknowledged_without_offset: int = 0
     lost: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     consumption_gaps: list[str] = field(default_factory=list)
@@ -41,12 +43,29 @@ class Findings:
         return {name: items for name, items in found.items() if items}
 
 
+def with_offsets(acked: Sequence[Acked], log: Mapping[int, Mapping[int, bytes]]) -> list[Acked]:
+    """The acknowledgements, those that came without an offset given the offset their value has
+    in the log (every value is unique); one whose value is not there keeps None (it is lost)."""
+    if all(record.offset is not None for record in acked):
+        return list(acked)
+    where: dict[tuple[int, bytes], int] = {
+        (partition, value): offset for partition, records in log.items() for offset, value in records.items()
+    }
+    return [
+        record
+        if record.offset is not None
+        else Acked(record.partition, where.get((record.partition, record.value)), record.value, record.at)
+        for record in acked
+    ]
+
+
 def lost_records(acked: Iterable[Acked], log: Mapping[int, Mapping[int, bytes]]) -> list[str]:
-    """Acknowledged records not found, with their value, at their offset."""
+    """Acknowledged records not found, with their value, at their offset (or, acknowledged
+    without an offset, anywhere in their partition)."""
     return [
         f"partition {record.partition} offset {record.offset} ({record.value!r})"
         for record in acked
-        if log.get(record.partition, {}).get(record.offset) != record.value
+        if record.offset is None or log.get(record.partition, {}).get(record.offset) != record.value
     ]
 
 
@@ -63,7 +82,7 @@ def unprocessed_records(acked: Iterable[Acked], processed: Iterable[Processed]) 
     return [
         f"partition {record.partition} offset {record.offset}"
         for record in acked
-        if (record.partition, record.offset) not in seen
+        if record.offset is not None and (record.partition, record.offset) not in seen
     ]
 
 

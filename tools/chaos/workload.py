@@ -33,7 +33,9 @@ PRODUCE_PAUSE_S = 0.004  # about 250 records a second per producer: the machine 
 @dataclass(frozen=True)
 class Acked:
     partition: int
-    offset: int
+    # None when the client acknowledged the record without telling its offset (librdkafka does so
+    # for a retry it knows was persisted): the checker finds it by its value in the log.
+    offset: int | None
     value: bytes
     at: float
 

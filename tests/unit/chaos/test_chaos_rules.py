@@ -35,6 +35,17 @@ def test_lost_and_duplicated_records_are_found_in_the_log_as_read_back() -> None
     assert checker.duplicated_values({0: {0: b"a", 1: b"b"}, 1: {0: b"a"}}) == ["b'a' x2"]
 
 
+def test_a_record_acknowledged_without_an_offset_is_found_by_its_value() -> None:
+    """librdkafka may acknowledge a record without its offset (a retry it knows was persisted):
+    the checker looks for the value in the partition; absent, the record is lost."""
+    acked = [Acked(0, None, b"a", 1.0), Acked(0, None, b"z", 1.1), Acked(1, 0, b"c", 1.2)]
+    log = {0: {0: b"x", 1: b"a"}, 1: {0: b"c"}}
+    resolved = checker.with_offsets(acked, log)
+    assert [record.offset for record in resolved] == [1, None, 0]
+    assert checker.lost_records(resolved, log) == ["partition 0 offset None (b'z')"]
+    assert checker.unprocessed_records(resolved, processed("m", 1, 0, [1], 2.0)) == ["partition 1 offset 0"]
+
+
 def processed(member: str, session: int, partition: int, offsets: list[int], start: float) -> list[Processed]:
     return [
         Processed(member, 1, partition, offset, b"", session, start + index * 0.01)
