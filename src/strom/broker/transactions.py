@@ -192,6 +192,8 @@ class TransactionService:
 
     @property
     def partitions(self) -> int:
+        """The partitions ``__transaction_state`` is created with (transaction.state.log.num.partitions);
+        once it exists, its own count decides where ids live (``partition_for``)."""
         return self.config.transaction_state_log_num_partitions
 
     def deliver_markers_through(self, markers: MarkerWriter) -> None:
@@ -219,6 +221,16 @@ class TransactionService:
         topic = self._logs.topic(TRANSACTION_STATE_TOPIC)
         if topic is None:
             return
+        if topic.partitions != self.partitions:
+            log.warning(
+                "%s has %d partitions; transaction.state.log.num.partitions=%d applies only when it is "
+                "created: transactional ids stay in the topic's %d partitions",
+                TRANSACTION_STATE_TOPIC,
+                topic.partitions,
+                self.partitions,
+                topic.partitions,
+            )
+        self.coordinator.use_partition_count(topic.partitions)
         for partition in range(topic.partitions):
             self.become_coordinator(partition, SINGLE_NODE_COORDINATOR_EPOCH)
 
