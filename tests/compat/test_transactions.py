@@ -667,3 +667,34 @@ def test_transactions_survive_broker_restart(start_broker: StartBroker, stop: st
 
     commit_sentinels(producer, topic, 2, "end")
     assert by_partition(read_until_sentinels(bootstrap, topic, 2, "end")) == dict(committed)
+
+
+@pytest.mark.parametrize(("made_with", "restarted_with"), [("5", "50"), ("50", "5")])
+def test_transactions_survive_a_restart_with_another_partition_count(
+    start_broker: StartBroker, made_with: str, restarted_with: str
+) -> None:
+    """__transaction_state made with one transaction.state.log.num.partitions, the broker restarted
+    with another: the transactions left open commit, and read_committed reads them."""
+    broker = start_broker({**INTERNAL_TOPIC_SETTINGS, "transaction.state.log.num.partitions": made_with})
+    bootstrap = broker.bootstrap
+    topic = unique_topic("txn-partition-count")
+    create_topic(bootstrap, topic, 1)
+    producers = []
+    for number in range(4):
+        producer = transactional_producer(bootstrap, transactional_id(f"count-{number}"))
+        producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        producer.begin_transaction()
+        producer.produce(topic, value=b"open-%d" % number, partition=0)
+        assert producer.flush(TRANSACTION_TIMEOUT_S) == 0
+        producers.append(producer)
+    broker.stop()
+    broker.settings["transaction.state.log.num.partitions"] = restarted_with
+    broker.start()
+
+    committed = []
+    for number, producer in enumerate(producers):
+        if commit_through_restart(producer):
+            committed.append(b"open-%d" % number)
+    assert committed, "no transaction committed after the restart"
+    commit_sentinels(producers[0], topic, 1, "end")
+    assert values(read_until_sentinels(bootstrap, topic, 1, "end")) == committed
