@@ -128,3 +128,25 @@ def test_a_restart_with_another_partition_count_keeps_every_transaction(
         assert transactions.coordinator.partition_count == int(made_with)
     finally:
         restarted.close()
+
+
+def test_leading_a_partition_beyond_the_configured_count_is_said_not_asserted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cluster broker configured with 5 partitions told to lead __transaction_state-7 (the topic
+    made by brokers configured with more): an error naming the setting, the other partitions it
+    leads still loaded — not an assertion failing the whole leadership change."""
+    broker = TransactionBroker(tmp_path / "data", {"transaction.state.log.num.partitions": "5"})
+    try:
+        transactions = broker.server.state.transactions
+
+        async def lead() -> None:
+            transactions.become_coordinator(7, 3)
+            transactions.become_coordinator(2, 3)
+
+        broker.loop.run_until_complete(lead())
+        assert transactions.loading_partitions() == [2]
+        assert transactions.coordinator.coordinator_epoch(7) is None
+        assert "leading __transaction_state-7, but transaction.state.log.num.partitions is 5" in caplog.text
+    finally:
+        broker.close()
