@@ -294,9 +294,11 @@ def test_consume_transform_produce_killed_and_restarted_is_exactly_once(
     generator = random.Random(PIPELINE_SEED)
     log_path = tmp_path / "worker.log"
     for _ in range(PIPELINE_KILLS):
-        worker = WorkerProcess(arguments, log_path)
+        commits_before_kill = generator.randrange(1, 6)
+        # At most a few transactions more before the kill lands: the killed runs together can never
+        # reach the input's end (at most 6 x 8 transactions of 20 records, of 1,200).
+        worker = WorkerProcess([*arguments, str(commits_before_kill + 3)], log_path)
         try:
-            commits_before_kill = generator.randrange(1, 6)
             seen = 0
             while seen < commits_before_kill:
                 line = worker.next_line(PIPELINE_RUN_TIMEOUT_S)

@@ -8,13 +8,16 @@ and the group's new offsets in one transaction (``send_offsets_to_transaction``)
 ``init_transactions``, which fences its killed predecessor and aborts whatever transaction that one
 left open, and resumes from the group's committed offsets. It prints ``committed <records>`` after
 each commit and exits 0 with ``done`` once the group's committed offsets reach the given ends.
+Given COMMITS_MAX (> 0), it stops after that many commits (``paused``) and waits to be killed: a
+run that is to be killed can then never reach the ends first, however the test's timing goes.
 
-    python -m tests.compat.txn_pipeline_worker BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID END,END,...
+    python -m tests.compat.txn_pipeline_worker BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID END,END,... [COMMITS_MAX]
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -24,7 +27,8 @@ TIMEOUT_S = 30.0
 
 
 def main(argv: list[str]) -> int:
-    bootstrap, input_topic, output_topic, group, transactional_id, ends_text = argv
+    bootstrap, input_topic, output_topic, group, transactional_id, ends_text = argv[:6]
+    commits_max = int(argv[6]) if len(argv) > 6 else 0
     ends = {partition: int(end) for partition, end in enumerate(ends_text.split(","))}
     producer = Producer(
         {
@@ -50,6 +54,7 @@ def main(argv: list[str]) -> int:
     consumer.subscribe([input_topic])
     partitions = [TopicPartition(input_topic, partition) for partition in ends]
     committed_records = 0
+    commits = 0
     while True:
         messages: list[Any] = consumer.consume(num_messages=BATCH_RECORDS_MAX, timeout=0.2)
         for message in messages:
@@ -85,7 +90,11 @@ def main(argv: list[str]) -> int:
                 consumer.seek(committed)
             continue
         committed_records += len(messages)
+        commits += 1
         print(f"committed {committed_records}", flush=True)
+        if commits == commits_max:
+            print("paused", flush=True)
+            threading.Event().wait()  # until killed
 
 
 def at_ends(consumer: Consumer, partitions: list[TopicPartition], ends: dict[int, int]) -> bool:
