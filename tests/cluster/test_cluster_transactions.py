@@ -24,7 +24,6 @@ directly.
 from __future__ import annotations
 
 import itertools
-import signal
 import time
 import uuid
 import warnings
@@ -255,4 +254,3 @@ def test_the_coordinator_killed_with_a_commit_decided_and_a_transaction_open(clu
     assert sorted(value for values in by_partition(uncommitted).values() for value in values) == sorted(
         value for _, value in decided_records + open_records
     )
-    cluster.brokers[coordinator].signal(signal.SIGCONT)  # (not stopped: the next test restarts it)
