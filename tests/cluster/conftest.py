@@ -71,15 +71,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(scope="module")
+def cluster_settings() -> dict[str, str]:
+    """The brokers' settings of ``running_cluster`` and ``running_proxied_cluster``; a module
+    overrides this fixture to change them."""
+    return dict(CLUSTER_SETTINGS)
+
+
+@pytest.fixture(scope="module")
 def running_cluster(
-    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+    zookeeper_server: ZooKeeperServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    cluster_settings: dict[str, str],
 ) -> Iterator[LocalCluster]:
     """Three brokers (node ids 1-3) under a chroot of the module's ZooKeeper; each test starts
     from a whole cluster (``heal``), whatever the previous one killed."""
     cluster = LocalCluster(
         tmp_path_factory.mktemp("cluster"),
         3,
-        settings=CLUSTER_SETTINGS,
+        settings=cluster_settings,
         zookeeper=zookeeper_server,
         chroot=f"/strom-cluster-{next(_chroots)}",
     )
@@ -100,7 +109,9 @@ def cluster(running_cluster: LocalCluster) -> LocalCluster:
 
 @pytest.fixture(scope="module")
 def running_proxied_cluster(
-    zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+    zookeeper_server: ZooKeeperServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    cluster_settings: dict[str, str],
 ) -> Iterator[ProxiedCluster]:
     """Three brokers whose links to each other and to ZooKeeper go through a ``FaultProxy``
     (``fault_support``); each test starts with every link healed and a whole cluster."""
@@ -108,7 +119,7 @@ def running_proxied_cluster(
         cluster = ProxiedCluster(
             tmp_path_factory.mktemp("proxied-cluster"),
             3,
-            settings=CLUSTER_SETTINGS,
+            settings=cluster_settings,
             zookeeper=zookeeper_server,
             chroot=f"/strom-cluster-{next(_chroots)}",
             proxy=proxy,

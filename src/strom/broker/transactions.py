@@ -192,6 +192,8 @@ class TransactionService:
 
     @property
     def partitions(self) -> int:
+        """The partitions ``__transaction_state`` is created with (transaction.state.log.num.partitions);
+        once it exists, its own count decides where ids live (``partition_for``)."""
         return self.config.transaction_state_log_num_partitions
 
     def deliver_markers_through(self, markers: MarkerWriter) -> None:
@@ -219,6 +221,16 @@ class TransactionService:
         topic = self._logs.topic(TRANSACTION_STATE_TOPIC)
         if topic is None:
             return
+        if topic.partitions != self.partitions:
+            log.warning(
+                "%s has %d partitions; transaction.state.log.num.partitions=%d applies only when it is "
+                "created: transactional ids stay in the topic's %d partitions",
+                TRANSACTION_STATE_TOPIC,
+                topic.partitions,
+                self.partitions,
+                topic.partitions,
+            )
+        self.coordinator.use_partition_count(topic.partitions)
         for partition in range(topic.partitions):
             self.become_coordinator(partition, SINGLE_NODE_COORDINATOR_EPOCH)
 
@@ -239,6 +251,19 @@ class TransactionService:
     def become_coordinator(self, partition: int, coordinator_epoch: int) -> None:
         """This broker leads ``partition`` of ``__transaction_state`` (at ``coordinator_epoch``):
         load its transactional ids (COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        count = self.coordinator.partition_count
+        if not 0 <= partition < count:
+            # A cluster whose topic was made by brokers configured with more partitions: an
+            # operator's setting, said as such (it used to be an assertion failing the whole
+            # leadership change). No id of this broker's count maps there.
+            log.error(
+                "leading %s-%d, but transaction.state.log.num.partitions is %d here: every broker of a "
+                "cluster needs the count the topic was made with; this partition is not coordinated here",
+                TRANSACTION_STATE_TOPIC,
+                partition,
+                count,
+            )
+            return
         self.resign_coordinator(partition)
         self.coordinator.begin_loading(partition, coordinator_epoch)
         task = asyncio.get_running_loop().create_task(self._load(partition))

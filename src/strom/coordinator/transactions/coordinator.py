@@ -106,6 +106,29 @@ class TransactionCoordinator:
         """The partition of __transaction_state (so the broker leading it) owning the id."""
         return self._runtime.partition_of(transactional_id)
 
+    @property
+    def partition_count(self) -> int:
+        """The partitions of __transaction_state the ids are spread over (``abs(hashCode) % this``)."""
+        return self._runtime.partition_count
+
+    def use_partition_count(self, partition_count: int) -> None:
+        """__transaction_state exists with ``partition_count`` partitions: spread the ids over those.
+
+        transaction.state.log.num.partitions is only the count the topic is made with. Once it
+        exists, its own count decides where each id lives (Kafka reads it from the topic too): a
+        coordinator started with another setting would otherwise look for every id in the wrong
+        partition — their records skipped as misplaced when loading, their open transactions never
+        ended, read_committed consumers held at them for good. Call it before any partition is loaded.
+        """
+        assert partition_count > 0, f"__transaction_state cannot have {partition_count} partitions"
+        if partition_count == self._runtime.partition_count:
+            return
+        assert not self._runtime.partitions, (
+            f"the partition count of __transaction_state changed from {self._runtime.partition_count} "
+            f"to {partition_count} with partitions {sorted(self._runtime.partitions)} loaded"
+        )
+        self._runtime.partition_count = partition_count
+
     def owns(self, transactional_id: str) -> bool:
         return self._runtime.partition_of(transactional_id) in self._runtime.partitions
 

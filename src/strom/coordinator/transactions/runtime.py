@@ -70,6 +70,9 @@ class TransactionRuntime:
         self.clock = clock
         self.timer = timer
         self.writer = writer
+        # Partitions of __transaction_state the ids are spread over: the configured count until
+        # the broker says the topic exists with its own (``use_partition_count``).
+        self.partition_count = config.transaction_state_log_num_partitions
         self.partitions: dict[int, PartitionStatus] = {}
         # The leader epoch of each owned partition when it was loaded: stamped on every marker.
         self.coordinator_epochs: dict[int, int] = {}
@@ -80,7 +83,7 @@ class TransactionRuntime:
     # ---------------------------------------------------------------- ownership
     def partition_of(self, transactional_id: str) -> int:
         # Kafka's rule for both coordinators: abs(String.hashCode) % partitions.
-        return partition_for_group(transactional_id, self.config.transaction_state_log_num_partitions)
+        return partition_for_group(transactional_id, self.partition_count)
 
     def ownership_error(self, transactional_id: str) -> ErrorCode | None:
         """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS if this coordinator cannot serve the id."""
@@ -162,8 +165,8 @@ class TransactionRuntime:
     # ---------------------------------------------------------------- loading
     def begin_loading(self, partition: int, coordinator_epoch: int) -> None:
         assert partition not in self.partitions, f"partition {partition} loaded twice"
-        assert 0 <= partition < self.config.transaction_state_log_num_partitions, (
-            f"__transaction_state has no partition {partition}"
+        assert 0 <= partition < self.partition_count, (
+            f"__transaction_state has no partition {partition} (it has {self.partition_count})"
         )
         self.partitions[partition] = PartitionStatus.LOADING
         self.coordinator_epochs[partition] = coordinator_epoch

@@ -246,3 +246,35 @@ def test_a_reloaded_coordinator_is_where_the_live_one_was() -> None:
     for partition in range(config.transaction_state_log_num_partitions):
         loaded.coordinator.load(partition, 8, harness.log.records(partition))
     assert_same_state(harness, loaded)
+
+
+def test_ids_live_in_the_partitions_the_topic_has_not_in_the_configured_count() -> None:
+    """__transaction_state made with 5 partitions, a coordinator whose setting says 50 (a broker
+    restarted with another transaction.state.log.num.partitions): told the topic's count, it finds
+    each id where it was written — its open transaction is there to be ended. With the configured
+    count it looked in abs(hashCode) % 50 and skipped the record as misplaced."""
+    made_with_five = Harness(TransactionCoordinatorConfig(transaction_state_log_num_partitions=5))
+    producer_id, epoch = made_with_five.begin("t", ("a", 0))
+    partition = made_with_five.partition_of("t")
+    assert partition == abs(java_string_hashcode("t")) % 5 != abs(java_string_hashcode("t")) % 50
+
+    restarted = Harness(
+        TransactionCoordinatorConfig(transaction_state_log_num_partitions=50),
+        partitions=(),
+        log=made_with_five.log,
+    )
+    restarted.coordinator.use_partition_count(5)
+    assert restarted.coordinator.partition_count == 5
+    assert restarted.partition_of("t") == partition
+    restarted.coordinator.load(partition, 8, made_with_five.log.records(partition))
+    assert restarted.snapshot().state is TransactionState.ONGOING
+    assert restarted.end_error("t", producer_id, epoch) == ErrorCode.NONE
+    assert restarted.markers.written == [("t", producer_id, epoch, 8, True, A0)]
+    assert restarted.snapshot().state is TransactionState.COMPLETE_COMMIT
+
+
+def test_the_partition_count_is_set_before_any_partition_is_loaded() -> None:
+    harness = Harness(TransactionCoordinatorConfig(transaction_state_log_num_partitions=5), partitions=(1,))
+    harness.coordinator.use_partition_count(5)  # the same count: nothing to change
+    with pytest.raises(AssertionError, match="changed from 5 to 50 with partitions"):
+        harness.coordinator.use_partition_count(50)
