@@ -394,7 +394,23 @@ class GroupService:
 
     @property
     def partitions(self) -> int:
-        return self.config.offsets_topic_num_partitions
+        """The partitions the groups are spread over: ``__consumer_offsets``'s own count once it
+        exists (``use_partition_count``), offsets.topic.num.partitions until then."""
+        return self.coordinator.partition_count
+
+    def use_partition_count(self, partitions: int) -> None:
+        """``__consumer_offsets`` exists with ``partitions`` partitions: the groups live in those,
+        whatever offsets.topic.num.partitions says now (it is the count the topic is made with)."""
+        if partitions != self.coordinator.partition_count:
+            log.warning(
+                "%s has %d partitions; offsets.topic.num.partitions=%d applies only when it is "
+                "created: groups stay in the topic's %d partitions",
+                OFFSETS_TOPIC,
+                partitions,
+                self.config.offsets_topic_num_partitions,
+                partitions,
+            )
+        self.coordinator.use_partition_count(partitions)
 
     def replicate_through(self, replicated: ReplicatedWrites) -> None:
         """A broker of a cluster: the coordinator's writes count once its offsets partition's
@@ -416,6 +432,7 @@ class GroupService:
         topic = self._logs.topic(OFFSETS_TOPIC)
         if topic is None:
             return
+        self.use_partition_count(topic.partitions)
         self._begin_load(topic.partitions)
 
     def ensure_offsets_topic(self) -> None:

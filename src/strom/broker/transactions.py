@@ -196,6 +196,20 @@ class TransactionService:
         once it exists, its own count decides where ids live (``partition_for``)."""
         return self.config.transaction_state_log_num_partitions
 
+    def use_partition_count(self, partitions: int) -> None:
+        """``__transaction_state`` exists with ``partitions`` partitions: the ids live in those,
+        whatever transaction.state.log.num.partitions says now."""
+        if partitions != self.coordinator.partition_count:
+            log.warning(
+                "%s has %d partitions; transaction.state.log.num.partitions=%d applies only when it is "
+                "created: transactional ids stay in the topic's %d partitions",
+                TRANSACTION_STATE_TOPIC,
+                partitions,
+                self.partitions,
+                partitions,
+            )
+        self.coordinator.use_partition_count(partitions)
+
     def deliver_markers_through(self, markers: MarkerWriter) -> None:
         """How markers reach their partitions (set once the broker knows: local or a cluster's)."""
         self._markers = markers
@@ -221,16 +235,7 @@ class TransactionService:
         topic = self._logs.topic(TRANSACTION_STATE_TOPIC)
         if topic is None:
             return
-        if topic.partitions != self.partitions:
-            log.warning(
-                "%s has %d partitions; transaction.state.log.num.partitions=%d applies only when it is "
-                "created: transactional ids stay in the topic's %d partitions",
-                TRANSACTION_STATE_TOPIC,
-                topic.partitions,
-                self.partitions,
-                topic.partitions,
-            )
-        self.coordinator.use_partition_count(topic.partitions)
+        self.use_partition_count(topic.partitions)
         for partition in range(topic.partitions):
             self.become_coordinator(partition, SINGLE_NODE_COORDINATOR_EPOCH)
 

@@ -46,6 +46,24 @@ class GroupCoordinator:
         self._offsets.schedule_expiry()
 
     # ---------------------------------------------------------------- partitions of __consumer_offsets
+    @property
+    def partition_count(self) -> int:
+        """The partitions of __consumer_offsets the groups are spread over."""
+        return self._runtime.partition_count
+
+    def use_partition_count(self, partition_count: int) -> None:
+        """__consumer_offsets exists with ``partition_count`` partitions: spread the groups over
+        those (offsets.topic.num.partitions is only the count it is created with; Kafka reads the
+        topic's own count too). Call it before any partition is loaded."""
+        assert partition_count > 0, f"__consumer_offsets cannot have {partition_count} partitions"
+        if partition_count == self._runtime.partition_count:
+            return
+        assert not self._runtime.partitions, (
+            f"the partition count of __consumer_offsets changed from {self._runtime.partition_count} "
+            f"to {partition_count} with partitions {sorted(self._runtime.partitions)} loaded"
+        )
+        self._runtime.partition_count = partition_count
+
     def begin_loading(self, partition: int) -> None:
         """This coordinator now owns ``partition``; its groups answer COORDINATOR_LOAD_IN_PROGRESS."""
         if partition in self._runtime.partitions:

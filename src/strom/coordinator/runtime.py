@@ -93,6 +93,9 @@ class CoordinatorRuntime:
         # Bumped each time a partition starts loading: a write issued before the partition moved
         # away (and perhaps came back, loaded afresh from the log) must not be applied on top.
         self.partition_epochs: dict[int, int] = {}
+        # Partitions of __consumer_offsets the groups are spread over: the configured count until
+        # the broker says the topic exists with its own (``GroupCoordinator.use_partition_count``).
+        self.partition_count = config.offsets_topic_num_partitions
         # Rebalances started since this coordinator was built (a monotonic count for metrics).
         self.rebalances_total = 0
         # Per partition, per producer id: the groups holding offsets that producer wrote in a
@@ -105,7 +108,7 @@ class CoordinatorRuntime:
 
     # ---------------------------------------------------------------- ownership
     def partition_of(self, group_id: str) -> int:
-        return partition_for_group(group_id, self.config.offsets_topic_num_partitions)
+        return partition_for_group(group_id, self.partition_count)
 
     def group_error(self, group_id: str) -> ErrorCode | None:
         """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS if this coordinator cannot serve the group."""

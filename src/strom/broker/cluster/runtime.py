@@ -267,6 +267,8 @@ class ClusterReplication:
             ClusterMarkers(self, state, state.config.get_int("offsets.commit.timeout.ms"))
         )
         self._creating_internal: set[str] = set()
+        # The partitions of the coordinators' topics, read from ZooKeeper (see _partition_count).
+        self._internal_partition_counts: dict[str, int] = {}
 
     # ---- starting and stopping -----------------------------------------------------------------------
 
@@ -555,6 +557,13 @@ class ClusterReplication:
         logs = await self._ensure_logs(
             [t.info for t in transitions if isinstance(t, BecomeLeader | BecomeFollower)], outcome
         )
+        await self._learn_internal_partition_counts(
+            {
+                t.info.topic
+                for t in transitions
+                if isinstance(t, BecomeLeader) and t.info.topic in INTERNAL_TOPICS
+            }
+        )
         counts = {"leader": 0, "follower": 0, "stopped": 0}
         for transition in transitions:
             if isinstance(transition, BecomeLeader):
@@ -584,10 +593,33 @@ class ClusterReplication:
         if partition_log is None:
             return
         self.roles.become_leader(info, partition_log)
+        count = self._internal_partition_counts.get(info.topic)
         if info.topic == OFFSETS_TOPIC:
+            if count is not None:
+                self._state.groups.use_partition_count(count)
             self._state.groups.become_coordinator(info.partition)
         elif info.topic == TRANSACTION_STATE_TOPIC:
+            if count is not None:
+                self._state.transactions.use_partition_count(count)
             self._state.transactions.become_coordinator(info.partition, info.leader_epoch)
+
+    async def _learn_internal_partition_counts(self, topics: set[str]) -> None:
+        """Before this broker coordinates a partition of ``topics`` (the coordinators' topics): how
+        many partitions each has, read once from its assignment in ZooKeeper. Whichever broker
+        created it, with whatever setting, the topic's own count decides where each group or
+        transactional id lives (as in Kafka); the count never changes afterwards."""
+        for topic in topics - set(self._internal_partition_counts):
+
+            def read(zk: ClusterZooKeeper, topic: str = topic) -> TopicAssignment | None:
+                return zk.read_topic(topic)
+
+            try:
+                assignment = await self._zookeeper(read, read=True)
+            except Refused as refused:
+                log.warning("cannot read how many partitions %s has (%s)", topic, refused.message)
+                continue
+            if assignment is not None and assignment.replicas:
+                self._internal_partition_counts[topic] = max(assignment.replicas) + 1
 
     def _become_follower(
         self,
@@ -934,10 +966,11 @@ class ClusterReplication:
         return views
 
     def find_coordinator(self, group_id: str, listener: str) -> BrokerView | Refused:
+        groups = self._state.groups
         return self._coordinator_of(
             OFFSETS_TOPIC,
-            partition_for_group(group_id, self._state.groups.partitions),
-            self._state.groups.partitions,
+            partition_for_group(group_id, self._existing_partitions(OFFSETS_TOPIC) or groups.partitions),
+            groups.config.offsets_topic_num_partitions,
             self.settings.offsets_topic_replication_factor,
             OFFSETS_TOPIC_CONFIG,
             "offsets.topic.replication.factor",
@@ -947,15 +980,25 @@ class ClusterReplication:
     def find_transaction_coordinator(self, transactional_id: str, listener: str) -> BrokerView | Refused:
         transactions = self._state.transactions
         config = self._state.config
+        count = self._existing_partitions(TRANSACTION_STATE_TOPIC) or transactions.coordinator.partition_count
         return self._coordinator_of(
             TRANSACTION_STATE_TOPIC,
-            transactions.partition_for(transactional_id),
+            partition_for_group(transactional_id, count),
             transactions.partitions,
             config.get_int("transaction.state.log.replication.factor"),
             transaction_state_topic_config(config.get_int("transaction.state.log.min.isr")),
             "transaction.state.log.replication.factor",
             listener,
         )
+
+    def _existing_partitions(self, topic: str) -> int:
+        """The partitions of a coordinators' ``topic`` if known (from ZooKeeper once this broker
+        coordinated a partition of it, else from its metadata), 0 if it does not exist yet."""
+        known = self._internal_partition_counts.get(topic)
+        if known is not None:
+            return known
+        image = self.control.metadata.topic(topic)
+        return max(image.partitions) + 1 if image is not None and image.partitions else 0
 
     def _coordinator_of(
         self,
