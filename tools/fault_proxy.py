@@ -145,6 +145,8 @@ class FaultProxy:
 
     def stop(self) -> None:
         if not self._thread.is_alive():
+            if not self._loop.is_running():
+                self._loop.close()  # never started (or stopped already: closing again is harmless)
             return
         self._call(self._shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)

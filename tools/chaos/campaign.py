@@ -56,12 +56,15 @@ class Outcome:
     timeline_path: Path
     plot_path: Path | None
     worker_failures: list[str] = field(default_factory=list)
+    broker_exits: list[str] = field(default_factory=list)
 
     @property
     def violations(self) -> dict[str, list[str]]:
         found = dict(self.findings.violations)
         if self.worker_failures:
             found["client failures"] = self.worker_failures
+        if self.broker_exits:
+            found["brokers that exited on their own"] = self.broker_exits
         return found
 
 
@@ -73,6 +76,7 @@ def run(settings: Settings, log: Any = print) -> Outcome:
     evidence = Evidence()
     timeline: list[dict[str, Any]] = []
     failures: list[str] = []
+    exits: list[str] = []
     sessions_ended = 0
     started = time.monotonic()
     try:
@@ -97,6 +101,7 @@ def run(settings: Settings, log: Any = print) -> Outcome:
             timeline.append(
                 {"t": time.monotonic() - started, "event": "fault", **fault.as_json(), "roles": roles}
             )
+            _note_exits(cluster, exits, timeline, started, log)
             session = _registration_session(cluster, fault)
             _inject(cluster, fault)
             _sleep_until(campaign_start + fault.at_s + fault.duration_s)
@@ -112,6 +117,7 @@ def run(settings: Settings, log: Any = print) -> Outcome:
         _sleep_until(campaign_start + settings.duration_s)
         faults_end = time.monotonic()
         # The faults stop: everything back, then the cluster must converge.
+        _note_exits(cluster, exits, timeline, started, log)
         cluster.heal_all()
         converge_s = _wait_converged(cluster, faults_end)
         log(
@@ -153,7 +159,19 @@ def run(settings: Settings, log: Any = print) -> Outcome:
         timeline_path,
         plot_path,
         failures,
+        exits,
     )
+
+
+def _note_exits(
+    cluster: ChaosCluster, exits: list[str], timeline: list[dict[str, Any]], started: float, log: Any
+) -> None:
+    """A broker that exited without being killed is a violation (it is started again, so the
+    campaign goes on with every broker)."""
+    for exit_text in cluster.exited_on_their_own():
+        log(f"    {exit_text}")
+        exits.append(exit_text)
+        timeline.append({"t": time.monotonic() - started, "event": "exited", "detail": exit_text})
 
 
 def _sleep_until(moment: float) -> None:
@@ -493,6 +511,7 @@ def summary(outcome: Outcome) -> str:
         f"| acknowledged but never processed | {len(findings.unprocessed)} |",
         f"| committed offset regressions | {len(findings.commit_regressions)} |",
         f"| double ownerships | {len(findings.double_ownerships)} |",
+        f"| brokers that exited on their own | {len(outcome.broker_exits)} |",
         f"| converged after the faults (s) | {'no' if outcome.converge_s is None else f'{outcome.converge_s:.1f}'} |",
         f"| replicas identical | {'yes' if not any('replicas differ' in item for item in findings.not_converged) else 'no'} |",
         "",

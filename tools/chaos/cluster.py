@@ -140,6 +140,19 @@ class ChaosCluster:
             process.start()
             process.wait_listening()
 
+    def exited_on_their_own(self) -> list[str]:
+        """Brokers whose process ended without the campaign killing or stopping it (a crash, or
+        a start that gave up), each said once and started again."""
+        found = []
+        for broker in self.brokers.values():
+            process = broker.process.process
+            if process is not None and process.poll() is not None:
+                found.append(f"broker {broker.node_id} exited on its own (exit code {process.returncode})")
+                broker.process.process = None
+                broker.paused = False
+                self.restart(broker.node_id)
+        return found
+
     def pause(self, node_id: int) -> None:
         broker = self.brokers[node_id]
         if broker.process.running:

@@ -47,7 +47,15 @@ from strom.cluster.controller import Controller
 from strom.cluster.controller_driver import CONTROLLER_WATCH, ControllerDriver
 from strom.cluster.events import ControllerEvent, Tick
 from strom.cluster.model import BrokerRegistration
-from strom.cluster.zk_store import SessionEvent, Watch, WatchEvent, ZkError, ZkStore, zk_error_text
+from strom.cluster.zk_store import (
+    ConnectionLossError,
+    SessionEvent,
+    Watch,
+    WatchEvent,
+    ZkError,
+    ZkStore,
+    zk_error_text,
+)
 from strom.cluster.zookeeper import ClusterZooKeeper
 
 log = logging.getLogger("strom.cluster.node")
@@ -55,6 +63,9 @@ log = logging.getLogger("strom.cluster.node")
 T = TypeVar("T")
 
 CONFIG_CHANGES_WATCH = "config-changes"
+# Joining asks again this long after a lost connection (kazoo holds a call until it reconnects or
+# fails it at once; the pause keeps a call that fails at once from spinning).
+JOIN_RETRY_BACKOFF_MS = 200
 # Every this many ticks the controller checks its watches against ZooKeeper (see the docstring).
 RESYNC_TICKS = 5
 
@@ -90,12 +101,14 @@ class ClusterNode:
         *,
         stale_registration_wait_ms: int,
         tick_interval_ms: int = 1_000,
+        join_retry_ms: int = 0,
     ) -> None:
         self.store = store
         self.zk = ClusterZooKeeper(store, clock)
         self.registration = registration
         self._outputs = outputs
         self._stale_wait_ms = stale_registration_wait_ms
+        self._join_retry_ms = join_retry_ms
         self._tick_interval_s = tick_interval_ms / 1000
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -133,12 +146,26 @@ class ClusterNode:
     def join(self, proposed_cluster_id: str | None = None) -> str:
         """Create the layout, read (or write) the cluster id and register this broker; blocks the
         caller. Raises BrokerIdInUseError when another live broker has this node id, ZkError when
-        ZooKeeper fails. Returns the cluster id."""
-        self.zk.ensure_layout()
-        self.cluster_id = self.zk.ensure_cluster_id(proposed_cluster_id)
-        self.registration = self.zk.register_broker(self.registration, stale_wait_ms=self._stale_wait_ms)
-        self._config_changes_seen = self.zk.read_config_changes(watch=self._watch(CONFIG_CHANGES_WATCH)).last
-        return self.cluster_id
+        ZooKeeper fails. Returns the cluster id.
+
+        A connection lost on the way (a ZooKeeper server restarting while this broker starts) is
+        waited out for up to ``join_retry_ms``, then every step is done again: each is idempotent
+        within the session (the layout and the cluster id are created only where missing, and a
+        registration this session already holds is taken as it is)."""
+        deadline = time.monotonic() + self._join_retry_ms / 1000
+        while True:
+            try:
+                self.zk.ensure_layout()
+                self.cluster_id = self.zk.ensure_cluster_id(proposed_cluster_id)
+                self.registration = self.zk.register_broker(self.registration, stale_wait_ms=self._stale_wait_ms)
+                watch = self._watch(CONFIG_CHANGES_WATCH)
+                self._config_changes_seen = self.zk.read_config_changes(watch=watch).last
+                return self.cluster_id
+            except ConnectionLossError as error:
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("joining the cluster: %s; trying again", zk_error_text(error))
+                time.sleep(JOIN_RETRY_BACKOFF_MS / 1000)
 
     def start(self) -> None:
         """Start the thread; it competes for the controllership at once."""

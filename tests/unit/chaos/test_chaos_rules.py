@@ -5,8 +5,14 @@ that — on hand-made evidence."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+from pathlib import Path
 
+import pytest
+
+from strom.cli.dev_cluster import BrokerProcess
 from tools.chaos import checker
+from tools.chaos.cluster import ChaosBroker, ChaosCluster
 from tools.chaos.schedule import FAULT_KINDS, make_schedule
 from tools.chaos.workload import Acked, Assigned, Committed, Processed
 
@@ -101,3 +107,27 @@ def test_unavailability_is_the_longest_silence_of_a_partition_and_replicas_must_
     assert checker.replicas_identical(different) == [
         "partition 0: replicas differ (last offsets {1: 9, 2: 12})"
     ]
+
+
+def test_a_broker_that_exited_without_being_killed_is_reported_once_and_started_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = ChaosCluster(tmp_path)
+    processes = {}
+    for node_id, command in ((1, ["true"]), (2, ["false"]), (3, ["sleep", "30"])):
+        process = BrokerProcess(node_id, 0, tmp_path / f"b{node_id}", tmp_path / f"b{node_id}.log", "-")
+        process.process = subprocess.Popen(command)
+        processes[node_id] = process
+        cluster.brokers[node_id] = ChaosBroker(node_id, process, 0)
+    processes[1].process.wait()  # type: ignore[union-attr]
+    processes[2].process.wait()  # type: ignore[union-attr]
+    cluster.kill(1)  # killed by the campaign: not reported
+    restarted: list[int] = []
+    monkeypatch.setattr(cluster, "restart", restarted.append)
+    try:
+        assert cluster.exited_on_their_own() == ["broker 2 exited on its own (exit code 1)"]
+        assert restarted == [2]
+        assert cluster.exited_on_their_own() == []
+    finally:
+        processes[3].kill()
+        cluster.proxy.stop()

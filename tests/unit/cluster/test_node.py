@@ -17,6 +17,7 @@ from strom.cluster.config import ControllerConfig
 from strom.cluster.memory_zookeeper import MemoryZkClient, MemoryZooKeeper
 from strom.cluster.model import BrokerRegistration, Endpoint, TopicAssignment
 from strom.cluster.node import ClusterNode, NodeOutputs
+from strom.cluster.zk_store import ConnectionLossError
 from strom.cluster.zookeeper import BrokerIdInUseError, ClusterZooKeeper
 
 WAIT_S = 10.0
@@ -94,6 +95,47 @@ def test_a_node_registers_becomes_controller_and_runs_work_on_its_thread(
     assert threads == ["strom-cluster-1", "strom-cluster-1"]
     live = recorder.next("live_brokers")[0]
     assert isinstance(live, Mapping) and list(live) == [1]
+
+
+def _joining_node(server: MemoryZooKeeper, client: MemoryZkClient, join_retry_ms: int) -> ClusterNode:
+    return ClusterNode(
+        client,
+        registration(1),
+        ControllerConfig(auto_leader_rebalance_enable=False),
+        ManualClock(),
+        Recorder().outputs(),
+        stale_registration_wait_ms=0,
+        join_retry_ms=join_retry_ms,
+    )
+
+
+def test_joining_waits_out_a_connection_lost_on_the_way(server: MemoryZooKeeper) -> None:
+    # A broker started while ZooKeeper restarts: its session is open but the connection drops
+    # before it has registered. It joins once the connection is back, instead of exiting.
+    client = server.connect("/c")
+    server.disconnect(client)
+    back = threading.Timer(0.5, server.reconnect, (client,))
+    back.start()
+    joining = _joining_node(server, client, join_retry_ms=5_000)
+    try:
+        cluster_id = joining.join()
+        assert cluster_id
+        assert server.ephemeral_paths(client) == ["/c/brokers/ids/1"]
+        assert joining.registration.epoch > 0
+    finally:
+        back.join()
+        joining.stop()
+
+
+def test_joining_gives_up_on_a_lost_connection_after_its_wait(server: MemoryZooKeeper) -> None:
+    client = server.connect("/c")
+    server.disconnect(client)
+    joining = _joining_node(server, client, join_retry_ms=300)
+    started = time.monotonic()
+    with pytest.raises(ConnectionLossError):
+        joining.join()
+    assert 0.3 <= time.monotonic() - started < 5
+    joining.stop()
 
 
 def test_the_controller_sends_commands_for_a_new_topic(node: tuple[ClusterNode, Recorder]) -> None:

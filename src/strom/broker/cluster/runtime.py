@@ -323,6 +323,7 @@ class ClusterReplication:
                 unclean_election=on_loop(self.unclean_elections.append),
             ),
             stale_registration_wait_ms=settings.session_timeout_ms,
+            join_retry_ms=settings.connection_timeout_ms,
         )
         try:
             cluster_id = await asyncio.to_thread(node.join)
