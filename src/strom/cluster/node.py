@@ -157,7 +157,9 @@ class ClusterNode:
             try:
                 self.zk.ensure_layout()
                 self.cluster_id = self.zk.ensure_cluster_id(proposed_cluster_id)
-                self.registration = self.zk.register_broker(self.registration, stale_wait_ms=self._stale_wait_ms)
+                self.registration = self.zk.register_broker(
+                    self.registration, stale_wait_ms=self._stale_wait_ms
+                )
                 watch = self._watch(CONFIG_CHANGES_WATCH)
                 self._config_changes_seen = self.zk.read_config_changes(watch=watch).last
                 return self.cluster_id
