@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from strom.client.admin import Admin
+from strom.client.admin import Admin, OffsetAndMetadata
 from strom.client.cluster import TopicPartition
 from strom.client.consumer import Consumer, ConsumerRecord
 from strom.client.errors import (
@@ -171,6 +172,27 @@ def test_confluent_transactions_read_by_strom_read_committed_up_to_the_open_one(
 
 
 # -- fencing ------------------------------------------------------------------------------------------
+
+
+def test_offsets_committed_in_a_transaction_are_read_stable_with_their_metadata(bootstrap: str) -> None:
+    topic = unique_topic("txn-offsets")
+    create_topic(bootstrap, topic, 1)
+    group = f"group-{topic}"
+    partition = TopicPartition(topic, 0)
+    with (
+        transactional(bootstrap, f"tx-{topic}") as producer,
+        Admin({"bootstrap.servers": bootstrap}) as admin,
+    ):
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({partition: OffsetAndMetadata(5, "batch 4")}, group, TIMEOUT_S)
+        # Pending in the open transaction: not committed yet, and a stable read waits for its end.
+        assert admin.list_group_offsets(group, [partition]) == {}
+        with ThreadPoolExecutor(1) as pool:
+            stable = pool.submit(admin.list_group_offsets, group, [partition], require_stable=True)
+            time.sleep(0.5)
+            assert not stable.done()
+            producer.commit_transaction(TIMEOUT_S)
+            assert stable.result(TIMEOUT_S) == {partition: OffsetAndMetadata(5, "batch 4")}
 
 
 def test_a_second_producer_with_the_same_id_fences_the_first_and_aborts_its_transaction(

@@ -26,6 +26,7 @@ from strom.client.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
+from strom.client.group_metadata import OffsetAndMetadata
 from strom.client.offsets import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -196,12 +197,6 @@ class GroupDescription:
     members: list[MemberDescription]
 
 
-@dataclass(frozen=True)
-class OffsetAndMetadata:
-    offset: int
-    metadata: str | None = None
-
-
 # -- transactions: results ----------------------------------------------------------------------
 
 
@@ -316,13 +311,16 @@ def _partitions_by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list
 
 
 def offset_fetch_request(
-    group_id: str, partitions: Iterable[TopicPartition] | None, version: int
+    group_id: str, partitions: Iterable[TopicPartition] | None, version: int, require_stable: bool = False
 ) -> OffsetFetchRequest:
     """Committed offsets of ``partitions`` (None: every partition the group has an offset for,
-    which needs v2+). v8+ carries groups in a list."""
+    which needs v2+). v8+ carries groups in a list. ``require_stable`` (v7+, KIP-447): the
+    coordinator answers UNSTABLE_OFFSET_COMMIT while a transaction holds offsets of the group."""
     by_topic = None if partitions is None else _partitions_by_topic(partitions)
     if by_topic is None and version < 2:
         raise UnsupportedVersionError("listing all of a group's offsets needs OffsetFetch v2+")
+    if require_stable and version < 7:
+        raise UnsupportedVersionError("stable offsets (require_stable) need OffsetFetch v7+")
     if version >= 8:
         group = OffsetFetchRequest.OffsetFetchRequestGroup(
             group_id=group_id,
@@ -333,9 +331,10 @@ def offset_fetch_request(
                 for topic, indexes in by_topic.items()
             ],
         )
-        return OffsetFetchRequest(groups=[group])
+        return OffsetFetchRequest(require_stable=require_stable, groups=[group])
     return OffsetFetchRequest(
         group_id=group_id,
+        require_stable=require_stable,
         topics=None
         if by_topic is None
         else [
@@ -921,16 +920,22 @@ class Admin:
             self._on_coordinator(group_id, delete)
 
     def list_group_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        require_stable: bool = False,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The group's committed offsets (of ``partitions``, or all); partitions without a committed
-        offset are left out."""
+        offset are left out. With ``require_stable`` (KIP-447) the answer waits, within
+        request.timeout.ms, until no transaction holds offsets of the group pending: what a
+        transaction is committing is never read half-done."""
         wanted = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
 
         async def fetch(coordinator: int) -> dict[TopicPartition, OffsetAndMetadata]:
             version = await self._version(coordinator, OffsetFetchRequest.API_KEY)
             response = await self._transport.send(
-                coordinator, offset_fetch_request(group_id, wanted, version)
+                coordinator, offset_fetch_request(group_id, wanted, version, require_stable)
             )
             return offsets_from_fetch_response(response, group_id, version)
 

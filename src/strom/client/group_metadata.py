@@ -1,10 +1,11 @@
-"""What a transactional producer needs to know of a consumer's group membership (KIP-447)."""
+"""What a transactional producer needs to know of a consumer's group membership (KIP-447), and a
+committed offset with its metadata (the Admin reads them, a transactional producer commits them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ConsumerGroupMetadata"]
+__all__ = ["ConsumerGroupMetadata", "OffsetAndMetadata"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,3 +23,12 @@ class ConsumerGroupMetadata:
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A group's committed offset (the next record to read) and the free-form text committed with it
+    (None or "" when there is none; the broker bounds it by ``offset.metadata.max.bytes``)."""
+
+    offset: int
+    metadata: str | None = None

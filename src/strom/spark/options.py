@@ -60,7 +60,17 @@ READ_OPTION_NAMES = (
     "kafkaConsumer.pollTimeoutMs",
 )
 # ``checkpointLocation`` is Spark's own; Spark passes it to a streaming sink with the others.
-WRITE_OPTION_NAMES = ("bootstrap.servers", "topic", "checkpointLocation")
+WRITE_OPTION_NAMES = (
+    "bootstrap.servers",
+    "topic",
+    "checkpointLocation",
+    "exactlyOnce",
+    "exactlyOnce.id",
+    "exactlyOnce.batch",
+)
+# A transactional id is the exactly-once sink's to choose (one per task); the producer of the
+# at-least-once sink never begins a transaction, so it could not send at all with one.
+WRITE_CLIENT_SETTINGS_REFUSED = ("transactional.id",)
 # Options of Spark's Kafka source that format("strom") does not implement: named, so a job moved
 # over from format("kafka") is told what it loses rather than that the name is unknown.
 KAFKA_SOURCE_OPTIONS_NOT_SUPPORTED = (
@@ -130,6 +140,11 @@ class ReadOptions:
 class WriteOptions:
     client_config: dict[str, str]
     topic: str | None = None
+    # exactlyOnce: every task's rows in one transaction with a marker (strom.spark.exactly_once).
+    exactly_once: bool = False
+    # Batch writes only: the write's identity (None: a new one per write) and its batch number.
+    exactly_once_id: str | None = None
+    exactly_once_batch: int = 0
 
 
 def _lookup(options: Mapping[str, str], name: str) -> str | None:
@@ -381,8 +396,48 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     )
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    return WriteOptions(client_config=client_config_from(options), topic=_lookup(options, "topic") or None)
+def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:
+    """Check and convert the options of ``df.write`` / ``df.writeStream``."""
+    client_config = client_config_from(options)
+    for setting in WRITE_CLIENT_SETTINGS_REFUSED:
+        if setting in client_config:
+            raise SourceOptionsError(
+                f"option kafka.{setting} is not for format('strom'): with exactlyOnce=true the sink "
+                "gives each task its own transactional id"
+            )
+    exactly_once_text = _lookup(options, "exactlyOnce")
+    exactly_once = _to_bool("exactlyOnce", exactly_once_text) if exactly_once_text else False
+    write_id = _lookup(options, "exactlyOnce.id")
+    batch_text = _lookup(options, "exactlyOnce.batch")
+    for name, value in (("exactlyOnce.id", write_id), ("exactlyOnce.batch", batch_text)):
+        if value is None:
+            continue
+        if not exactly_once:
+            raise SourceOptionsError(f"option {name} is for exactlyOnce=true writes")
+        if streaming:
+            raise SourceOptionsError(
+                f"option {name} is for batch writes: a stream's identity is its query id (kept in its "
+                "checkpoint) and its batches are Spark's micro-batches"
+            )
+    if write_id is not None and not write_id.strip():
+        raise SourceOptionsError("option exactlyOnce.id must not be empty")
+    batch = 0
+    if batch_text is not None:
+        try:
+            batch = int(batch_text.strip())
+        except ValueError:
+            raise SourceOptionsError(
+                f"option exactlyOnce.batch must be an integer, not {batch_text!r}"
+            ) from None
+        if batch < 0:
+            raise SourceOptionsError(f"option exactlyOnce.batch must not be negative, not {batch}")
+    return WriteOptions(
+        client_config=client_config,
+        topic=_lookup(options, "topic") or None,
+        exactly_once=exactly_once,
+        exactly_once_id=write_id.strip() if write_id is not None else None,
+        exactly_once_batch=batch,
+    )
 
 
 # -- offset arithmetic ---------------------------------------------------------------------------

@@ -15,11 +15,13 @@ micro-batch ending at ``start`` has completed (its commit-log entry is written);
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -38,6 +40,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from strom.client.config import AdminConfig, ConsumerConfig, ProducerConfig
+from strom.spark.exactly_once import (
+    BATCH_ID_PROPERTY,
+    QUERY_ID_PROPERTY,
+    TaskIdentity,
+    TaskOutcome,
+    stream_task_identity,
+    summarize,
+)
 from strom.spark.group_offsets import commit_group_offsets
 from strom.spark.options import (
     OffsetRange,
@@ -57,7 +67,12 @@ from strom.spark.options import (
 )
 from strom.spark.planning import OffsetPlanner
 from strom.spark.reading import SPARK_HEADERS_DDL, SPARK_SCHEMA_DDL, read_range
-from strom.spark.writing import check_producer_config, check_write_schema, write_batches
+from strom.spark.writing import (
+    check_producer_config,
+    check_write_schema,
+    write_batches,
+    write_batches_exactly_once,
+)
 
 __all__ = ["StromDataSource"]
 
@@ -77,6 +92,19 @@ class RangePartition(InputPartition):
 @dataclass
 class WrittenCount(WriterCommitMessage):
     records: int
+
+
+@dataclass
+class WrittenOnce(WriterCommitMessage):
+    """An exactly-once task's report: written, or skipped (and whether its rows matched)."""
+
+    outcome: TaskOutcome
+
+
+def _task_context() -> TaskContext:
+    context = TaskContext.get()
+    assert context is not None, "write() runs in a Spark task"
+    return context
 
 
 def _read(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -246,9 +274,18 @@ class StromStreamReader(_Planned, DataSourceStreamReader, SupportsTriggerAvailab
 class StromBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
+        # Made once on the driver and pickled to every task: all attempts of a task, and a stage
+        # run again, share it. Without exactlyOnce.id, a new write is a new identity.
+        self.write_id = options.exactly_once_id or f"write-{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return WrittenCount(write_batches(iterator, self.options))
+        if not self.options.exactly_once:
+            return WrittenCount(write_batches(iterator, self.options))
+        task = TaskIdentity(self.write_id, self.options.exactly_once_batch, _task_context().partitionId())
+        return WrittenOnce(write_batches_exactly_once(iterator, self.options, task))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _warn_about_replays(messages, self.options.exactly_once_batch)
 
 
 class StromStreamWriter(DataSourceStreamArrowWriter):
@@ -256,13 +293,28 @@ class StromStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return WrittenCount(write_batches(iterator, self.options))
+        if not self.options.exactly_once:
+            return WrittenCount(write_batches(iterator, self.options))
+        context = _task_context()
+        properties = {name: context.getLocalProperty(name) for name in (QUERY_ID_PROPERTY, BATCH_ID_PROPERTY)}
+        task = stream_task_identity(properties, context.partitionId())
+        return WrittenOnce(write_batches_exactly_once(iterator, self.options, task))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Every record was acknowledged before its task finished; nothing is left to do."""
+        """Every record was acknowledged (exactlyOnce: every task's transaction committed) before
+        its task finished; nothing is left to do but report replays that did not match."""
+        _warn_about_replays(messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Records already acknowledged stay written (at-least-once, as Spark's Kafka sink)."""
+        """Records already acknowledged stay written (at-least-once, as Spark's Kafka sink). With
+        exactlyOnce, the tasks that committed stay committed; the batch's replay skips them."""
+
+
+def _warn_about_replays(messages: list[WriterCommitMessage | None], batch: int) -> None:
+    outcomes = [message.outcome for message in messages if isinstance(message, WrittenOnce)]
+    warning = summarize(outcomes, batch)
+    if warning is not None:
+        log.warning("%s", warning)
 
 
 class StromDataSource(DataSource):
@@ -300,14 +352,14 @@ class StromDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> StromBatchWriter:
         self._warn_about_options("write")
-        options = parse_write_options(self._options())
+        options = parse_write_options(self._options(), streaming=False)
         check_write_schema(_column_types(schema), options)
         check_producer_config(options)
         return StromBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StromStreamWriter:
         self._warn_about_options("write")
-        options = parse_write_options(self._options())
+        options = parse_write_options(self._options(), streaming=True)
         check_write_schema(_column_types(schema), options)
         check_producer_config(options)
         return StromStreamWriter(options)

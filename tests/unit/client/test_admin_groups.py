@@ -179,6 +179,20 @@ def test_offset_fetch_of_every_partition_needs_v2(version: int) -> None:
         offset_fetch_request("orders", None, version)
 
 
+@pytest.mark.parametrize("version", range(7, OffsetFetchRequest.MAX_VERSION + 1))
+@pytest.mark.parametrize("require_stable", [False, True])
+def test_offset_fetch_asks_for_stable_offsets_when_told(version: int, require_stable: bool) -> None:
+    sent = wire(offset_fetch_request("orders", [A0], version, require_stable), version)
+    assert sent.require_stable is require_stable
+
+
+@pytest.mark.parametrize("version", range(OffsetFetchRequest.MIN_VERSION, 7))
+def test_stable_offsets_need_v7(version: int) -> None:
+    assert wire(offset_fetch_request("orders", [A0], version), version).require_stable is False
+    with pytest.raises(UnsupportedVersionError, match="require_stable"):
+        offset_fetch_request("orders", [A0], version, require_stable=True)
+
+
 def fetch_response(version: int, partitions: list[tuple[int, int, str | None, int]]) -> OffsetFetchResponse:
     """(partition, offset, metadata, error code) of topic "a"."""
     if version >= 8:

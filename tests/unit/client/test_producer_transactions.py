@@ -26,7 +26,7 @@ from strom.client.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from strom.client.group_metadata import ConsumerGroupMetadata
+from strom.client.group_metadata import ConsumerGroupMetadata, OffsetAndMetadata
 from strom.client.producer.accumulator import RecordAccumulator
 from strom.client.producer.sender import SenderCore
 from strom.client.producer.transactions import (
@@ -558,6 +558,24 @@ def test_send_offsets_adds_the_group_then_commits_to_its_coordinator() -> None:
     commit_result = driver.manager.commit()
     driver.answer(RequestKind.END_TXN, ended())
     assert commit_result.done and commit_result.error is None
+
+
+def test_send_offsets_commits_the_metadata_given_with_an_offset() -> None:
+    driver = Driver()
+    driver.init()
+    driver.manager.begin_transaction()
+    result = driver.manager.send_offsets({TP0: OffsetAndMetadata(42, "batch 41"), TP1: 7}, GROUP)
+    driver.answer(RequestKind.ADD_OFFSETS, AddOffsetsToTxnResponse())
+    driver.answer(RequestKind.FIND_GROUP_COORDINATOR, found(GROUP_COORDINATOR))
+    commit = driver.answer(
+        RequestKind.TXN_OFFSET_COMMIT, offsets_committed({TP0: ErrorCode.NONE, TP1: ErrorCode.NONE})
+    )
+    assert [
+        (p.partition_index, p.committed_offset, p.committed_metadata)
+        for topic in commit.request.topics
+        for p in topic.partitions
+    ] == [(0, 42, "batch 41"), (1, 7, "")]
+    assert result.done and result.error is None
 
 
 def test_offsets_wait_for_a_moved_group_coordinator() -> None:

@@ -24,7 +24,7 @@ from strom.client.errors import (
     TransactionStateError,
     error_for_code,
 )
-from strom.client.group_metadata import ConsumerGroupMetadata
+from strom.client.group_metadata import ConsumerGroupMetadata, OffsetAndMetadata
 from strom.client.producer.accumulator import DeliveryCallback, RecordAccumulator, RecordMetadata
 from strom.client.producer.partitioner import StickyPartitioner, partition_for_key
 from strom.client.producer.sender import ProduceJob, SenderCore
@@ -207,19 +207,26 @@ class Producer:
 
     def send_offsets_to_transaction(
         self,
-        offsets: Mapping[tuple[str, int], int],
+        offsets: Mapping[tuple[str, int], int | OffsetAndMetadata],
         group_metadata: ConsumerGroupMetadata | str,
         timeout: float | None = None,
     ) -> None:
         """Commit a consumer group's ``offsets`` (``(topic, partition)`` -> the offset of the NEXT
-        record to read) as part of the transaction: they count if and only if it commits.
-        ``group_metadata`` is the consumer's ``consumer_group_metadata()`` (a bare group id
-        commits without the generation check that fences a zombie, KIP-447)."""
-        converted: dict[TopicPartition, int] = {}
-        for topic_partition, offset in offsets.items():
+        record to read, or an ``OffsetAndMetadata`` to commit text with it) as part of the
+        transaction: they count if and only if it commits. ``group_metadata`` is the consumer's
+        ``consumer_group_metadata()`` (a bare group id commits without the generation check that
+        fences a zombie, KIP-447)."""
+        converted: dict[TopicPartition, OffsetAndMetadata] = {}
+        for topic_partition, given in offsets.items():
+            committed = given if isinstance(given, OffsetAndMetadata) else OffsetAndMetadata(given)
+            offset = committed.offset
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
                 raise ValueError(f"offset of {tuple(topic_partition)} must be an int >= 0, not {offset!r}")
-            converted[TopicPartition(*topic_partition)] = offset
+            if committed.metadata is not None and not isinstance(committed.metadata, str):
+                raise ValueError(
+                    f"metadata of {tuple(topic_partition)} must be a str, not {committed.metadata!r}"
+                )
+            converted[TopicPartition(*topic_partition)] = committed
         group = ConsumerGroupMetadata(group_metadata) if isinstance(group_metadata, str) else group_metadata
         if not isinstance(group, ConsumerGroupMetadata) or not group.group_id:
             raise ValueError(f"group_metadata must name a group, not {group_metadata!r}")

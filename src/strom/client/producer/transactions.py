@@ -50,7 +50,7 @@ from strom.client.errors import (
     UnsupportedVersionError,
     describe_error_code,
 )
-from strom.client.group_metadata import ConsumerGroupMetadata
+from strom.client.group_metadata import ConsumerGroupMetadata, OffsetAndMetadata
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
 from strom.protocol.messages.add_partitions_to_txn import (
@@ -251,8 +251,8 @@ class _OffsetsToCommit:
 
     group: ConsumerGroupMetadata
     # Those still to commit (partitions leave as the coordinator takes them), and all asked for.
-    offsets: dict[TopicPartition, int]
-    requested: dict[TopicPartition, int]
+    offsets: dict[TopicPartition, OffsetAndMetadata]
+    requested: dict[TopicPartition, OffsetAndMetadata]
     result: TransactionResult
     added: bool = False
     coordinator: BrokerNode | None = None
@@ -421,12 +421,15 @@ class TransactionManager:
         self.transaction_started = False
 
     def send_offsets(
-        self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata], group: ConsumerGroupMetadata
     ) -> TransactionResult:
         self._pending("send_offsets_to_transaction")
         self._raise_if_failed()
         self._require("send_offsets_to_transaction", _S.IN_TRANSACTION)
-        wanted = dict(offsets)
+        wanted = {
+            tp: offset if isinstance(offset, OffsetAndMetadata) else OffsetAndMetadata(offset)
+            for tp, offset in offsets.items()
+        }
         if self._offsets:
             last = self._offsets[-1]
             if last.group == group and last.requested == wanted:
@@ -608,10 +611,12 @@ class TransactionManager:
             entry = self._offsets[0]
             coordinator = entry.coordinator
             by_topic_offsets: dict[str, list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]] = {}
-            for (topic, partition), offset in sorted(entry.offsets.items()):
+            for (topic, partition), committed in sorted(entry.offsets.items()):
                 by_topic_offsets.setdefault(topic, []).append(
                     TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
-                        partition_index=partition, committed_offset=offset, committed_metadata=""
+                        partition_index=partition,
+                        committed_offset=committed.offset,
+                        committed_metadata=committed.metadata or "",
                     )
                 )
             request = TxnOffsetCommitRequest(
