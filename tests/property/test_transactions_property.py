@@ -2,14 +2,16 @@
 
 INVARIANT: whatever the interleaving of several producers' transactional batches over several
 partitions, their commits and aborts (a marker in every partition the transaction wrote to, as a
-coordinator writes them), plain batches, segment rolls, compactions, clean restarts and crashes, a
-read_committed reader of a partition (reading up to the last stable offset, skipping the aborted
+coordinator writes them), plain batches, segment rolls, compactions (some past the delete horizon,
+where markers whose records are all gone go too), clean restarts and crashes, a read_committed reader of a partition (reading up to the last stable offset, skipping the aborted
 transactions each fetch names, as Kafka's clients do) never sees a record of an aborted
 transaction nor one at or past the last stable offset, and sees every committed record below it —
 or, once the partition was compacted, at least the latest committed record of each key (keys come
 from a small set, so aborted records compete with committed ones for "latest"). The last stable
-offset is the first offset of the oldest transaction in progress (the log end when there is none);
-the aborted transactions are exactly those the model aborted. A follower copying a partition batch
+offset is the first offset of the oldest transaction in progress (the log end when there is none) —
+never stuck on a transaction whose marker compaction removed, across restarts and crashes; the
+aborted transactions are exactly those the model aborted (once markers may have gone: some of them,
+each named at most once). A follower copying a partition batch
 by batch ends with the same answers.
 """
 
@@ -49,7 +51,7 @@ steps = st.lists(
         st.tuples(st.just("end"), st.integers(0, PRODUCERS - 1), st.booleans()),
         st.tuples(st.just("roll"), st.integers(0, PARTITIONS - 1)),
         st.tuples(st.just("flush"), st.integers(0, PARTITIONS - 1)),
-        st.tuples(st.just("compact"), st.integers(0, PARTITIONS - 1)),
+        st.tuples(st.just("compact"), st.integers(0, PARTITIONS - 1), st.booleans()),
         st.tuples(st.just("restart"), st.integers(0, PARTITIONS - 1), st.booleans()),
         st.tuples(st.just("crash"), st.integers(0, PARTITIONS - 1), st.booleans()),
         st.tuples(st.just("restart"), st.integers(0, PARTITIONS - 1), st.just(False)),
@@ -63,6 +65,7 @@ steps = st.lists(
 class PartitionModel:
     committed: dict[bytes, int] = field(default_factory=dict)  # value -> offset
     compacted: bool = False
+    markers_dropped: bool = False  # compacted past the delete horizon: markers may have gone
     aborted: set[tuple[int, int]] = field(default_factory=set)  # (producer id, first offset)
     open_firsts: dict[int, int] = field(default_factory=dict)  # producer id -> first offset
     pending: dict[int, dict[bytes, int]] = field(default_factory=dict)  # producer id -> its records
@@ -134,11 +137,14 @@ class Scenario:
         """What the flush scheduler does: segments synced, a producer snapshot due written."""
         self.logs[partition].flush()
 
-    def compact(self, partition: int) -> None:
-        """Roll first: the segment written last is compacted too (with what is still open)."""
+    def compact(self, partition: int, past_horizon: bool = False) -> None:
+        """Roll first: the segment written last is compacted too (with what is still open).
+        ``past_horizon``: every marker (all written at T0_MS) is older than delete.retention.ms."""
         self.logs[partition].roll()
-        self.logs[partition].compact(T0_MS)
+        now_ms = T0_MS + CONFIG.delete_retention_ms if past_horizon else T0_MS
+        self.logs[partition].compact(now_ms)
         self.models[partition].compacted = True
+        self.models[partition].markers_dropped |= past_horizon
 
     def restart(self, partition: int, recover_all: bool) -> None:
         self.logs[partition].close()
@@ -171,6 +177,17 @@ def check_partition(log: PartitionLog, model: PartitionModel, *, max_bytes: int 
     aborted = log.aborted_transactions(0, log.log_end_offset)
     if not model.compacted:
         assert set(aborted) == model.aborted
+    elif model.markers_dropped:
+        # Some aborted transactions went with their markers; each one left is named once, from
+        # its first offset or (rebuilt) a later one before the producer's next transaction.
+        for producer_id in PRODUCER_IDS:
+            known = sorted(first for owner, first in model.aborted if owner == producer_id)
+            matched = [
+                max(first for first in known if first <= rebuilt)
+                for owner, rebuilt in aborted
+                if owner == producer_id
+            ]
+            assert len(set(matched)) == len(matched)
     else:
         # A transaction index rebuilt after compaction removed an aborted transaction's first
         # records starts it at the first offset still there: the same transactions, no earlier.
@@ -203,7 +220,33 @@ def key_of(value: bytes) -> bytes:
 # loads from its index files; the transaction indexes lost in a crash after a producer snapshot
 # that starts after the first aborted transaction.
 @example(
-    steps=[("plain", 0, 1), ("data", 0, 0, 3), ("end", 0, False), ("compact", 0)],
+    steps=[("plain", 0, 1), ("data", 0, 0, 3), ("end", 0, False), ("compact", 0, False)],
+    closing_commits=[True] * PRODUCERS,
+)
+# A commit past the horizon whose record stays, then a crash with no snapshot: its marker must
+# have stayed to end it.
+@example(
+    steps=[("data", 0, 0, 1), ("end", 0, True), ("compact", 0, True), ("crash", 0, False)],
+    closing_commits=[True] * PRODUCERS,
+)
+# Markers removed past the horizon, then a crash that replays the producer state from a snapshot
+# taken inside the transactions (it must not see them as still open).
+@example(
+    steps=[
+        ("data", 0, 0, 2),
+        ("data", 1, 0, 1),
+        ("roll", 0),
+        ("flush", 0),
+        ("plain", 0, 3),
+        ("end", 0, True),
+        ("end", 1, False),
+        ("compact", 0, True),
+        ("crash", 0, False),
+        ("compact", 0, True),
+        ("flush", 0),
+        ("compact", 0, True),
+        ("crash", 0, True),
+    ],
     closing_commits=[True] * PRODUCERS,
 )
 @example(

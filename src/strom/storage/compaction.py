@@ -16,10 +16,15 @@ segments wholly below the last stable offset are cleaned (``PartitionLog.plan_co
 every transactional batch there belongs to a decided transaction. The batches of an aborted one are
 removed whole and never count as a key's latest value; those of a committed one compact like any
 other. (A batch of a transaction still in progress would be kept whole and not count either: it
-cannot be below the last stable offset, the guard costs nothing.) Control batches (COMMIT / ABORT
-markers) are always kept, and with them the aborted transactions of the transaction index (carried
-over to the merged segment). Kafka drops a marker once the records of its transaction are gone and
-delete.retention.ms has passed; strom does not yet (see docs/transactions.md).
+cannot be below the last stable offset, the guard costs nothing.) A control batch (COMMIT / ABORT
+marker) goes, as in Kafka's cleaner, once no record of its transaction is left (none of its
+producer's transactional batches since that producer's previous marker kept one: always so for an
+abort) and it is past the delete horizon (older than delete.retention.ms, as tombstones); an ABORT
+marker takes its aborted transaction out of the transaction index (the merged segment's carries
+the others over). A marker also stays while a producer state the log may still be rebuilt from (a
+snapshot, an in-memory copy) has its transaction in progress: replayed from there, the transaction
+would otherwise never end (``PartitionLog._marker_pins``). Other control batches stay. See
+docs/transactions.md.
 
 Adjacent cleaned segments are merged while the result fits segment.bytes (and its offsets fit a
 segment's 32-bit relative offsets), as Kafka's cleaner groups them, so a log that keeps rolling
@@ -29,14 +34,17 @@ an emptied segment stays as an empty file when nothing can take it in, so the lo
 
 Threads: ``run_compaction`` reads and writes files only (a worker thread runs it); it writes each
 group next to its first segment as ``<base>.log.cleaned``, fsynced, and builds the new segment's
-in-memory indexes (and ``<base>.txnindex.cleaned`` when the merged segment holds aborted transactions
-of segments after the first). ``PartitionLog.finish_compaction`` (the loop thread) then renames the
-cleaned files over the first segment's and sends the other segments of the group to the trash, so a
-crash leaves either the old segments or the merged one plus leftovers that ``PartitionLog.open``
-recognises (a segment starting below the previous one's end) and removes. The active segment is
-never touched, so the hot path never waits for compaction. Keys of the latest records are not
-looked at in the active segment: a key overwritten there is compacted once the segment rolls
-(Kafka's rule too).
+in-memory indexes (and ``<base>.txnindex.cleaned`` when the merged segment's aborted transactions
+differ from the first segment's). ``PartitionLog.finish_compaction`` (the loop thread) then renames
+the cleaned files over the first segment's (or removes the first's ``.txnindex`` when no aborted
+transaction is left) and sends the other segments of the group to the trash, so a crash leaves
+either the old segments or the merged one plus leftovers that ``PartitionLog.open`` recognises (a
+segment starting below the previous one's end) and removes; a ``.txnindex`` that a crash left
+naming a marker that went no longer matches the segment's markers and is rebuilt. A group dropping
+a marker is swapped in only if every group before it was: the marker's records may be in one. The
+active segment is never touched, so the hot path never waits for compaction. Keys of the latest
+records are not looked at in the active segment: a key overwritten there is compacted once the
+segment rolls (Kafka's rule too).
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from strom.protocol.records.batch import AbsoluteRecord, Record, build_batch, decode_batch
+from strom.protocol.records.control import parse_end_txn_marker
 from strom.protocol.records.header import HEADER, BatchHeader, CorruptBatchError
 from strom.storage.files import write_file_synced
 from strom.storage.segment import (
@@ -74,6 +83,8 @@ class CleanedGroup:
     cleaned_path: Path
     new_segment: Segment
     cleaned_txn_index_path: Path | None = None
+    # A marker of the group went: the group is only right if the groups before it are swapped in.
+    drops_markers: bool = False
 
 
 class Outcome(Enum):
@@ -136,16 +147,20 @@ def run_compaction(job: CompactionJob) -> CompactionResult:
     outcomes = TxnOutcomes(job.aborted, job.ongoing)
     latest_offsets: dict[bytes, int] = {}
     for segment in cleanable:
-        for _raw, records in _record_batches(segment, outcomes):
+        for _raw, _header, records in _record_batches(segment, outcomes):
             for record in records or ():
                 if record.key is not None:
                     latest_offsets[record.key] = record.offset
-    groups = _GroupWriter(job.log.directory, config.segment_bytes, config.index_interval_bytes, job.aborted)
+    markers = _MarkerCleaner(job.now_ms, config.delete_retention_ms, job.marker_pins)
+    groups = _GroupWriter(
+        job.log.directory, config.segment_bytes, config.index_interval_bytes, job.aborted, markers
+    )
     for segment in cleanable:
+        dropped_before = markers.dropped
         output, changed = _clean_segment(
-            segment, outcomes, latest_offsets, job.now_ms, config.delete_retention_ms
+            segment, outcomes, latest_offsets, job.now_ms, config.delete_retention_ms, markers
         )
-        groups.add(segment, output, changed)
+        groups.add(segment, output, changed, markers.dropped > dropped_before)
     groups.finish()
     return CompactionResult(groups.groups)
 
@@ -156,27 +171,77 @@ _ABORTED: list[AbsoluteRecord] = []
 
 def _record_batches(
     segment: Segment, outcomes: TxnOutcomes
-) -> Iterator[tuple[bytes, list[AbsoluteRecord] | None]]:
-    """(raw batch bytes, its records with absolute offsets) for each batch of ``segment``; None for
-    the records of a batch kept whole (control, of a transaction in progress, or not decodable),
-    ``_ABORTED`` for a batch of an aborted transaction."""
+) -> Iterator[tuple[bytes, BatchHeader, list[AbsoluteRecord] | None]]:
+    """(raw batch bytes, its header, its records with absolute offsets) for each batch of
+    ``segment``; None for the records of a batch not compacted record by record (control, of a
+    transaction in progress, or not decodable), ``_ABORTED`` for a batch of an aborted transaction."""
     for position, header in segment.scan_headers(0):
         raw = segment.read_bytes(position, header.size_bytes)
         if header.is_control:
-            yield raw, None
+            yield raw, header, None
             continue
         if header.is_transactional:
             outcome = outcomes.outcome(header)
             if outcome is Outcome.ABORTED:
-                yield raw, _ABORTED
+                yield raw, header, _ABORTED
                 continue
             if outcome is Outcome.UNDECIDED:
-                yield raw, None
+                yield raw, header, None
                 continue
         try:
-            yield raw, decode_batch(raw).absolute_records()
+            yield raw, header, decode_batch(raw).absolute_records()
         except CorruptBatchError:
-            yield raw, None
+            yield raw, header, None
+
+
+def _past_delete_horizon(timestamp_ms: int, now_ms: int, delete_retention_ms: int) -> bool:
+    """A tombstone or marker this old has been there delete.retention.ms: a consumer that was
+    reading the log then has had that long to see it, so it may go."""
+    return now_ms - timestamp_ms >= delete_retention_ms
+
+
+class _MarkerCleaner:
+    """Decides, batch by batch in log order over the cleaned segments, which markers go: a COMMIT
+    or ABORT marker whose transaction kept no record (none of its producer's transactional batches
+    since the producer's previous marker kept one), past the delete horizon, and before its
+    producer's pin (``PartitionLog._marker_pins``). Remembers the ABORT markers dropped, whose
+    aborted transactions leave the transaction index."""
+
+    def __init__(self, now_ms: int, delete_retention_ms: int, pins: Mapping[int, int]) -> None:
+        self._now_ms = now_ms
+        self._delete_retention_ms = delete_retention_ms
+        self._pins = pins
+        # Producers whose transaction since their last marker kept a record (or a whole batch).
+        self._with_records: set[int] = set()
+        self.dropped = 0
+        self.dropped_aborts: set[int] = set()  # offsets of the ABORT markers dropped
+
+    def batch_kept(self, header: BatchHeader) -> None:
+        """A data batch stays (with at least one of its records)."""
+        if header.is_transactional:
+            self._with_records.add(header.producer_id)
+
+    def keep(self, raw: bytes, header: BatchHeader) -> bool:
+        """Whether the control batch ``raw`` stays."""
+        try:
+            marker = parse_end_txn_marker(raw)
+        except CorruptBatchError:
+            marker = None
+        if marker is None:
+            return True  # another control type, or unreadable: it ends no transaction, it stays
+        producer_id = header.producer_id
+        with_records = producer_id in self._with_records
+        self._with_records.discard(producer_id)
+        if (
+            with_records
+            or not _past_delete_horizon(header.max_timestamp, self._now_ms, self._delete_retention_ms)
+            or header.base_offset >= self._pins.get(producer_id, header.base_offset + 1)
+        ):
+            return True
+        self.dropped += 1
+        if not marker.commit:
+            self.dropped_aborts.add(header.base_offset)
+        return False
 
 
 def _clean_segment(
@@ -185,6 +250,7 @@ def _clean_segment(
     latest_offsets: dict[bytes, int],
     now_ms: int,
     delete_retention_ms: int,
+    markers: _MarkerCleaner,
 ) -> tuple[list[bytes], bool]:
     """The segment's batches after cleaning, and whether anything changed."""
 
@@ -194,19 +260,28 @@ def _clean_segment(
         if latest_offsets.get(record.key) != record.offset:
             return False
         if record.value is None:
-            return now_ms - record.timestamp < delete_retention_ms
+            return not _past_delete_horizon(record.timestamp, now_ms, delete_retention_ms)
         return True
 
     output: list[bytes] = []
     changed = False
-    for raw, records in _record_batches(segment, outcomes):
+    for raw, header, records in _record_batches(segment, outcomes):
+        if header.is_control:
+            if markers.keep(raw, header):
+                output.append(raw)
+            else:
+                changed = True
+            continue
         if records is None:
             output.append(raw)
+            markers.batch_kept(header)
             continue
         if records is _ABORTED:
             changed = True
             continue
         kept = [record for record in records if keep(record)]
+        if kept:
+            markers.batch_kept(header)
         if len(kept) == len(records):
             output.append(raw)
             continue
@@ -222,6 +297,7 @@ class _Group:
     batches: list[bytes] = field(default_factory=list)
     size_bytes: int = 0
     changed: bool = False
+    drops_markers: bool = False
 
 
 class _GroupWriter:
@@ -229,16 +305,22 @@ class _GroupWriter:
     each group that differs from what is on disk (a group of one unchanged segment is left alone)."""
 
     def __init__(
-        self, directory: Path, segment_bytes: int, index_interval_bytes: int, aborted: list[AbortedTxn]
+        self,
+        directory: Path,
+        segment_bytes: int,
+        index_interval_bytes: int,
+        aborted: list[AbortedTxn],
+        markers: _MarkerCleaner,
     ) -> None:
         self._directory = directory
         self._segment_bytes = segment_bytes
         self._index_interval_bytes = index_interval_bytes
         self._aborted = aborted
+        self._markers = markers
         self._current = _Group()
         self.groups: list[CleanedGroup] = []
 
-    def add(self, segment: Segment, batches: list[bytes], changed: bool) -> None:
+    def add(self, segment: Segment, batches: list[bytes], changed: bool, drops_markers: bool) -> None:
         size = sum(map(len, batches))
         current = self._current
         if current.segments and (
@@ -251,6 +333,7 @@ class _GroupWriter:
         current.batches.extend(batches)
         current.size_bytes += size
         current.changed = current.changed or changed or len(current.segments) > 1
+        current.drops_markers = current.drops_markers or drops_markers
 
     def finish(self) -> None:
         current, self._current = self._current, _Group()
@@ -269,15 +352,29 @@ class _GroupWriter:
         new_segment.rolling_base_ms = first.rolling_base_ms
         new_segment.seal()
         assert new_segment.size_bytes == len(content) == os.path.getsize(cleaned_path)
-        # The markers all stay, so the merged segment's aborted transactions are its segments'.
+        # The merged segment's aborted transactions are its segments', but for those whose ABORT
+        # marker went. (None left: PartitionLog.finish_compaction removes the file.)
         end = current.segments[-1].next_offset
-        txns = [txn for txn in self._aborted if first.base_offset <= txn.last_offset < end]
+        dropped = self._markers.dropped_aborts
+        txns = [
+            txn
+            for txn in self._aborted
+            if first.base_offset <= txn.last_offset < end and txn.last_offset not in dropped
+        ]
         new_segment.replace_aborted(txns, write=False)
         cleaned_txn_index_path = None
-        if len(txns) > first.aborted_count:
+        if txns and txns != first.aborted_txns():
             cleaned_txn_index_path = first.txnindex_path.with_name(first.txnindex_path.name + ".cleaned")
             write_file_synced(cleaned_txn_index_path, b"".join(map(encode_aborted_txn, txns)))
-        self.groups.append(CleanedGroup(current.segments, cleaned_path, new_segment, cleaned_txn_index_path))
+        self.groups.append(
+            CleanedGroup(
+                current.segments,
+                cleaned_path,
+                new_segment,
+                cleaned_txn_index_path,
+                current.drops_markers,
+            )
+        )
 
 
 def _rebuild_batch(kept: list[AbsoluteRecord]) -> bytes:

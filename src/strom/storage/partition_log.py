@@ -18,7 +18,9 @@ them, capped at the high watermark. Each abort is noted in the ``.txnindex`` of 
 its marker (see ``segment``): ``aborted_transactions`` answers read_committed fetches from it. On
 open the transaction indexes are checked against the segments and rebuilt from the batches when
 they do not match, replaying the producer state from far enough back to know where each aborted
-transaction began. A log without transactions pays one attribute test per batch for all this.
+transaction began. Compaction removes markers past the delete horizon whose records are gone, but
+not those a producer state the log may replay from still needs to end a transaction
+(``_marker_pins``). A log without transactions pays one attribute test per batch for all this.
 
 **Replication** (a broker in a cluster; a single node uses none of it and pays nothing for it):
 the leader-epoch cache is loaded on first use (``leader_epochs``); a leader stamps its epoch into
@@ -47,7 +49,7 @@ import os
 import shutil
 import struct
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -182,12 +184,16 @@ class PartitionLog:
         self.recovery_messages: list[str] = []
         # Written by the next flush (a worker thread): the partition file, a producer snapshot.
         self._partition_file_due = False
-        self._pending_snapshot: tuple[bytes, int] | None = None  # (content, offset it covers)
+        self._pending_snapshot: _DueSnapshot | None = None
         # What the files on disk say, so that close writes only what changed: the log start of
         # partition.json (0 when there is none), the log end a reopen would rebuild producer state
         # up to from the snapshot and the segments as they are.
         self._log_start_on_disk = log_start_offset
         self._producer_state_on_disk = segments[-1].next_offset
+        # Per producer, the lowest offset covered by a snapshot that is, or may be (being written,
+        # or written by a write that failed), the producer_state.json a reopen reads, and that has
+        # the producer's transaction in progress: see ``_marker_pins``.
+        self._snapshot_file_pins: dict[int, int] = {}
         # Flush policy: messages appended in total / made durable in total; the append time of the
         # oldest message not yet fsynced (flush.ms bounds how long one waits).
         self._appended_messages = 0
@@ -319,6 +325,8 @@ class PartitionLog:
         snapshot = ProducerStateTable.read_snapshot(self.directory / SNAPSHOT_FILE_NAME)
         replay_from = self._segments[0].base_offset
         log_end = self.log_end_offset
+        if snapshot is not None:
+            self._snapshot_file_pins = _pins(snapshot[1], snapshot[0].ongoing)
         if snapshot is not None and snapshot[1] <= log_end:
             self._producer_states, replay_from = snapshot
         for covered, entries in reversed(self._producer_state_copies):
@@ -516,10 +524,7 @@ class PartitionLog:
         if rolled:
             # A snapshot per roll bounds how much of the log recovery must replay for producer
             # state; it is taken now (it covers everything below the log end) and written by flush.
-            self._pending_snapshot = (
-                self._producer_states.snapshot_bytes(self.log_end_offset),
-                self.log_end_offset,
-            )
+            self._pending_snapshot = self._snapshot_due(self.log_end_offset)
         if self._appended_messages == self._flushed_messages:
             self._first_unflushed_ms = now_ms
         self._appended_messages += message_count
@@ -584,10 +589,7 @@ class PartitionLog:
             self._replay_with_markers(headers, markers, old_log_end)
         self._count_batches_for_state_copy(len(headers))
         if rolled:
-            self._pending_snapshot = (
-                self._producer_states.snapshot_bytes(self.log_end_offset),
-                self.log_end_offset,
-            )
+            self._pending_snapshot = self._snapshot_due(self.log_end_offset)
         if self._appended_messages == self._flushed_messages:
             self._first_unflushed_ms = now_ms
         self._appended_messages += message_count
@@ -672,10 +674,7 @@ class PartitionLog:
         producer_states.replay_marker(header, EndTxnMarker(commit, coordinator_epoch))
         self._count_batches_for_state_copy(1)
         if rolled:
-            self._pending_snapshot = (
-                self._producer_states.snapshot_bytes(self.log_end_offset),
-                self.log_end_offset,
-            )
+            self._pending_snapshot = self._snapshot_due(self.log_end_offset)
         if self._appended_messages == self._flushed_messages:
             self._first_unflushed_ms = now_ms
         self._appended_messages += 1
@@ -810,8 +809,7 @@ class PartitionLog:
         log.info("%s-%d: rolled a new segment at offset %d", self.topic, self.partition, active.next_offset)
         self._segments = [*self._segments, new_segment]
         self._directory_dirty = True
-        covered = new_segment.base_offset
-        self._pending_snapshot = (self._producer_states.snapshot_bytes(covered), covered)
+        self._pending_snapshot = self._snapshot_due(new_segment.base_offset)
 
     def roll(self) -> None:
         """Start a new segment now (an empty active segment is kept as it is)."""
@@ -1163,13 +1161,42 @@ class PartitionLog:
             return None
         aborted = [txn for segment in self._segments for txn in segment.aborted_txns()]
         return CompactionJob(
-            self, inactive, self.config, now_ms, aborted, dict(self._producer_states.ongoing)
+            self,
+            inactive,
+            self.config,
+            now_ms,
+            aborted,
+            dict(self._producer_states.ongoing),
+            self._marker_pins(),
         )
+
+    def _marker_pins(self) -> dict[int, int]:
+        """Per producer, the lowest offset of a producer state this log may still be rebuilt from
+        (the snapshot due, the snapshot file, the in-memory copies) that has the producer's
+        transaction in progress. Compaction keeps the producer's markers at or past it: replayed
+        from that state, the log must still hold the marker that ends the transaction, or the
+        transaction would stay open for good and pin the last stable offset. (A state taken
+        before the transaction began is no danger: the marker goes only once none of the
+        transaction's records are left, so a replay sees neither.) Every state taken from now on
+        covers the log end, past every marker there is."""
+        pins: dict[int, int] = {}
+        # The pending snapshot before the file's pins: a flush pins the file before it unsets it.
+        pending = self._pending_snapshot
+        if pending is not None:
+            pins = _merge_pins(pins, pending.pins)
+        pins = _merge_pins(pins, self._snapshot_file_pins)
+        for covered, entries in self._producer_state_copies:
+            in_txn = {producer_id for producer_id, entry in entries.items() if entry.txn_first_offset >= 0}
+            pins = _merge_pins(pins, _pins(covered, in_txn))
+        return pins
 
     def finish_compaction(self, result: CompactionResult) -> int:
         """Swap in the segments compaction built (loop thread). A group whose segments are no longer
-        all in the log (retention, truncation or deletion got there first) is thrown away."""
+        all in the log (retention, truncation or deletion got there first) is thrown away, and with
+        it every later group that drops a marker: the records of that marker's transaction may be
+        in a group thrown away, still in the log."""
         freed = 0
+        thrown_away = False
         for group in result.groups:
             segments = self._segments
             try:
@@ -1182,7 +1209,9 @@ class PartitionLog:
                 or start < 0
                 or start + count >= len(segments)  # the active segment is never replaced
                 or any(segments[start + i] is not old for i, old in enumerate(group.old_segments))
+                or (thrown_away and group.drops_markers)
             ):
+                thrown_away = True
                 self._trash.add([group.cleaned_path])
                 if group.cleaned_txn_index_path is not None:
                     self._trash.add([group.cleaned_txn_index_path])
@@ -1192,6 +1221,9 @@ class PartitionLog:
             self._files.replace(str(group.cleaned_path), str(first.log_path))
             if group.cleaned_txn_index_path is not None:
                 self._files.replace(str(group.cleaned_txn_index_path), str(first.txnindex_path))
+            elif group.new_segment.aborted_count == 0 and first.aborted_count:
+                # Every ABORT marker of the group went: so does its transaction index.
+                group.new_segment.replace_aborted([])
             later = group.old_segments[1:]
             self._segments = [*segments[:start], group.new_segment, *segments[start + count :]]
             self._discard_segments(later)
@@ -1240,14 +1272,18 @@ class PartitionLog:
                 raise
         snapshot = self._pending_snapshot
         if snapshot is not None:
+            # Pinned as a file before it stops being pending (the loop thread reads the pending
+            # snapshot first, then the file's pins), and still pinned if the write fails halfway.
+            self._snapshot_file_pins = _merge_pins(self._snapshot_file_pins, snapshot.pins)
             self._pending_snapshot = None
             try:
-                write_file_atomically(self.directory / SNAPSHOT_FILE_NAME, snapshot[0])
+                write_file_atomically(self.directory / SNAPSHOT_FILE_NAME, snapshot.content)
             except OSError:
                 if self._pending_snapshot is None:
                     self._pending_snapshot = snapshot
                 raise
-            self._producer_state_on_disk = snapshot[1]
+            self._producer_state_on_disk = snapshot.offset
+            self._snapshot_file_pins = snapshot.pins
         if self._epochs_unsynced:
             self._epochs_unsynced = False
             with contextlib.suppress(FileNotFoundError):
@@ -1314,8 +1350,17 @@ class PartitionLog:
 
     def _write_snapshot(self, *, sync: bool = True) -> None:
         covered = self.log_end_offset
+        pins = _pins(covered, self._producer_states.ongoing)
+        self._snapshot_file_pins = _merge_pins(self._snapshot_file_pins, pins)
         self._producer_states.write_snapshot(self.directory / SNAPSHOT_FILE_NAME, covered, sync=sync)
         self._producer_state_on_disk = covered
+        self._snapshot_file_pins = pins
+
+    def _snapshot_due(self, covered: int) -> _DueSnapshot:
+        """A snapshot of the producer state now, covering everything below ``covered`` (the log
+        end), for the next ``flush`` to write."""
+        states = self._producer_states
+        return _DueSnapshot(states.snapshot_bytes(covered), covered, _pins(covered, states.ongoing))
 
 
 @dataclass(frozen=True)
@@ -1331,6 +1376,33 @@ class CompactionJob:
     now_ms: int
     aborted: list[AbortedTxn]
     ongoing: dict[int, int]
+    # Per producer, the offset from which its markers must stay (``PartitionLog._marker_pins``).
+    marker_pins: dict[int, int]
+
+
+class _DueSnapshot(NamedTuple):
+    """A producer snapshot for the next flush to write: the file's content, the offset it covers
+    (exclusive) and its pins (see ``PartitionLog._marker_pins``)."""
+
+    content: bytes
+    offset: int
+    pins: dict[int, int]
+
+
+def _pins(covered: int, producers_in_txn: Iterable[int]) -> dict[int, int]:
+    """The pins of a producer state covering everything below ``covered`` in which
+    ``producers_in_txn`` have a transaction in progress."""
+    return dict.fromkeys(producers_in_txn, covered)
+
+
+def _merge_pins(pins: dict[int, int], more: dict[int, int]) -> dict[int, int]:
+    """A new dict (the loop thread reads these while a flush replaces them): the lowest pin of
+    each producer of either."""
+    merged = dict(pins)
+    for producer_id, offset in more.items():
+        if offset < merged.get(producer_id, offset + 1):
+            merged[producer_id] = offset
+    return merged
 
 
 def _read_marker(batch: bytes | memoryview) -> EndTxnMarker | None:

@@ -722,3 +722,172 @@ def test_compaction_merges_txn_indexes_of_merged_segments(tmp_path: Path, open_l
     recovered = open_log(config, recover_all=True)
     assert recovered.aborted_transactions(0, 100) == expected
     assert [message for message in recovered.recovery_messages if "rebuilt" in message] == []
+
+
+# ---- compaction: markers past the delete horizon --------------------------------------------------
+
+COMPACTED = LogConfig(cleanup_policy="compact", segment_bytes=100_000)
+HORIZON_MS = T0_MS + COMPACTED.delete_retention_ms  # the markers (at T0_MS) are just old enough
+
+
+def offsets_of(log: PartitionLog) -> set[int]:
+    """The offsets of every record in the log, markers included."""
+    return {offset for offset, _key, _value in read_all(log)}
+
+
+def test_an_aborted_transaction_loses_its_records_at_once_and_its_marker_after_the_horizon(
+    open_log: OpenLog,
+) -> None:
+    log = open_log(COMPACTED)
+    producer = Producer(P1)
+    append(log, make_batch([b"k-old"], keys=[b"k"]))  # 0
+    append(log, producer.batch(b"k-aborted", keys=[b"k"]))  # 1
+    abort(log, producer)  # 2
+    log.roll()
+    append(log, make_batch([b"after"], keys=[b"a"]))  # 3, active
+    log.compact(HORIZON_MS - 1)
+    assert offsets_of(log) == {0, 2, 3}  # the records at once, the marker not yet
+    assert log.aborted_transactions(0, 100) == [(P1, 1)]
+    assert list(txn_index_files(log)) == ["00000000000000000000.txnindex"]
+    log.compact(HORIZON_MS)
+    assert offsets_of(log) == {0, 3}
+    assert log.aborted_transactions(0, 100) == []
+    empty_trash(log._trash.take())
+    assert txn_index_files(log) == {}  # its only entry went with the marker
+    assert log.last_stable_offset == log.high_watermark == 4
+    assert values(read_committed(log)) == [b"k-old", b"after"]
+
+
+def test_a_committed_transaction_whose_records_were_all_superseded_loses_its_marker_after_the_horizon(
+    open_log: OpenLog,
+) -> None:
+    log = open_log(COMPACTED)
+    producer = Producer(P1)
+    append(log, producer.batch(b"k-txn", b"j-txn", keys=[b"k", b"j"]))  # 0, 1
+    commit(log, producer)  # 2
+    append(log, make_batch([b"k-new", b"j-new"], keys=[b"k", b"j"]))  # 3, 4
+    log.roll()
+    log.compact(HORIZON_MS - 1)
+    assert offsets_of(log) == {2, 3, 4}  # superseded at once, the marker stays until the horizon
+    log.compact(HORIZON_MS)
+    assert offsets_of(log) == {3, 4}
+    assert log.last_stable_offset == log.high_watermark == 5
+    assert values(read_committed(log)) == [b"k-new", b"j-new"]
+
+
+def test_a_committed_transaction_with_a_record_left_keeps_its_marker(open_log: OpenLog) -> None:
+    log = open_log(COMPACTED)
+    producer, other = Producer(P1), Producer(P2)
+    append(log, producer.batch(b"k-txn", keys=[b"k"]))  # 0: superseded
+    append(log, other.batch(b"other", keys=[b"o"]))  # 1: another producer's, superseded too
+    append(log, producer.batch(b"j-txn", keys=[b"j"]))  # 2: stays
+    commit(log, other)  # 3
+    commit(log, producer)  # 4
+    append(log, make_batch([b"k-new", b"o-new"], keys=[b"k", b"o"]))  # 5, 6
+    log.roll()
+    log.compact(HORIZON_MS + 1_000_000)
+    assert offsets_of(log) == {2, 4, 5, 6}  # the other producer's marker went, not this one
+    log.close()
+    reopened = open_log(COMPACTED)
+    assert reopened.last_stable_offset == reopened.high_watermark == 7
+    assert values(read_committed(reopened)) == [b"j-txn", b"k-new", b"o-new"]
+
+
+@pytest.mark.parametrize("shutdown", ["clean", "crash", "crash-without-txn-indexes"])
+def test_a_log_whose_markers_went_reopens_with_every_transaction_decided(
+    open_log: OpenLog, shutdown: str
+) -> None:
+    log = open_log(COMPACTED)
+    committer, aborter, kept = Producer(P1), Producer(P2), Producer(P3)
+    append(log, committer.batch(b"k-committed", keys=[b"k"]))  # 0
+    append(log, aborter.batch(b"k-aborted", keys=[b"k"]))  # 1
+    append(log, kept.batch(b"m-aborted", keys=[b"m"]))  # 2
+    commit(log, committer)  # 3
+    abort(log, aborter)  # 4
+    append(log, make_batch([b"k-new"], keys=[b"k"]))  # 5
+    log.roll()
+    abort(log, kept)  # 6: in the active segment, stays (and so does its entry)
+    append(log, make_batch([b"j"], keys=[b"j"]))  # 7
+    log.compact(HORIZON_MS)
+    assert offsets_of(log) == {5, 6, 7}
+    assert log.aborted_transactions(0, 100) == [(P3, 2)]
+    if shutdown == "clean":
+        log.close()
+    else:
+        log.detach()  # no snapshot, no index files
+        if shutdown == "crash-without-txn-indexes":
+            for path in log.directory.glob("*.txnindex"):
+                path.unlink()
+    reopened = open_log(COMPACTED, recover_all=shutdown != "clean")
+    assert reopened.last_stable_offset == reopened.high_watermark == reopened.log_end_offset == 8
+    assert values(read_committed(reopened)) == [b"k-new", b"j"]
+    # Only the abort whose marker stays is named (from its marker's offset when the index was
+    # rebuilt: its records are gone).
+    first = 6 if shutdown == "crash-without-txn-indexes" else 2
+    assert reopened.read(0, 1 << 20, read_committed=True).aborted_transactions == [(P3, first)]
+    assert [message for message in reopened.recovery_messages if "rebuilt" in message] == (
+        ["recovered topic-0: rebuilt the transaction index of segment 6 (1 aborted transactions)"]
+        if shutdown == "crash-without-txn-indexes"
+        else []
+    )
+
+
+def test_a_snapshot_taken_inside_a_transaction_keeps_its_marker_until_a_later_one_is_written(
+    open_log: OpenLog,
+) -> None:
+    # A producer snapshot on disk that has the transaction in progress is where a restart replays
+    # from: the marker must still be there to end it, or the last stable offset would stay stuck.
+    log = open_log(COMPACTED)
+    producer = Producer(P1)
+    append(log, producer.batch(b"k-txn", keys=[b"k"]))  # 0
+    log.roll()
+    log.flush()  # producer_state.json covers offset 1: P1's transaction is in progress there
+    append(log, make_batch([b"k-new"], keys=[b"k"]))  # 1
+    commit(log, producer)  # 2
+    log.roll()
+    append(log, make_batch([b"j"], keys=[b"j"]))  # 3, active
+    log.compact(HORIZON_MS)
+    assert offsets_of(log) == {1, 2, 3}  # the record went, the marker stays
+    log.detach()  # a crash: the snapshot on disk is still the one inside the transaction
+    reopened = open_log(COMPACTED)
+    assert reopened.last_stable_offset == reopened.log_end_offset == 4
+    reopened.roll()
+    reopened.flush()  # a snapshot after the marker
+    reopened.compact(HORIZON_MS)
+    assert offsets_of(reopened) == {1, 3}
+    reopened.detach()
+    again = open_log(COMPACTED)
+    assert again.last_stable_offset == again.log_end_offset == 4
+    assert values(read_committed(again)) == [b"k-new", b"j"]
+
+
+def test_a_group_thrown_away_keeps_the_markers_of_later_groups(open_log: OpenLog) -> None:
+    # Retention took the first segment of the first group while compaction ran: that group is
+    # thrown away with the aborted records of its second segment still in it, so the later group
+    # that would drop their ABORT marker (and its entry in the transaction index) must be too.
+    from strom.storage.compaction import run_compaction
+
+    log = open_log(LogConfig(cleanup_policy="compact", segment_bytes=250))
+    producer = Producer(P1)
+    append(log, make_batch([b"x" * 100], keys=[b"x"]))  # 0
+    log.roll()
+    append(log, producer.batch(b"a" * 100, keys=[b"a"]))  # 1
+    log.roll()
+    abort(log, producer)  # 2
+    append(log, make_batch([b"y" * 100], keys=[b"y"]))  # 3
+    log.roll()
+    append(log, make_batch([b"z"], keys=[b"z"]))  # 4, active
+    job = log.plan_compaction(HORIZON_MS)
+    assert job is not None
+    result = run_compaction(job)
+    assert [len(group.old_segments) for group in result.groups] == [2, 1]
+    assert [group.drops_markers for group in result.groups] == [False, True]
+    log.delete_records_before(1)  # the first segment goes
+    log.finish_compaction(result)
+    assert offsets_of(log) == {1, 2, 3, 4}
+    assert log.aborted_transactions(0, 100) == [(P1, 1)]
+    assert values(read_committed(log)) == [b"y" * 100, b"z"]
+    log.compact(HORIZON_MS)  # the next pass gets there
+    assert offsets_of(log) == {3, 4}
+    assert log.aborted_transactions(0, 100) == []
+    assert log.last_stable_offset == log.log_end_offset == 5
