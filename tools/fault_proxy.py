@@ -56,6 +56,10 @@ READ_CHUNK_BYTES = 64 * 1024
 FIRST_FRAME_BYTES_MAX = 64 * 1024 * 1024
 CONTROL_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
+# Stopping, the proxy looks this many times, this long apart, for connections accepted as its
+# servers closed.
+SHUTDOWN_SETTLE_ROUNDS = 3
+SHUTDOWN_SETTLE_S = 0.02
 UNKNOWN_SOURCE = "client"  # any connection that is not a strom broker's: a client
 # The destination name of the routes in front of ZooKeeper, one per broker (each its own source).
 ZOOKEEPER = "zookeeper"
@@ -135,6 +139,7 @@ class FaultProxy:
         self._faults: dict[tuple[str, str, Direction], Fault] = {}
         self._connections: set[_Connection] = set()
         self._changed = asyncio.Event()
+        self._stopping = False
         self.bytes_forwarded = 0
         self.bytes_dropped = 0
 
@@ -207,15 +212,31 @@ class FaultProxy:
         self._routes.append(route)
 
     async def _shutdown(self) -> None:
+        self._stopping = True
+        # First stop accepting, then close the servers: a connection accepted just before becomes
+        # a transport and reaches ``_serve`` a moment later (which closes it, as the proxy is
+        # stopping). Closed first, the server would refuse to take that connection in, and
+        # asyncio (3.11) would leave its socket to the garbage collector.
+        loop = asyncio.get_running_loop()
+        for route in self._routes:
+            if route.server is not None:
+                for listening in route.server.sockets:
+                    loop.remove_reader(listening.fileno())
+        await asyncio.sleep(SHUTDOWN_SETTLE_S)
         for route in self._routes:
             if route.server is not None:
                 route.server.close()
-        for connection in list(self._connections):
-            self._close(connection, reset=True)
-        tasks = [task for connection in self._connections for task in connection.tasks]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for _ in range(SHUTDOWN_SETTLE_ROUNDS):
+            connections = list(self._connections)
+            tasks = [task for connection in connections for task in connection.tasks]
+            for connection in connections:
+                self._close(connection, reset=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(SHUTDOWN_SETTLE_S)
+            if not self._connections:
+                break
 
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -266,6 +287,9 @@ class FaultProxy:
 
     async def _serve(self, route: Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = _Connection(route, writer)
+        if self._stopping:
+            _reset(writer)
+            return
         self._connections.add(connection)
         task = asyncio.current_task()
         assert task is not None

@@ -5,6 +5,7 @@ recognised. The cluster tests rely on each of these."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import struct
 import threading
@@ -198,3 +199,32 @@ def test_a_refusing_link_resets_its_connections_and_only_them(echo: EchoServer, 
     with connect(port) as healed:
         healed.sendall(cut_frame)
         assert receive(healed, len(cut_frame)) == cut_frame
+
+
+def _connect_until(port: int, stop: threading.Event, clients: list[socket.socket]) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(OSError):
+            clients.append(socket.create_connection(("127.0.0.1", port), timeout=0.2))
+
+
+def test_stopping_while_connections_arrive_leaves_no_socket_open(echo: EchoServer) -> None:
+    # Clients connecting as the proxy stops: a connection accepted just before its server closed
+    # reaches the proxy's callback a moment later; it must be closed too, not left to the garbage
+    # collector (whose ResourceWarning fails whichever test runs next).
+    for _attempt in range(5):
+        proxy = FaultProxy()
+        proxy.start()
+        port = proxy.add_route("echo", echo.port, source="client")
+        clients: list[socket.socket] = []
+        stop_connecting = threading.Event()
+        connecting = threading.Thread(target=_connect_until, args=(port, stop_connecting, clients))
+        connecting.start()
+        time.sleep(0.05)
+        proxy.stop()
+        stop_connecting.set()
+        connecting.join(5)
+        for client in clients:
+            client.close()
+        assert clients
+        assert proxy.connections() == 0
+    gc.collect()  # an unclosed transport or socket would warn here (filterwarnings = error)
