@@ -74,8 +74,12 @@ unit: install-test
 compat: install-test
 	$(PY) -m pytest -q tests/compat
 
+# Two workers, each test file on one of them (its module fixtures — brokers, a ZooKeeper, a
+# SparkSession — stay shared): most of the suite's time is spent waiting on real processes.
+TEST_WORKERS ?= 2
+
 test: install-test lint typecheck contracts codegen-check
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests
 
 # Every benchmark writes its own section of BENCHMARKS.md (ratios measured side by side in one run).
 # What benchmarks/latency.py builds its C load generator (benchmarks/loadgen.c) with.
