@@ -230,6 +230,43 @@ def test_list_offsets_latest_is_the_last_stable_offset_for_read_committed(
     assert latest(READ_COMMITTED) == 3
 
 
+@pytest.mark.parametrize("version", [2, 7, 8])
+def test_list_offsets_by_timestamp_answers_only_what_the_isolation_level_may_read(
+    broker: InProcessBroker, version: int
+) -> None:
+    create_topic(broker, "t")
+    producer = Producer(broker)
+    produce(broker, "t", build_batch([Record(0, 0, None, b"plain")], base_timestamp=1_000))
+    produce(broker, "t", producer.batch(0, b"open-1", b"open-2"))  # timestamps 1000, 1001
+
+    def lookup(isolation_level: int, timestamp: int) -> tuple[int, int]:
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=isolation_level,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name="t",
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=timestamp)
+                    ],
+                )
+            ],
+        )
+        partition = broker.call(request, version).topics[0].partitions[0]
+        assert partition.error_code == ErrorCode.NONE
+        return partition.offset, partition.timestamp
+
+    # The open transaction's second record (offset 2) is the first at 1001: past the LSO (1).
+    assert lookup(READ_UNCOMMITTED, 1_001) == (2, 1_001)
+    assert lookup(READ_COMMITTED, 1_001) == (-1, -1)
+    assert lookup(READ_COMMITTED, 1_000) == (0, 1_000)
+    if version >= 7:  # max timestamp
+        assert lookup(READ_UNCOMMITTED, -3) == (2, 1_001)
+        assert lookup(READ_COMMITTED, -3) == (-1, -1)
+    end_txn(broker, producer, "t", 0, commit=True)
+    assert lookup(READ_COMMITTED, 1_001) == (2, 1_001)
+
+
 def test_produce_refuses_markers_and_writes_outside_a_transaction(broker: InProcessBroker) -> None:
     create_topic(broker, "t")
     producer = Producer(broker)

@@ -3,7 +3,9 @@ and the first offset whose timestamp is at or after a given time.
 
 Answered by the partition's leader (``Replication.readable``, which checks the request's
 ``current_leader_epoch``); latest is the high watermark (the log end of a single node), or the last
-stable offset for a read_committed consumer (``isolation_level`` 1, v2+): where its reading stops."""
+stable offset for a read_committed consumer (``isolation_level`` 1, v2+): where its reading stops.
+A timestamp lookup (and max timestamp) answers only a record below that end, as Kafka does: one at
+or past it is answered offset -1 (not yet readable by this consumer)."""
 
 from __future__ import annotations
 
@@ -29,9 +31,11 @@ def _lookup(
     partition_log: PartitionLog, timestamp: int, version: int, read_committed: bool
 ) -> tuple[ErrorCode, int, int]:
     """(error, offset, timestamp) for one partition."""
+    # What this reader may fetch ends here: the last stable offset (read_committed) or the high
+    # watermark. A record found by its timestamp at or past it is not answered (offset -1).
+    fetchable_end = partition_log.last_stable_offset if read_committed else partition_log.high_watermark
     if timestamp == LATEST:
-        latest = partition_log.last_stable_offset if read_committed else partition_log.high_watermark
-        return ErrorCode.NONE, latest, -1
+        return ErrorCode.NONE, fetchable_end, -1
     if timestamp == EARLIEST or (timestamp == EARLIEST_LOCAL and version >= 8):
         return ErrorCode.NONE, partition_log.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP and version >= 7:
@@ -41,14 +45,21 @@ def _lookup(
         exact = _first_record_at(
             partition_log, offset, lambda record: record.timestamp == max_timestamp, whole_batch=True
         )
-        return ErrorCode.NONE, *(exact or (offset, max_timestamp))
+        return _fetchable(exact or (offset, max_timestamp), fetchable_end)
     if timestamp < 0:
         return ErrorCode.UNSUPPORTED_VERSION, -1, -1
     found = partition_log.offset_for_timestamp(timestamp)
     if found is None:
         return ErrorCode.NONE, -1, -1
     exact = _first_record_at(partition_log, found[0], lambda record: record.timestamp >= timestamp)
-    return ErrorCode.NONE, *(exact or found)
+    return _fetchable(exact or found, fetchable_end)
+
+
+def _fetchable(found: tuple[int, int], fetchable_end: int) -> tuple[ErrorCode, int, int]:
+    offset, timestamp = found
+    if offset >= fetchable_end:
+        return ErrorCode.NONE, -1, -1
+    return ErrorCode.NONE, offset, timestamp
 
 
 def _first_record_at(
