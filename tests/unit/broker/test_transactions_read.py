@@ -199,6 +199,25 @@ def test_a_replica_reads_to_the_log_end_whatever_its_isolation(broker: InProcess
     assert [header.last_offset for header in iter_batch_headers(bytes(answer.records))] == [0]
 
 
+def list_offsets(
+    broker: InProcessBroker, version: int, isolation_level: int, timestamp: int
+) -> tuple[int, int]:
+    """(offset, timestamp) ListOffsets answers for partition 0 of topic t."""
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=isolation_level,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name="t",
+                partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=timestamp)],
+            )
+        ],
+    )
+    partition = broker.call(request, version).topics[0].partitions[0]
+    assert partition.error_code == ErrorCode.NONE
+    return partition.offset, partition.timestamp
+
+
 @pytest.mark.parametrize("version", [2, 5, 8])
 def test_list_offsets_latest_is_the_last_stable_offset_for_read_committed(
     broker: InProcessBroker, version: int
@@ -209,20 +228,7 @@ def test_list_offsets_latest_is_the_last_stable_offset_for_read_committed(
     produce(broker, "t", producer.batch(0, b"open"))
 
     def latest(isolation_level: int) -> int:
-        request = ListOffsetsRequest(
-            replica_id=-1,
-            isolation_level=isolation_level,
-            topics=[
-                ListOffsetsRequest.ListOffsetsTopic(
-                    name="t",
-                    partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)],
-                )
-            ],
-        )
-        partition = broker.call(request, version).topics[0].partitions[0]
-        assert partition.error_code == ErrorCode.NONE
-        offset: int = partition.offset
-        return offset
+        return list_offsets(broker, version, isolation_level, timestamp=-1)[0]
 
     assert latest(READ_UNCOMMITTED) == 2
     assert latest(READ_COMMITTED) == 1
@@ -240,21 +246,7 @@ def test_list_offsets_by_timestamp_answers_only_what_the_isolation_level_may_rea
     produce(broker, "t", producer.batch(0, b"open-1", b"open-2"))  # timestamps 1000, 1001
 
     def lookup(isolation_level: int, timestamp: int) -> tuple[int, int]:
-        request = ListOffsetsRequest(
-            replica_id=-1,
-            isolation_level=isolation_level,
-            topics=[
-                ListOffsetsRequest.ListOffsetsTopic(
-                    name="t",
-                    partitions=[
-                        ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=timestamp)
-                    ],
-                )
-            ],
-        )
-        partition = broker.call(request, version).topics[0].partitions[0]
-        assert partition.error_code == ErrorCode.NONE
-        return partition.offset, partition.timestamp
+        return list_offsets(broker, version, isolation_level, timestamp)
 
     # The open transaction's second record (offset 2) is the first at 1001: past the LSO (1).
     assert lookup(READ_UNCOMMITTED, 1_001) == (2, 1_001)
