@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from strom.broker.loop_lag import LoopLagMonitor
+from strom.broker.loop_lag import LoopLagMonitor, RunQueueClock
 
 
 def test_stalls_are_reported_at_most_once_a_second_with_the_worst_in_between(
@@ -20,15 +20,15 @@ def test_stalls_are_reported_at_most_once_a_second_with_the_worst_in_between(
         monitor.observe(10)  # not a stall worth a line
         monitor.observe(60)
         clock[0] += 0.5
-        monitor.observe(120, collector_ms=95)
-        monitor.observe(70, collector_ms=3)
+        monitor.observe(120, collector_ms=95, waited_ms=20)
+        monitor.observe(70, collector_ms=3, waited_ms=60)
         clock[0] += 0.6
         monitor.observe(55)
     assert [record.getMessage() for record in caplog.records] == [
         "event loop stalled for 60 ms (1 stalls of 50 ms or more since the last report; "
-        "the garbage collector ran 0 ms during the worst)",
+        "the garbage collector ran 0 ms and the loop waited 0 ms for a CPU during the worst)",
         "event loop stalled for 120 ms (3 stalls of 50 ms or more since the last report; "
-        "the garbage collector ran 95 ms during the worst)",
+        "the garbage collector ran 95 ms and the loop waited 20 ms for a CPU during the worst)",
     ]
     assert monitor.max_lag_ms == 120
 
@@ -57,9 +57,9 @@ def test_a_stall_in_the_garbage_collector_is_told_apart() -> None:
     seen: list[float] = []
     observe = monitor.observe
 
-    def record(lag_ms: float, collector_ms: float = 0.0) -> None:
+    def record(lag_ms: float, collector_ms: float = 0.0, waited_ms: float = 0.0) -> None:
         seen.append(collector_ms)
-        observe(lag_ms, collector_ms)
+        observe(lag_ms, collector_ms, waited_ms)
 
     monitor.observe = record  # type: ignore[method-assign]
 
@@ -76,3 +76,44 @@ def test_a_stall_in_the_garbage_collector_is_told_apart() -> None:
 
     asyncio.run(collect_a_large_heap())
     assert max(seen) > 0
+
+
+def test_the_time_the_loop_waited_for_a_cpu_is_told_apart() -> None:
+    """A stall the operating system caused (the loop's thread runnable, not running) is measured
+    from the run-queue clock between arming the timer and its firing."""
+    waited = [0.0]
+    monitor = LoopLagMonitor(interval_ms=1, warning_ms=20, run_queue_s=lambda: waited[0])
+    seen: list[tuple[float, float]] = []
+    observe = monitor.observe
+
+    def record(lag_ms: float, collector_ms: float = 0.0, waited_ms: float = 0.0) -> None:
+        seen.append((lag_ms, waited_ms))
+        observe(lag_ms, collector_ms, waited_ms)
+
+    monitor.observe = record  # type: ignore[method-assign]
+
+    async def stall_while_descheduled() -> None:
+        task = asyncio.create_task(monitor.run())
+        await asyncio.sleep(0.01)
+        blocked_until = asyncio.get_running_loop().time() + 0.05
+        waited[0] += 0.04  # as if the kernel had left the thread waiting 40 ms of it
+        while asyncio.get_running_loop().time() < blocked_until:
+            pass
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(stall_while_descheduled())
+    lag_ms, waited_ms = max(seen)
+    assert lag_ms >= 40 and waited_ms == pytest.approx(40)
+
+
+def test_the_run_queue_clock_reads_this_threads_wait() -> None:
+    clock = RunQueueClock()
+    try:
+        first = clock()
+        assert first >= 0.0
+        assert clock() >= first
+    finally:
+        clock.close()
