@@ -35,6 +35,9 @@ ADMIN_TIMEOUT_S = 120.0
 # Generous bounds for a loaded 2-core machine (measured figures are far below, see the module doc).
 PROBE_STALL_BOUND_MS = 250.0
 LOOP_STALL_BOUND_MS = 200.0
+# The probe was there all along: answered this often at least (how many round trips fit the window
+# depends on how fast the machine is; the longest gap is what bounds a stall).
+PROBE_ROUND_TRIPS_MIN = 10
 STALL_LINE = re.compile(
     r"^(\S+ \S+) WARNING strom\.broker: event loop stalled for (\d+) ms .*? the loop waited (\d+) ms for a CPU",
     re.MULTILINE,
@@ -125,7 +128,7 @@ def test_creating_and_deleting_5000_partitions_stalls_no_client(start_broker: St
         assert not list(broker.data_dir.glob(f"{topic}-*[0-9]")), "directories still under their names"
         time.sleep(1.0)  # the background removal of 5,000 directories goes on meanwhile
     assert probe.error is None, probe.error
-    assert probe.round_trips > 100
+    assert probe.round_trips >= PROBE_ROUND_TRIPS_MIN
     stalls = broker_stalls_ms(broker.log_text(), since)
     worst_loop_ms = max(stalls, default=0)
     probe_ms = probe.longest_gap_s * 1000
