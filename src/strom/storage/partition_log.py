@@ -361,7 +361,7 @@ class PartitionLog:
                 marker = _read_marker(segment.read_bytes(position, header.size_bytes))
                 if marker is None:
                     continue
-                completed = states.replay_marker(header, marker)
+                completed = states.replay_marker(header, marker, recovering=True)
                 if aborted is not None and not completed.commit:
                     aborted.append(
                         AbortedTxn(

@@ -201,21 +201,29 @@ class ProducerStateTable:
                 f"marker came from coordinator epoch {entry.coordinator_epoch}"
             )
 
-    def replay_marker(self, header: BatchHeader, marker: EndTxnMarker) -> CompletedTxn:
+    def replay_marker(
+        self, header: BatchHeader, marker: EndTxnMarker, *, recovering: bool = False
+    ) -> CompletedTxn:
         """A COMMIT or ABORT marker (at ``header.base_offset``) ends its producer's transaction
         (written by the leader after ``check_marker``, or replayed): no check."""
         producer_id = header.producer_id
         offset = header.base_offset
         entry = self.entries.get(producer_id)
+        first_offset, last_stable = self.completion(producer_id, offset)
+        self.ongoing.pop(producer_id, None)
+        if entry is None and recovering:
+            # Rebuilding from the log, no batch of this producer came before its marker (none
+            # written here, or compaction or retention removed them): no entry is made, so its
+            # next batch is taken at any sequence, as an unknown producer's is. An entry without
+            # batches would want sequence 0, and a producer whose aborted or superseded batches
+            # were compacted away would be refused after a restart.
+            return CompletedTxn(producer_id, first_offset, offset, marker.commit, last_stable)
         if entry is None:
             entry = self.entries[producer_id] = ProducerEntry(header.producer_epoch)
-        else:
-            entry.set_epoch(header.producer_epoch)
-        first_offset, last_stable = self.completion(producer_id, offset)
+        entry.set_epoch(header.producer_epoch)
         entry.txn_first_offset = NONE
         entry.coordinator_epoch = marker.coordinator_epoch
         entry.last_timestamp_ms = max(entry.last_timestamp_ms, header.max_timestamp)
-        self.ongoing.pop(producer_id, None)
         return CompletedTxn(producer_id, first_offset, offset, marker.commit, last_stable)
 
     def completion(self, producer_id: int, marker_offset: int) -> tuple[int, int]:
