@@ -24,7 +24,6 @@ directly.
 from __future__ import annotations
 
 import itertools
-import time
 import uuid
 import warnings
 from collections import defaultdict
@@ -35,9 +34,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from strom.coordinator.partitioning import partition_for_group
-from tests.compat.support import ReadRecord
 from tests.compat.txn_support import (
     TRANSACTION_TIMEOUT_S,
+    by_partition,
+    commit_or_abort,
     commit_sentinels,
     kafka_error,
     read_until_sentinels,
@@ -110,13 +110,6 @@ def cluster(running_proxied_cluster: ProxiedCluster, transaction_state: None) ->
     running_proxied_cluster.proxy.heal()
 
 
-def by_partition(records: list[ReadRecord]) -> dict[int, list[bytes]]:
-    grouped: dict[int, list[bytes]] = defaultdict(list)
-    for record in records:
-        grouped[record.partition].append(record.value or b"")
-    return dict(grouped)
-
-
 def kafka_python_admin(bootstrap: str) -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
 
@@ -176,24 +169,6 @@ def ids_of_one_coordinator(count: int) -> list[str]:
     raise AssertionError("unreachable")
 
 
-def commit_with_retries(producer: Producer) -> bool:
-    """commit_transaction, retried while the error is retriable; aborted when the producer is told
-    to abort. Whether it committed, as the producer was told."""
-    deadline = time.monotonic() + TRANSACTION_TIMEOUT_S
-    while True:
-        try:
-            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
-            return True
-        except KafkaException as failure:
-            error = kafka_error(failure)
-            assert not error.fatal(), error
-            assert time.monotonic() < deadline, error
-            if error.txn_requires_abort():
-                producer.abort_transaction(TRANSACTION_TIMEOUT_S)
-                return False
-            assert error.retriable(), error
-
-
 def test_the_coordinator_killed_with_a_commit_decided_and_a_transaction_open(cluster: ProxiedCluster) -> None:
     bootstrap = cluster.bootstrap
     decided_id, open_id = ids_of_one_coordinator(2)
@@ -238,7 +213,7 @@ def test_the_coordinator_killed_with_a_commit_decided_and_a_transaction_open(clu
     cluster.proxy.heal()
     survivors = ",".join(cluster.brokers[node].address for node in (cut_off, other))
 
-    if commit_with_retries(still_open):
+    if commit_or_abort(still_open):
         for partition, value in open_records:
             committed[partition].append(value)
 

@@ -31,12 +31,11 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka import TopicPartition as AioTopicPartition
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tests.compat.conftest import BrokerProcess, StartBroker
 from tests.compat.support import (
     CONSUME_TIMEOUT_S,
-    ReadRecord,
     SentRecord,
     confluent_produce,
     confluent_producer,
@@ -46,6 +45,8 @@ from tests.compat.support import (
 from tests.compat.txn_support import (
     SENTINEL_KEY,
     TRANSACTION_TIMEOUT_S,
+    by_partition,
+    commit_or_abort,
     commit_sentinels,
     isolation_consumer,
     kafka_error,
@@ -86,13 +87,6 @@ def shared_broker_settings() -> dict[str, str]:
 
 def transactional_id(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-def by_partition(records: list[ReadRecord]) -> dict[int, list[bytes]]:
-    grouped: dict[int, list[bytes]] = defaultdict(list)
-    for record in records:
-        grouped[record.partition].append(record.value or b"")
-    return dict(grouped)
 
 
 def test_confluent_commit_is_read_and_abort_is_not(shared_broker: BrokerProcess) -> None:
@@ -597,24 +591,6 @@ def test_describe_and_list_transactions(shared_broker: BrokerProcess) -> None:
 # -- the broker restarted mid-transaction -----------------------------------------------------------
 
 
-def commit_through_restart(producer: Producer) -> bool:
-    """commit_transaction, retried while librdkafka says the error is retriable; an abortable error
-    aborts. Whether the transaction committed, as the producer was told."""
-    deadline = time.monotonic() + TRANSACTION_TIMEOUT_S
-    while True:
-        try:
-            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
-            return True
-        except KafkaException as failure:
-            error = kafka_error(failure)
-            assert not error.fatal(), error
-            assert time.monotonic() < deadline, error
-            if error.txn_requires_abort():
-                producer.abort_transaction(TRANSACTION_TIMEOUT_S)
-                return False
-            assert error.retriable(), error
-
-
 @pytest.mark.parametrize("stop", ["sigterm", "kill-9"])
 def test_transactions_survive_broker_restart(start_broker: StartBroker, stop: str) -> None:
     """Before the restart: a committed transaction, an aborted one, and one left open. The broker is
@@ -657,7 +633,7 @@ def test_transactions_survive_broker_restart(start_broker: StartBroker, stop: st
         broker.start()
 
     spanning += produce("open-after", 20)
-    if commit_through_restart(producer):
+    if commit_or_abort(producer):
         remember(spanning)
 
     producer.begin_transaction()
@@ -695,7 +671,7 @@ def test_transactions_survive_a_restart_with_another_partition_count(
 
     committed = []
     for number, producer in enumerate(producers):
-        if commit_through_restart(producer):
+        if commit_or_abort(producer):
             committed.append(b"open-%d" % number)
     assert committed, "no transaction committed after the restart"
     commit_sentinels(producers[0], topic, 1, "end")

@@ -13,6 +13,7 @@ skipped, if aborted).
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -113,3 +114,29 @@ def kafka_error(failure: BaseException) -> KafkaError:
     error = failure.args[0]
     assert isinstance(error, KafkaError), f"a KafkaException without a KafkaError: {failure!r}"
     return error
+
+
+def by_partition(records: list[ReadRecord]) -> dict[int, list[bytes]]:
+    """The values read, per partition, in offset order."""
+    grouped: dict[int, list[bytes]] = defaultdict(list)
+    for record in records:
+        grouped[record.partition].append(record.value or b"")
+    return dict(grouped)
+
+
+def commit_or_abort(producer: Producer) -> bool:
+    """commit_transaction, retried while librdkafka says the error is retriable; an abortable error
+    aborts. Whether the transaction committed, as the producer was told."""
+    deadline = time.monotonic() + TRANSACTION_TIMEOUT_S
+    while True:
+        try:
+            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+            return True
+        except KafkaException as failure:
+            error = kafka_error(failure)
+            assert not error.fatal(), error
+            assert time.monotonic() < deadline, error
+            if error.txn_requires_abort():
+                producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+                return False
+            assert error.retriable(), error
