@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from strom.base import limits
+from strom.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from strom.broker.state import BrokerState
@@ -25,3 +26,5 @@ class RequestContext(NamedTuple):
     response_bytes_max: int = limits.connection_unsent_bytes_max
     # The listener the request came through: Metadata and FindCoordinator answer its advertised address.
     listener: str = "PLAINTEXT"
+    # Who the connection authenticated as (SASL, or a TLS client certificate); ACLs and quotas ask.
+    principal: KafkaPrincipal = ANONYMOUS
