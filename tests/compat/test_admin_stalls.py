@@ -24,6 +24,7 @@ from strom.protocol.messages.create_topics import CreateTopicsRequest, CreateTop
 from strom.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 
 from .conftest import StartBroker
+from .run_queue import OWN_THREAD, RunQueueWait, main_thread_of
 from .support import unique_topic
 from .wire import WireClient
 
@@ -45,15 +46,20 @@ STALL_LINE = re.compile(
 
 
 class Probe:
-    """ApiVersions round trips on their own connection, noting the longest gap between answers."""
+    """ApiVersions round trips on their own connection, noting the longest gap between answers:
+    as the clock saw it (``longest_gap_s``) and less what the probe's thread and the broker's
+    event-loop thread waited for a CPU meanwhile (``longest_charged_gap_s``, what the bound is
+    about: on a loaded machine the scheduler's share of a gap is not the broker's doing)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, broker_pid: int) -> None:
         self._client = WireClient(port)
+        self._broker_pid = broker_pid
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
         self._window_open = threading.Event()
         self.round_trips = 0
         self.longest_gap_s = 0.0
+        self.longest_charged_gap_s = 0.0
         self.error: BaseException | None = None
 
     def __enter__(self) -> Probe:
@@ -71,18 +77,25 @@ class Probe:
 
     def _run(self) -> None:
         request = ApiVersionsRequest(client_software_name="stall-probe", client_software_version="1")
-        last = time.perf_counter()
+        own_wait, broker_wait = RunQueueWait(OWN_THREAD), RunQueueWait(main_thread_of(self._broker_pid))
+        last, waited_at_last = time.perf_counter(), own_wait() + broker_wait()
         try:
             while not self._stop.is_set():
                 self._client.round_trip(request, ApiVersionsResponse, 3)
-                now = time.perf_counter()
+                now, waited = time.perf_counter(), own_wait() + broker_wait()
                 if self._window_open.is_set():
                     self.round_trips += 1
                     self.longest_gap_s = max(self.longest_gap_s, now - last)
-                last = now
+                    self.longest_charged_gap_s = max(
+                        self.longest_charged_gap_s, now - last - (waited - waited_at_last)
+                    )
+                last, waited_at_last = now, waited
                 time.sleep(PROBE_INTERVAL_S)
         except BaseException as error:  # reported by the test, not lost in the thread
             self.error = error
+        finally:
+            own_wait.close()
+            broker_wait.close()
 
 
 def broker_stalls_ms(log_text: str, since: str) -> list[int]:
@@ -97,7 +110,7 @@ def broker_stalls_ms(log_text: str, since: str) -> list[int]:
 def test_creating_and_deleting_5000_partitions_stalls_no_client(start_broker: StartBroker) -> None:
     broker = start_broker()
     topic = unique_topic("wide")
-    with Probe(broker.port) as probe, WireClient(broker.port, timeout_s=ADMIN_TIMEOUT_S) as admin:
+    with Probe(broker.port, broker.pid) as probe, WireClient(broker.port, timeout_s=ADMIN_TIMEOUT_S) as admin:
         time.sleep(0.2)  # the probe is connected and answered
         since = time.strftime("%Y-%m-%d %H:%M:%S")
         probe.measure()
@@ -131,10 +144,10 @@ def test_creating_and_deleting_5000_partitions_stalls_no_client(start_broker: St
     assert probe.round_trips >= PROBE_ROUND_TRIPS_MIN
     stalls = broker_stalls_ms(broker.log_text(), since)
     worst_loop_ms = max(stalls, default=0)
-    probe_ms = probe.longest_gap_s * 1000
+    probe_ms, charged_ms = probe.longest_gap_s * 1000, probe.longest_charged_gap_s * 1000
     print(
         f"\n{PARTITIONS} partitions: create {create_s:.2f} s, delete {delete_s:.2f} s; "
-        f"probe: {probe.round_trips} round trips, longest gap {probe_ms:.0f} ms; broker loop: "
+        f"probe: {probe.round_trips} round trips, longest gap {probe_ms:.0f} ms ({charged_ms:.0f} ms less CPU waits); broker loop: "
         + (
             f"worst stall {worst_loop_ms} ms"
             if stalls
@@ -142,7 +155,9 @@ def test_creating_and_deleting_5000_partitions_stalls_no_client(start_broker: St
         )
     )
     assert worst_loop_ms < LOOP_STALL_BOUND_MS, f"the broker's event loop stalled {stalls} ms"
-    assert probe_ms < PROBE_STALL_BOUND_MS, f"the probe waited {probe_ms:.0f} ms for an answer"
+    assert charged_ms < PROBE_STALL_BOUND_MS, (
+        f"the probe waited {probe_ms:.0f} ms ({charged_ms:.0f} ms less CPU waits)"
+    )
     # The topic's directories disappear in the background, and the name is free at once.
     deadline = time.monotonic() + ADMIN_TIMEOUT_S
     while any(broker.data_dir.glob("*.deleted")):

@@ -12,9 +12,7 @@ Usage: ``python -m tests.fuzz.canary PORT TOPIC BROKER_PID``.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 import threading
 import time
@@ -24,25 +22,8 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 from strom.protocol.records import Record, build_batch, iter_records
+from tests.compat.run_queue import OWN_THREAD, RunQueueWait, main_thread_of
 from tests.compat.wire import WireClient
-
-
-class RunQueueWait:
-    """Seconds a thread has been runnable but not running, read from its ``schedstat``; 0 where
-    Linux does not keep it."""
-
-    def __init__(self, path: str) -> None:
-        self._fd: int | None = None
-        with contextlib.suppress(OSError):
-            self._fd = os.open(path, os.O_RDONLY)
-
-    def __call__(self) -> float:
-        if self._fd is None:
-            return 0.0
-        try:
-            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
-        except (OSError, IndexError, ValueError):
-            return 0.0
 
 
 def round_trip(client: WireClient, topic: str, sequence: int) -> str | None:
@@ -92,8 +73,8 @@ class Figures:
 
 
 def run(port: int, topic: str, broker_pid: int, stop: threading.Event) -> Figures:
-    own_wait = RunQueueWait("/proc/thread-self/schedstat")
-    broker_wait = RunQueueWait(f"/proc/{broker_pid}/task/{broker_pid}/schedstat")
+    own_wait = RunQueueWait(OWN_THREAD)
+    broker_wait = RunQueueWait(main_thread_of(broker_pid))
     figures = Figures()
     try:
         with WireClient(port, timeout_s=30.0) as client:
