@@ -137,3 +137,7 @@ def allowed(context: RequestContext, operation: AclOperation, resource_type: Res
 
 def cluster_allowed(context: RequestContext, operation: AclOperation) -> bool:
     return allowed(context, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def topic_allowed(context: RequestContext, operation: AclOperation, name: str) -> bool:
+    return allowed(context, operation, ResourceType.TOPIC, name)

@@ -465,6 +465,50 @@ class Authorizer:
             return self.allow_if_no_acl
         return allowed
 
+    def authorize_any(
+        self, principal: KafkaPrincipal, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether the principal may perform ``operation`` on some resource of the type, as Kafka
+        decides it for an idempotent producer (WRITE on any topic): an ALLOW binding whose
+        pattern no DENY binding covers (a literal ``*`` DENY covers every pattern; a DENY of a
+        prefix covers the names and prefixes that start with it). With no binding of the type at
+        all, ``allow.everyone.if.no.acl.found`` decides. Scans the type's bindings: for rare
+        requests (InitProducerId), not for every produce."""
+        text = str(principal)
+        if text in self.super_users:
+            return True
+        principals = (text, WILDCARD_PRINCIPAL)
+        implied = IMPLIED_BY.get(operation, frozenset())
+        any_of_type = False
+        denied_literal: set[str] = set()
+        denied_prefixes: list[str] = []
+        allowed: list[ResourcePattern] = []
+        for pattern, entry in self._bindings:
+            if pattern.resource_type != resource_type:
+                continue
+            any_of_type = True
+            if entry.principal not in principals or entry.host not in (host, WILDCARD_HOST):
+                continue
+            if entry.permission == AclPermissionType.DENY:
+                if entry.operation in (operation, AclOperation.ALL):
+                    if pattern.pattern_type == PatternType.LITERAL:
+                        denied_literal.add(pattern.name)
+                    else:
+                        denied_prefixes.append(pattern.name)
+            elif entry.operation in (operation, AclOperation.ALL) or entry.operation in implied:
+                allowed.append(pattern)
+        if not any_of_type:
+            return self.allow_if_no_acl
+        if WILDCARD_RESOURCE in denied_literal:
+            return False
+        for pattern in allowed:
+            if any(pattern.name.startswith(prefix) for prefix in denied_prefixes):
+                continue
+            if pattern.pattern_type == PatternType.LITERAL and pattern.name in denied_literal:
+                continue
+            return True
+        return False
+
     def authorized_operations(
         self,
         principal: KafkaPrincipal,

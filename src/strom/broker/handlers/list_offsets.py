@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from strom.broker.authorization import topic_allowed
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from strom.protocol.records import AbsoluteRecord, CorruptBatchError, iter_batches
@@ -94,9 +96,16 @@ async def handle_list_offsets(context: RequestContext, request: ListOffsetsReque
     topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
     for topic in request.topics:
         partitions: list[Partition] = []
+        # With authorization on: DESCRIBE on the topic, whether it exists or not.
+        refused = state.authorizer is not None and not topic_allowed(
+            context, AclOperation.DESCRIBE, topic.name
+        )
         for wanted in topic.partitions:
             partition = Partition(partition_index=wanted.partition_index, timestamp=-1, offset=-1)
             partitions.append(partition)
+            if refused:
+                partition.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             access = state.replication.readable(
                 topic.name, wanted.partition_index, wanted.current_leader_epoch, request.replica_id
             )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from strom.broker.authorization import topic_allowed
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 from strom.storage import StorageError
@@ -25,9 +27,14 @@ async def handle_delete_records(
     topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = []
     for topic in request.topics:
         partitions: list[Partition] = []
+        # With authorization on: DELETE on the topic, whether it exists or not.
+        refused = state.authorizer is not None and not topic_allowed(context, AclOperation.DELETE, topic.name)
         for wanted in topic.partitions:
             partition = Partition(partition_index=wanted.partition_index, low_watermark=-1)
             partitions.append(partition)
+            if refused:
+                partition.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             access = state.replication.readable(topic.name, wanted.partition_index, -1, -1)
             if isinstance(access, ErrorCode):
                 partition.error_code = access

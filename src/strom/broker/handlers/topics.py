@@ -19,11 +19,13 @@ from __future__ import annotations
 import uuid
 
 from strom.base import limits
+from strom.broker.authorization import cluster_allowed, topic_allowed
 from strom.broker.context import RequestContext
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.broker.state import BrokerState
 from strom.broker.topic_configs import topic_config_entries
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from strom.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
@@ -143,6 +145,15 @@ async def handle_create_topics(context: RequestContext, request: CreateTopicsReq
             continue
         seen.add(topic.name)
         try:
+            # With authorization on: CREATE on the cluster or on the topic.
+            if (
+                state.authorizer is not None
+                and not cluster_allowed(context, AclOperation.CREATE)
+                and not topic_allowed(context, AclOperation.CREATE, topic.name)
+            ):
+                raise Refused(
+                    ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to create '{topic.name}'"
+                )
             result = await _create_one(state, topic, request.validate_only)
         except Refused as refused:
             result = CreateTopicsResponse.CreatableTopicResult(
@@ -173,7 +184,14 @@ async def handle_delete_topics(context: RequestContext, request: DeleteTopicsReq
         result = DeleteTopicsResponse.DeletableTopicResult(name=name)
         if version >= 6:
             result.topic_id = topic_id
-        if found is None:
+        if (name is not None or found is not None) and not topic_allowed(
+            context,
+            AclOperation.DELETE,
+            name if name is not None else found.name if found is not None else "",
+        ):
+            # Whether the topic exists or not (by id: an id that exists), as Kafka answers.
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif found is None:
             result.error_code = (
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
             )
@@ -209,6 +227,8 @@ async def handle_create_partitions(
         results.append(result)
         existing = state.replication.topic(topic.name)
         try:
+            if not topic_allowed(context, AclOperation.ALTER, topic.name):
+                raise Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to alter '{topic.name}'")
             if existing is None:
                 raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic.name}' does not exist")
             if topic.count <= existing.partitions:
