@@ -247,3 +247,33 @@ def test_acls_cannot_be_changed_without_alter_on_the_cluster(broker: BrokerProce
             3,
         )
     assert [result.error_code for result in response.results] == [31]  # CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_authorized_operations_come_from_the_acls(broker: BrokerProcess) -> None:
+    from strom.protocol.acl import AclOperation, operations_bit_field
+    from strom.protocol.messages.metadata import MetadataRequest, MetadataResponse
+
+    request = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=name) for name in ("read-only", "ok-a")],
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=True,
+    )
+    with WireClient(broker.port) as client:
+        response = client.round_trip(request, MetadataResponse, 8)
+    operations = {topic.name: topic.topic_authorized_operations for topic in response.topics}
+    assert operations["read-only"] == operations_bit_field([AclOperation.READ, AclOperation.DESCRIBE])
+    everything_on_a_topic = operations_bit_field(
+        [
+            AclOperation.READ,
+            AclOperation.WRITE,
+            AclOperation.CREATE,
+            AclOperation.DESCRIBE,
+            AclOperation.DELETE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+        ]
+    )
+    assert operations["ok-a"] == everything_on_a_topic
+    assert response.cluster_authorized_operations == 0  # no ACL on the cluster

@@ -82,7 +82,7 @@ async def handle_create_acls(context: RequestContext, request: CreateAclsRequest
             results.append(CreationResult(error_code=ErrorCode.INVALID_REQUEST, error_message=reason))
         else:
             valid.append(binding)
-            results.append(CreationResult(error_code=ErrorCode.NONE))
+            results.append(CreationResult(error_code=ErrorCode.NONE, error_message=None))
     if valid:
         try:
             await acls.create(valid)
@@ -154,6 +154,7 @@ async def handle_describe_acls(context: RequestContext, request: DescribeAclsReq
         )
     return DescribeAclsResponse(
         error_code=ErrorCode.NONE,
+        error_message=None,
         resources=[
             DescribeAclsResponse.DescribeAclsResource(
                 resource_type=pattern.resource_type,
@@ -192,7 +193,9 @@ async def handle_delete_acls(context: RequestContext, request: DeleteAclsRequest
             wanted.permission_type,
         )
         reason = invalid_filter_reason(acl_filter)
-        result = FilterResult(error_code=ErrorCode.NONE if reason is None else ErrorCode.INVALID_REQUEST)
+        result = FilterResult(
+            error_code=ErrorCode.NONE if reason is None else ErrorCode.INVALID_REQUEST, error_message=None
+        )
         if reason is not None:
             result.error_message = reason
         else:
@@ -211,6 +214,7 @@ async def handle_delete_acls(context: RequestContext, request: DeleteAclsRequest
                 result.matching_acls = [
                     DeleteAclsResponse.DeleteAclsMatchingAcl(
                         error_code=ErrorCode.NONE,
+                        error_message=None,
                         resource_type=pattern.resource_type,
                         resource_name=pattern.name,
                         pattern_type=pattern.pattern_type,
