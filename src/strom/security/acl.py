@@ -401,6 +401,11 @@ class Authorizer:
             self.add(binding)
         self._decisions.clear()
 
+    def entries_of(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
+        """The entries bound to exactly this pattern."""
+        index = self._literal if pattern.pattern_type == PatternType.LITERAL else self._prefixed
+        return frozenset(index.get((pattern.resource_type, pattern.name), ()))
+
     def matching(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
         """The bindings ``acl_filter`` selects, in a stable order."""
         return sorted((binding for binding in self._bindings if acl_filter.matches(binding)), key=_sort_key)

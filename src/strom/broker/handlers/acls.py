@@ -16,6 +16,7 @@ import logging
 from strom.base import limits
 from strom.broker.authorization import AclStoreError, cluster_allowed
 from strom.broker.context import RequestContext
+from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.create_acls import CreateAclsRequest, CreateAclsResponse
@@ -86,11 +87,12 @@ async def handle_create_acls(context: RequestContext, request: CreateAclsRequest
     if valid:
         try:
             await acls.create(valid)
-        except AclStoreError as error:
+        except (AclStoreError, Refused) as error:
             log.error("creating ACLs failed: %s", error)
+            code = error.error if isinstance(error, Refused) else ErrorCode.UNKNOWN_SERVER_ERROR
             for result in results:
                 if result.error_code == ErrorCode.NONE:
-                    result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+                    result.error_code = code
                     result.error_message = str(error)
         else:
             for binding in valid:
@@ -204,10 +206,11 @@ async def handle_delete_acls(context: RequestContext, request: DeleteAclsRequest
     if valid:
         try:
             removed = await acls.delete([acl_filter for _, acl_filter in valid])
-        except AclStoreError as error:
+        except (AclStoreError, Refused) as error:
             log.error("deleting ACLs failed: %s", error)
+            code = error.error if isinstance(error, Refused) else ErrorCode.UNKNOWN_SERVER_ERROR
             for result, _ in valid:
-                result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+                result.error_code = code
                 result.error_message = str(error)
         else:
             for (result, _), bindings in zip(valid, removed, strict=True):
