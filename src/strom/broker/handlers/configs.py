@@ -40,6 +40,7 @@ from strom.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from strom.security.acl import Authorizer
 from strom.storage import TOPIC_CONFIG_KEYS, ConfigError, LogConfig, StorageError, UnknownTopicError
 
 RESOURCE_TOPIC = 2
@@ -53,11 +54,16 @@ CLUSTER_DEFAULT_NAME = ""
 
 
 def _check_authorized(
-    context: RequestContext, resource_type: int, name: str, operation: AclOperation
+    authorizer: Authorizer | None,
+    context: RequestContext,
+    resource_type: int,
+    name: str,
+    operation: AclOperation,
 ) -> None:
-    """With authorization on: ``operation`` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the topic, or
-    on the cluster for a BROKER resource, as Kafka checks it."""
-    if context.broker.authorizer is None:
+    """With authorization on (``authorizer``: the broker's, read once per request):
+    ``operation`` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the topic, or on the cluster for a BROKER
+    resource, as Kafka checks it."""
+    if authorizer is None:
         return
     if resource_type == RESOURCE_TOPIC and not topic_allowed(context, operation, name):
         raise Refused(
@@ -91,6 +97,7 @@ async def handle_describe_configs(
     context: RequestContext, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
     version = context.api_version
+    authorizer = context.broker.authorizer
     results: list[DescribeConfigsResponse.DescribeConfigsResult] = []
     for resource in request.resources:
         result = DescribeConfigsResponse.DescribeConfigsResult(
@@ -99,7 +106,11 @@ async def handle_describe_configs(
         results.append(result)
         try:
             _check_authorized(
-                context, resource.resource_type, resource.resource_name, AclOperation.DESCRIBE_CONFIGS
+                authorizer,
+                context,
+                resource.resource_type,
+                resource.resource_name,
+                AclOperation.DESCRIBE_CONFIGS,
             )
             entries = await _entries(context.broker, resource.resource_type, resource.resource_name)
         except Refused as refused:
@@ -228,6 +239,7 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
     """Non-incremental: the given set replaces every override of the topic, or every dynamic
     config of the broker resource."""
     state = context.broker
+    authorizer = state.authorizer
     responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = []
     for resource in request.resources:
         response = AlterConfigsResponse.AlterConfigsResourceResponse(
@@ -237,7 +249,11 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
         try:
             _check_resource_type(resource.resource_type)
             _check_authorized(
-                context, resource.resource_type, resource.resource_name, AclOperation.ALTER_CONFIGS
+                authorizer,
+                context,
+                resource.resource_type,
+                resource.resource_name,
+                AclOperation.ALTER_CONFIGS,
             )
             values = {entry.name: entry.value for entry in resource.configs if entry.value is not None}
             if resource.resource_type == RESOURCE_BROKER:
@@ -285,6 +301,7 @@ async def handle_incremental_alter_configs(
     context: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     state = context.broker
+    authorizer = state.authorizer
     responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = []
     for resource in request.resources:
         response = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
@@ -294,7 +311,7 @@ async def handle_incremental_alter_configs(
         try:
             _check_resource_type(resource.resource_type)
             name = resource.resource_name
-            _check_authorized(context, resource.resource_type, name, AclOperation.ALTER_CONFIGS)
+            _check_authorized(authorizer, context, resource.resource_type, name, AclOperation.ALTER_CONFIGS)
             if resource.resource_type == RESOURCE_BROKER:
                 _check_broker_name(state, name)
                 _check_dynamic_keys(config.name for config in resource.configs)

@@ -228,7 +228,7 @@ async def handle_fetch(context: RequestContext, request: FetchRequest) -> FetchR
     session_error = _session_error(request)
     if session_error != ErrorCode.NONE:
         return FetchResponse(error_code=session_error, session_id=NO_SESSION_ID, responses=[])
-    if context.broker.authorizer is not None and replica_id < 0:
+    if replica_id < 0 and context.broker.authorizer is not None:
         refused = _refused_topics(context, request)
         if refused:
             response = await _full_fetch(context, request, replica_id)

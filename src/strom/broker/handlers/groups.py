@@ -34,7 +34,7 @@ from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDel
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from strom.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
-from strom.security.acl import ResourceType
+from strom.security.acl import Authorizer, ResourceType
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -64,28 +64,38 @@ async def _parked(start: Callable[[Callable[[Response], None]], None]) -> Respon
         add_remote_wait(time.perf_counter() - parked)  # the request's RemoteTimeMs
 
 
+# The helpers below take the broker's authorizer as the handler read it, once per request (None:
+# authorization is off, and they cost nothing more).
+
+
 def _allowed(
-    context: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
+    authorizer: Authorizer | None,
+    context: RequestContext,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    name: str,
 ) -> bool:
-    authorizer = context.broker.authorizer
     return authorizer is None or authorizer.authorize(
         context.principal, context.client_host, operation, resource_type, name
     )
 
 
-def _group_refused(context: RequestContext, operation: AclOperation, group_id: str) -> bool:
+def _group_refused(
+    authorizer: Authorizer | None, context: RequestContext, operation: AclOperation, group_id: str
+) -> bool:
     """With authorization on: whether the principal may not perform ``operation`` on the group."""
-    authorizer = context.broker.authorizer
     return authorizer is not None and not authorizer.authorize(
         context.principal, context.client_host, operation, ResourceType.GROUP, group_id
     )
 
 
-def _find_one(context: RequestContext, key: str, key_type: int) -> BrokerView | Refused:
+def _find_one(
+    authorizer: Authorizer | None, context: RequestContext, key: str, key_type: int
+) -> BrokerView | Refused:
     if key_type == KEY_TYPE_TRANSACTION:
         if not key:
             return Refused(ErrorCode.INVALID_REQUEST, "the transactional id must not be empty")
-        if not _allowed(context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        if not _allowed(authorizer, context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
             return Refused(
                 ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized for the transactional id"
             )
@@ -94,7 +104,7 @@ def _find_one(context: RequestContext, key: str, key_type: int) -> BrokerView | 
         return Refused(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
     if not key:
         return Refused(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
-    if _group_refused(context, AclOperation.DESCRIBE, key):
+    if _group_refused(authorizer, context, AclOperation.DESCRIBE, key):
         return Refused(ErrorCode.GROUP_AUTHORIZATION_FAILED, "not authorized to describe the group")
     return context.broker.replication.find_coordinator(key, context.listener)
 
@@ -105,10 +115,11 @@ async def handle_find_coordinator(
 ) -> FindCoordinatorResponse:
     """The broker leading the group's partition of ``__consumer_offsets`` (a single node: itself),
     or COORDINATOR_NOT_AVAILABLE while there is none."""
+    authorizer = context.broker.authorizer
     if context.api_version >= BATCHED_KEYS_MIN_VERSION:
         coordinators = []
         for key in request.coordinator_keys:
-            found = _find_one(context, key, request.key_type)
+            found = _find_one(authorizer, context, key, request.key_type)
             if isinstance(found, Refused):
                 coordinators.append(
                     FindCoordinatorResponse.Coordinator(
@@ -132,7 +143,7 @@ async def handle_find_coordinator(
                     )
                 )
         return FindCoordinatorResponse(coordinators=coordinators)
-    found = _find_one(context, request.key, request.key_type)
+    found = _find_one(authorizer, context, request.key, request.key_type)
     if isinstance(found, Refused):
         return FindCoordinatorResponse(
             error_code=found.error,
@@ -152,7 +163,8 @@ async def handle_find_coordinator(
 
 @handles(JoinGroupRequest, JoinGroupResponse, 0, 9)
 async def handle_join_group(context: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
-    if _group_refused(context, AclOperation.READ, request.group_id):
+    authorizer = context.broker.authorizer
+    if _group_refused(authorizer, context, AclOperation.READ, request.group_id):
         return JoinGroupResponse(
             error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
             generation_id=-1,
@@ -170,7 +182,8 @@ async def handle_join_group(context: RequestContext, request: JoinGroupRequest) 
 
 @handles(SyncGroupRequest, SyncGroupResponse, 0, 5)
 async def handle_sync_group(context: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
-    if _group_refused(context, AclOperation.READ, request.group_id):
+    authorizer = context.broker.authorizer
+    if _group_refused(authorizer, context, AclOperation.READ, request.group_id):
         return SyncGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, assignment=b"")
     coordinator = context.broker.groups.coordinator
     return await _parked(lambda respond: coordinator.sync_group(request, context.api_version, respond))
@@ -178,24 +191,27 @@ async def handle_sync_group(context: RequestContext, request: SyncGroupRequest) 
 
 @handles(HeartbeatRequest, HeartbeatResponse, 0, 4)
 async def handle_heartbeat(context: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
-    if _group_refused(context, AclOperation.READ, request.group_id):
+    authorizer = context.broker.authorizer
+    if _group_refused(authorizer, context, AclOperation.READ, request.group_id):
         return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     return context.broker.groups.coordinator.heartbeat(request, context.api_version)
 
 
 @handles(LeaveGroupRequest, LeaveGroupResponse, 0, 5)
 async def handle_leave_group(context: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
-    if _group_refused(context, AclOperation.READ, request.group_id):
+    authorizer = context.broker.authorizer
+    if _group_refused(authorizer, context, AclOperation.READ, request.group_id):
         return LeaveGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     return context.broker.groups.coordinator.leave_group(request, context.api_version)
 
 
-def _unknown_partitions(context: RequestContext, request: Any) -> dict[tuple[str, int], ErrorCode]:
+def _unknown_partitions(
+    authorizer: Authorizer | None, context: RequestContext, request: Any
+) -> dict[tuple[str, int], ErrorCode]:
     """The partitions of the commit (OffsetCommit or TxnOffsetCommit) that are not to reach the
     coordinator, with their answer: those of topics the principal may not read
     (TOPIC_AUTHORIZATION_FAILED, whether they exist or not), then those that do not exist here."""
     unknown: dict[tuple[str, int], ErrorCode] = {}
-    authorizer = context.broker.authorizer
     for topic in request.topics:
         if authorizer is not None and not authorizer.authorize(
             context.principal, context.client_host, AclOperation.READ, ResourceType.TOPIC, topic.name
@@ -215,6 +231,7 @@ PartitionErrors = list[tuple[str, list[tuple[int, int]]]]
 
 
 async def _commit_existing_partitions(
+    authorizer: Authorizer | None,
     context: RequestContext,
     request: CommitRequest,
     commit: Callable[[CommitRequest], Awaitable[Response]],
@@ -223,7 +240,7 @@ async def _commit_existing_partitions(
     """Commit (OffsetCommit or TxnOffsetCommit) the partitions that exist; those that do not are
     answered UNKNOWN_TOPIC_OR_PARTITION without reaching the coordinator, as Kafka does. The
     answer, by ``build``, lists the partitions in the request's order."""
-    unknown = _unknown_partitions(context, request)
+    unknown = _unknown_partitions(authorizer, context, request)
     if not unknown:
         return await commit(request)
     known = copy.copy(request)
@@ -258,11 +275,13 @@ async def handle_offset_commit(context: RequestContext, request: OffsetCommitReq
     coordinator, as Kafka does (an admin's AlterConsumerGroupOffsets is this same request); the
     rest are committed, or refused as the group's state says. With authorization on, the group
     needs READ (else every partition is GROUP_AUTHORIZATION_FAILED) and each topic READ."""
+    authorizer = context.broker.authorizer
     coordinator = context.broker.groups.coordinator
-    if _group_refused(context, AclOperation.READ, request.group_id):
+    if _group_refused(authorizer, context, AclOperation.READ, request.group_id):
         return _every_partition(request, ErrorCode.GROUP_AUTHORIZATION_FAILED, build_offset_commit)
 
     return await _commit_existing_partitions(
+        authorizer,
         context,
         request,
         lambda known: _parked(
@@ -329,14 +348,18 @@ async def handle_txn_offset_commit(
     not implemented. With authorization on: WRITE on the transactional id
     (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group (GROUP_AUTHORIZATION_FAILED), READ
     on each topic (TOPIC_AUTHORIZATION_FAILED)."""
+    authorizer = context.broker.authorizer
     coordinator = context.broker.groups.coordinator
-    if not _allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+    if not _allowed(
+        authorizer, context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+    ):
         return _every_partition(
             request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, build_txn_offset_commit
         )
-    if _group_refused(context, AclOperation.READ, request.group_id):
+    if _group_refused(authorizer, context, AclOperation.READ, request.group_id):
         return _every_partition(request, ErrorCode.GROUP_AUTHORIZATION_FAILED, build_txn_offset_commit)
     return await _commit_existing_partitions(
+        authorizer,
         context,
         request,
         lambda known: _parked(
@@ -351,10 +374,12 @@ async def handle_offset_fetch(context: RequestContext, request: OffsetFetchReque
     authorizer = context.broker.authorizer
     if authorizer is None:
         return context.broker.groups.coordinator.fetch_offsets(request, context.api_version)
-    return _authorized_offset_fetch(context, request)
+    return _authorized_offset_fetch(authorizer, context, request)
 
 
-def _authorized_offset_fetch(context: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+def _authorized_offset_fetch(
+    authorizer: Authorizer, context: RequestContext, request: OffsetFetchRequest
+) -> OffsetFetchResponse:
     """OffsetFetch with authorization on: READ on the group (else GROUP_AUTHORIZATION_FAILED), and
     DESCRIBE on each topic: a topic asked for by name the principal may not describe is answered
     TOPIC_AUTHORIZATION_FAILED, and left out of an answer for every topic, as Kafka does."""
@@ -362,7 +387,7 @@ def _authorized_offset_fetch(context: RequestContext, request: OffsetFetchReques
     coordinator = context.broker.groups.coordinator
 
     def visible(topic: Any, named: bool) -> Any:
-        if _allowed(context, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
+        if _allowed(authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
             return topic
         if not named:
             return None
@@ -377,7 +402,7 @@ def _authorized_offset_fetch(context: RequestContext, request: OffsetFetchReques
         allowed_groups.groups = [
             entry
             for entry in request.groups
-            if not _group_refused(context, AclOperation.READ, entry.group_id)
+            if not _group_refused(authorizer, context, AclOperation.READ, entry.group_id)
         ]
         response = coordinator.fetch_offsets(allowed_groups, version)
         answered = {group.group_id: group for group in response.groups}
@@ -399,7 +424,7 @@ def _authorized_offset_fetch(context: RequestContext, request: OffsetFetchReques
             groups.append(group)
         response.groups = groups
         return response
-    if _group_refused(context, AclOperation.READ, request.group_id):
+    if _group_refused(authorizer, context, AclOperation.READ, request.group_id):
         if version >= 2:
             return OffsetFetchResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, topics=[])
         return OffsetFetchResponse(
@@ -435,7 +460,7 @@ async def handle_describe_groups(
         refused = [
             group_id
             for group_id in request.groups
-            if _group_refused(context, AclOperation.DESCRIBE, group_id)
+            if _group_refused(authorizer, context, AclOperation.DESCRIBE, group_id)
         ]
         if refused:
             request = copy.copy(request)
@@ -471,26 +496,28 @@ async def handle_describe_groups(
 
 @handles(ListGroupsRequest, ListGroupsResponse, 0, 4)
 async def handle_list_groups(context: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+    authorizer = context.broker.authorizer
     response = context.broker.groups.coordinator.list_groups(request, context.api_version)
     # With authorization on: every group for DESCRIBE on the cluster, else those it may describe.
-    if context.broker.authorizer is not None and not cluster_allowed(context, AclOperation.DESCRIBE):
+    if authorizer is not None and not cluster_allowed(context, AclOperation.DESCRIBE):
         response.groups = [
             group
             for group in response.groups
-            if not _group_refused(context, AclOperation.DESCRIBE, group.group_id)
+            if not _group_refused(authorizer, context, AclOperation.DESCRIBE, group.group_id)
         ]
     return response
 
 
 @handles(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2)
 async def handle_delete_groups(context: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    authorizer = context.broker.authorizer
     coordinator = context.broker.groups.coordinator
     refused: list[str] = []
-    if context.broker.authorizer is not None:
+    if authorizer is not None:
         refused = [
             group_id
             for group_id in request.groups_names
-            if _group_refused(context, AclOperation.DELETE, group_id)
+            if _group_refused(authorizer, context, AclOperation.DELETE, group_id)
         ]
         if refused:
             request = copy.copy(request)
@@ -518,7 +545,8 @@ def _deleted_refused(group_ids: list[str]) -> DeleteGroupsResponse:
 
 @handles(OffsetDeleteRequest, OffsetDeleteResponse, 0, 0)
 async def handle_offset_delete(context: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
-    if _group_refused(context, AclOperation.DELETE, request.group_id):
+    authorizer = context.broker.authorizer
+    if _group_refused(authorizer, context, AclOperation.DELETE, request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, topics=[])
     coordinator = context.broker.groups.coordinator
     return await _parked(lambda respond: coordinator.delete_offsets(request, context.api_version, respond))

@@ -41,7 +41,7 @@ from strom.protocol.messages.describe_topic_partitions import (
     DescribeTopicPartitionsResponse,
 )
 from strom.protocol.messages.metadata import MetadataRequest, MetadataResponse
-from strom.security.acl import CLUSTER_NAME, ResourceType
+from strom.security.acl import CLUSTER_NAME, Authorizer, ResourceType
 from strom.storage import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -57,9 +57,8 @@ TOPIC_ID_LOOKUP_MIN_VERSION = 12
 CLUSTER_OPERATIONS_VERSIONS = range(8, 11)
 
 
-def topic_operations(context: RequestContext, name: str) -> int:
+def topic_operations(context: RequestContext, name: str, authorizer: Authorizer | None) -> int:
     """The topic's authorized-operations field: every topic operation without an authorizer."""
-    authorizer = context.broker.authorizer
     if authorizer is None:
         return TOPIC_OPERATIONS
     return authorizer.authorized_operations(
@@ -77,16 +76,20 @@ def cluster_operations(context: RequestContext) -> int:
     )
 
 
-def _may(context: RequestContext, operation: AclOperation, name: str) -> bool:
-    authorizer = context.broker.authorizer
+def _may(authorizer: Authorizer | None, context: RequestContext, operation: AclOperation, name: str) -> bool:
+    """Whether the principal may; ``authorizer`` is the broker's, taken once per request."""
     return authorizer is None or authorizer.authorize(
         context.principal, context.client_host, operation, ResourceType.TOPIC, name
     )
 
 
 def describe_topic(
-    context: RequestContext, topic: TopicView, include_operations: bool = False
+    context: RequestContext,
+    topic: TopicView,
+    include_operations: bool = False,
+    authorizer: Authorizer | None = None,
 ) -> MetadataResponse.MetadataResponseTopic:
+    """``authorizer``: the broker's (read once per request), for the authorized operations."""
     state = context.broker
     return MetadataResponse.MetadataResponseTopic(
         error_code=ErrorCode.NONE,
@@ -106,7 +109,9 @@ def describe_topic(
             for view in state.replication.describe_partitions(topic, 0, topic.partitions)
         ],
         topic_authorized_operations=(
-            topic_operations(context, topic.name) if include_operations else OPERATIONS_NOT_PROVIDED
+            topic_operations(context, topic.name, authorizer)
+            if include_operations
+            else OPERATIONS_NOT_PROVIDED
         ),
     )
 
@@ -149,6 +154,7 @@ def _missing_topic(
 
 async def _requested_topic(
     context: RequestContext,
+    authorizer: Authorizer | None,
     wanted: MetadataRequest.MetadataRequestTopic,
     version: int,
     allow_auto_create: bool,
@@ -162,19 +168,19 @@ async def _requested_topic(
         by_id = state.replication.topic_by_id(wanted.topic_id)
         if by_id is None:
             return _missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
-        if not _may(context, AclOperation.DESCRIBE, by_id.name):
+        if not _may(authorizer, context, AclOperation.DESCRIBE, by_id.name):
             return _missing_topic(None, wanted.topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        return describe_topic(context, by_id, include_operations)
-    if not _may(context, AclOperation.DESCRIBE, wanted.name):
+        return describe_topic(context, by_id, include_operations, authorizer)
+    if not _may(authorizer, context, AclOperation.DESCRIBE, wanted.name):
         # Whether the topic exists or not: the answer must not tell.
         return _missing_topic(wanted.name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     existing = state.replication.topic(wanted.name)
     if (
         existing is None
         and allow_auto_create
-        and state.authorizer is not None
+        and authorizer is not None
         and not cluster_allowed(context, AclOperation.CREATE)
-        and not _may(context, AclOperation.CREATE, wanted.name)
+        and not _may(authorizer, context, AclOperation.CREATE, wanted.name)
         and state.config.get_bool("auto.create.topics.enable")
     ):
         return _missing_topic(wanted.name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -190,7 +196,7 @@ async def _requested_topic(
             else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
         return _missing_topic(wanted.name, ZERO_UUID, error)
-    return describe_topic(context, existing, include_operations)
+    return describe_topic(context, existing, include_operations, authorizer)
 
 
 @handles(MetadataRequest, MetadataResponse, 0, 12)
@@ -205,8 +211,8 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
     # A cluster broker that has just started answers once it knows the topics (or after the
     # bound, from what it knows): an empty image would say the clients' topics do not exist.
     await replication.metadata_known(limits.metadata_wait_ms)
+    authorizer = state.authorizer
     if every_topic:
-        authorizer = state.authorizer
         for name in sorted(replication.topic_names()):
             # Topics the principal may not describe are left out, unsaid.
             if authorizer is not None and not authorizer.authorize(
@@ -215,12 +221,14 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
                 continue
             found = replication.topic(name)
             if found is not None:
-                topics.append(describe_topic(context, found, include_topic_operations))
+                topics.append(describe_topic(context, found, include_topic_operations, authorizer))
     else:
         allow_auto_create = request.allow_auto_topic_creation if version >= 4 else True
         for wanted in request.topics or []:
             topics.append(
-                await _requested_topic(context, wanted, version, allow_auto_create, include_topic_operations)
+                await _requested_topic(
+                    context, authorizer, wanted, version, allow_auto_create, include_topic_operations
+                )
             )
     response = MetadataResponse(
         brokers=[
@@ -296,13 +304,14 @@ async def handle_describe_topic_partitions(
         response.topics = [_Topic(error_code=names, name=topic.name) for topic in request.topics]
         return response
     describe_all = not request.topics
+    authorizer = state.authorizer
     remaining = max(1, min(request.response_partition_limit, limits.partitions_per_describe_response_max))
     first_partition = request.cursor.partition_index if request.cursor is not None else 0
     for name in names:
         if remaining == 0:
             response.next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=0)
             break
-        if not _may(context, AclOperation.DESCRIBE, name):
+        if not _may(authorizer, context, AclOperation.DESCRIBE, name):
             # Left out of a listing; asked for by name, refused whether it exists or not.
             if not describe_all:
                 response.topics.append(_Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
@@ -328,7 +337,7 @@ async def handle_describe_topic_partitions(
                 topic_id=topic.topic_id,
                 is_internal=topic.internal,
                 partitions=_describe_partitions(state, topic, start, end),
-                topic_authorized_operations=topic_operations(context, topic.name),
+                topic_authorized_operations=topic_operations(context, topic.name, authorizer),
             )
         )
         if end < topic.partitions:

@@ -127,10 +127,11 @@ async def handle_add_offsets_to_txn(
     """The group's ``__consumer_offsets`` partition joins the transaction (the producer then
     sends TxnOffsetCommit to the group's coordinator). With authorization on: WRITE on the
     transactional id, READ on the group."""
-    if not allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
-        return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if not allowed(context, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if context.broker.authorizer is not None:
+        if not allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not allowed(context, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     coordinator = context.broker.transactions.coordinator
     error: ErrorCode = await _parked(
         lambda respond: coordinator.add_offsets(
