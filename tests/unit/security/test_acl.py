@@ -174,3 +174,28 @@ def test_json_round_trip() -> None:
 def test_super_users_parse_refuses_what_is_no_principal() -> None:
     with pytest.raises(ValueError):
         parse_super_users("User:a;bob")
+
+
+def test_authorize_any_for_an_idempotent_producer() -> None:
+    def any_write(*bindings: AclBinding, allow_if_no_acl: bool = False) -> bool:
+        return authorizer(*bindings, allow_if_no_acl=allow_if_no_acl).authorize_any(
+            ALICE, HOST, Op.WRITE, TOPIC
+        )
+
+    assert not any_write()
+    assert any_write(allow_if_no_acl=True)
+    assert any_write(acl("t", Op.WRITE))
+    assert any_write(acl("t", Op.ALL))
+    assert not any_write(acl("t", Op.READ))
+    assert not any_write(acl("t", Op.WRITE), acl("t", Op.WRITE, DENY))
+    assert not any_write(acl("t", Op.WRITE), acl("*", Op.WRITE, DENY))
+    assert not any_write(acl("pay-eu", Op.WRITE), acl("pay", Op.WRITE, DENY, pattern=PatternType.PREFIXED))
+    assert any_write(acl("t", Op.WRITE), acl("pay", Op.WRITE, DENY, pattern=PatternType.PREFIXED))
+    assert not any_write(acl("t", Op.WRITE, principal="User:bob"))
+    assert authorizer(super_users="User:alice").authorize_any(ALICE, HOST, Op.WRITE, TOPIC)
+
+
+def test_entries_of_one_pattern() -> None:
+    made = authorizer(acl("t", Op.READ), acl("t", Op.WRITE, pattern=PatternType.PREFIXED))
+    pattern = ResourcePattern(TOPIC, "t", PatternType.LITERAL)
+    assert {entry.operation for entry in made.entries_of(pattern)} == {Op.READ}
