@@ -15,8 +15,11 @@ Producer: one confluent-kafka process, 100-byte values, 6 partitions of a fresh 
 acks=1, no compression, two shapes: big requests (linger 5 ms, 1 MiB batches, as
 ``benchmarks.run``) and small ones (linger 0, at most 50 records a batch: many more requests, each
 authorized). Each round runs every case on both brokers, in alternating order; the table has the
-median of the rounds and the broker's CPU time per record. Beside it, the authorizer alone in this
-process: the time of one decision with 10,000 bindings, from the cache and without it.
+median of the rounds and the broker's CPU time per record. On a shared machine these swing more
+than the effect, so the cost is measured where it is paid, too: the Produce handler alone in this
+process, on two brokers' states (off; on with the same 10,000 bindings), blocks of requests
+alternating between them (``handler_times_us``). And the authorizer alone: the time of one decision
+with 10,000 bindings, from the cache and without it.
 
 The results replace the section between ``<!-- acl-authorize:start -->`` and
 ``<!-- acl-authorize:end -->`` in the output file.
@@ -226,8 +229,94 @@ def decision_times_ns() -> tuple[float, float]:
     return cached / loops * 1e9, uncached / loops * 1e9
 
 
+HANDLER_REQUESTS = 400
+HANDLER_BLOCKS = 15
+HANDLER_RECORDS_PER_PARTITION = 50
+
+
+def handler_times_us(work_dir: Path) -> tuple[list[float], list[float]]:
+    """The Produce handler alone, in this process, on two brokers' states (authorization off; on
+    with the 10,000 bindings): microseconds per request of 6 partitions x 50 records of 100 B,
+    per block of ``HANDLER_REQUESTS`` requests, the blocks alternating between the two. No
+    sockets and no load generator: what authorization adds to the broker's work per request."""
+    import asyncio
+
+    from strom.base.clock import SystemClock
+    from strom.broker.config import BrokerConfig
+    from strom.broker.context import RequestContext
+    from strom.broker.handlers import register_all
+    from strom.broker.handlers.produce import handle_produce
+    from strom.broker.state import BrokerState
+    from strom.protocol.messages.produce import ProduceRequest
+    from strom.protocol.records.batch import Record, build_batch
+
+    register_all()
+    value = os.urandom(RECORD_BYTES)
+    batch = build_batch(
+        [Record(index, 0, None, value) for index in range(HANDLER_RECORDS_PER_PARTITION)],
+        base_timestamp=int(time.time() * 1000),
+    )
+
+    def request() -> ProduceRequest:
+        return ProduceRequest(
+            transactional_id=None,
+            acks=1,
+            timeout_ms=30_000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name="bench-handler",
+                    partition_data=[
+                        ProduceRequest.PartitionProduceData(index=partition, records=bytearray(batch))
+                        for partition in range(PARTITIONS)
+                    ],
+                )
+            ],
+        )
+
+    async def measure() -> tuple[list[float], list[float]]:
+        states = {}
+        for name, values in ((OFF, {}), (ON, {"authorizer.class.name": "strom"})):
+            config = BrokerConfig(
+                host="127.0.0.1",
+                port=0,
+                data_dir=work_dir / name.split(",")[0].replace(" ", "-"),
+                values=values,
+            )
+            state = BrokerState(config, SystemClock())
+            state.load()
+            if state.authorizer is not None:
+                for binding in acl_bindings():
+                    state.authorizer.add(binding)
+            await state.replication.create_topic("bench-handler", PARTITIONS, -1, {}, {}, validate_only=False)
+            states[name] = state
+        times: dict[str, list[float]] = {OFF: [], ON: []}
+        try:
+            for block in range(HANDLER_BLOCKS * 2 + 2):
+                name = (OFF, ON)[block % 2] if block // 2 % 2 == 0 else (ON, OFF)[block % 2]
+                context = RequestContext(states[name], 0, 9, 0, "bench", "127.0.0.1", 1)
+                requests = [request() for _ in range(HANDLER_REQUESTS)]
+                started = time.perf_counter()
+                for produce in requests:
+                    response = await handle_produce(context, produce)
+                    assert response is not None
+                    assert response.responses[0].partition_responses[0].error_code == 0, response
+                elapsed = time.perf_counter() - started
+                if block >= 2:  # the first two blocks warm up
+                    times[name].append(elapsed / HANDLER_REQUESTS * 1e6)
+        finally:
+            for state in states.values():
+                state.close()
+        return times[OFF], times[ON]
+
+    return asyncio.run(measure())
+
+
 def render(
-    figures: dict[tuple[str, str], list[Figure]], count: int, rounds: int, loads: tuple[str, str]
+    figures: dict[tuple[str, str], list[Figure]],
+    handler: tuple[list[float], list[float]],
+    count: int,
+    rounds: int,
+    loads: tuple[str, str],
 ) -> str:
     def median(shape: str, name: str) -> float:
         return statistics.median(figure.per_s for figure in figures[(shape, name)])
@@ -246,26 +335,35 @@ def render(
         f" one producer process, {RECORD_BYTES} B records, {PARTITIONS} partitions, acks=1; {count:,} records"
         f" per case; median of {rounds} round(s), the two brokers side by side in alternating order.",
         "",
-        "| requests | broker | records/s (median) | every round | broker CPU µs/record (median) | cost |",
-        "|---|---|---:|---|---:|---:|",
+        "| requests | broker | records/s (median) | every round | throughput cost | broker CPU µs/record (median) | CPU cost |",
+        "|---|---|---:|---|---:|---:|---:|",
     ]
-    verdicts = []
     for shape in SHAPES:
-        off = median(shape, OFF)
+        off, off_cpu = median(shape, OFF), median_cpu(shape, OFF)
         for name in (OFF, ON):
-            rate = median(shape, name)
+            rate, cpu = median(shape, name), median_cpu(shape, name)
             every = ", ".join(f"{figure.per_s:,.0f}" for figure in figures[(shape, name)])
             cost = "" if name == OFF else f"{1 - rate / off:+.1%}"
-            lines.append(
-                f"| {shape} | {name} | {rate:,.0f} | {every} | {median_cpu(shape, name):.2f} | {cost} |"
-            )
-        share = 1 - median(shape, ON) / off
-        verdicts.append(f"{shape}: {share:.1%}, **{'met' if share <= BAR_COST_SHARE else 'not met'}**")
+            cpu_cost = "" if name == OFF else f"{cpu / off_cpu - 1:+.1%}"
+            lines.append(f"| {shape} | {name} | {rate:,.0f} | {every} | {cost} | {cpu:.2f} | {cpu_cost} |")
+    handler_off, handler_on = (statistics.median(times) for times in handler)
+    handler_cost = handler_on / handler_off - 1
+    paired = statistics.median(on / off - 1 for off, on in zip(*handler, strict=True))
     lines += [
         "",
-        f"Bar: authorization on with 10,000 ACLs costs ≤ {BAR_COST_SHARE:.0%} of produce throughput — "
-        + "; ".join(verdicts)
-        + " (a negative cost is noise in the machine's favour).",
+        f"The Produce handler alone (`handler_times_us`: in one process, no sockets, no load generator;"
+        f" {HANDLER_BLOCKS} blocks of {HANDLER_REQUESTS} requests of {PARTITIONS} partitions x"
+        f" {HANDLER_RECORDS_PER_PARTITION} records each, alternating between the two brokers' states):"
+        f" {handler_off:,.0f} µs per request with authorization off, {handler_on:,.0f} µs on"
+        f" ({handler_cost:+.1%}; median of the blocks' paired differences {paired:+.1%}); every block, off:"
+        f" {', '.join(f'{t:,.0f}' for t in handler[0])}; on: {', '.join(f'{t:,.0f}' for t in handler[1])}.",
+        "",
+        f"Bar: authorization on with 10,000 ACLs costs ≤ {BAR_COST_SHARE:.0%} of produce throughput:"
+        f" **{'met' if max(handler_cost, paired) <= BAR_COST_SHARE else 'not met'}** by the handler's own"
+        f" time ({handler_cost:+.1%}). The end-to-end throughput of one round swings by a third either way"
+        " on this shared machine (every round is in the table), far more than the effect measured, so the"
+        " table shows that nothing else stands out rather than measuring the cost; a negative cost is"
+        " noise in the machine's favour.",
         "",
         f"One decision with 10,000 bindings (strom.security.acl.Authorizer, this process): {cached_ns:,.0f} ns"
         f" from the cache, {uncached_ns:,.0f} ns decided afresh (index lookups of the literal name, the"
@@ -291,7 +389,9 @@ def main() -> int:
     arguments = parser.parse_args()
     start_load = load_average()
     figures = run(arguments.records, arguments.rounds)
-    text = render(figures, arguments.records, arguments.rounds, (start_load, load_average()))
+    with tempfile.TemporaryDirectory(prefix="strom-bench-acl-handler-") as temp:
+        handler = handler_times_us(Path(temp))
+    text = render(figures, handler, arguments.records, arguments.rounds, (start_load, load_average()))
     print(text)
     if not arguments.no_write:
         replace_section(Path(arguments.output), "acl-authorize", text)
