@@ -20,7 +20,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from strom.broker.refused import Refused
 from strom.cluster.znodes import AclEntryText, AclResourceKey
+from strom.protocol.errors import ErrorCode
 from strom.security.acl import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -184,6 +186,13 @@ class ZooKeeperAclStore:
         return []  # they come when the broker joins the cluster (apply_from_cluster, whole)
 
     async def apply(self, added: set[AclBinding], removed: set[AclBinding]) -> None:
+        for binding in added:
+            if "/" in binding.pattern.name:
+                # A znode's name cannot hold one (it would be a path of several znodes).
+                raise Refused(
+                    ErrorCode.INVALID_REQUEST,
+                    f"{binding.pattern.name!r}: a resource name with '/' cannot be kept in ZooKeeper",
+                )
         changes: dict[AclResourceKey, tuple[set[AclEntryText], set[AclEntryText]]] = {}
         for binding in added:
             changes.setdefault(zk_resource_key(binding.pattern), (set(), set()))[0].add(
