@@ -214,3 +214,39 @@ def test_without_an_authorizer_acl_requests_are_security_disabled(tmp_path: Path
         assert response.error_code == ErrorCode.SECURITY_DISABLED
     finally:
         state.close()
+
+
+def test_auto_create_needs_create_besides_describe(state: BrokerState) -> None:
+    assert state.acls is not None
+    prefixed_read = AclBinding(
+        ResourcePattern(ResourceType.TOPIC, "new-", PatternType.PREFIXED),
+        AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW),
+    )
+    asyncio.run(state.acls.create([prefixed_read]))
+    refused = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    assert _metadata(state, "User:alice", ["new-1"]) == {"new-1": refused}  # DESCRIBE, but no CREATE
+    assert state.replication.topic("new-1") is None
+    asyncio.run(
+        state.acls.create([allow(ResourceType.CLUSTER, "kafka-cluster", "User:alice", AclOperation.CREATE)])
+    )
+    assert _metadata(state, "User:alice", ["new-1"]) == {"new-1": ErrorCode.NONE}
+    assert state.replication.topic("new-1") is not None
+
+
+def test_group_description_follows_describe(state: BrokerState) -> None:
+    from strom.broker.handlers.groups import handle_describe_groups
+    from strom.protocol.messages.describe_groups import DescribeGroupsRequest
+
+    described = asyncio.run(
+        handle_describe_groups(
+            as_principal(state, "User:alice", 5),
+            DescribeGroupsRequest(groups=["billing", "other"], include_authorized_operations=True),
+        )
+    )
+    by_group = {group.group_id: group for group in described.groups}
+    assert by_group["other"].error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert by_group["billing"].error_code != ErrorCode.GROUP_AUTHORIZATION_FAILED
+    # READ on the group: READ and DESCRIBE (implied) of the group's operations.
+    assert by_group["billing"].authorized_operations == (1 << AclOperation.READ) | (
+        1 << AclOperation.DESCRIBE
+    )
