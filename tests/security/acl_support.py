@@ -10,7 +10,7 @@ clients can authenticate, the same helpers serve ``User:alice``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -88,17 +88,20 @@ def start_authorizing_broker(
     acls: Iterable[Acl],
     topics: Iterable[str] = (),
     bootstrap_principal: str = ANONYMOUS,
+    prepare: Callable[[BrokerProcess], None] | None = None,
     **settings: str,
 ) -> BrokerProcess:
     """A broker with authorization on whose ACLs are ``acls`` and which holds ``topics``, made
-    while ``bootstrap_principal`` was its super user (then taken away by a restart). The caller
-    closes it."""
+    while ``bootstrap_principal`` was its super user (then taken away by a restart); ``prepare``
+    does anything else while it is (groups, records). The caller closes it."""
     work_dir.mkdir(parents=True, exist_ok=True)
     broker = BrokerProcess(work_dir, authorizing_settings(bootstrap_principal, **settings))
     try:
         broker.start()
         create_topics(broker, topics)
         create_acls(broker, acls)
+        if prepare is not None:
+            prepare(broker)
         broker.stop()
         broker.settings["super.users"] = ""
         broker.start()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from confluent_kafka.admin import NewTopic
 
 from tests.compat.conftest import BrokerProcess
@@ -44,10 +45,28 @@ ACLS = [
 TOPICS = ["ok-a", "ok-denied", "read-only", "secret", "secret-2"]
 
 
+HIDDEN_GROUP = "secret-group"
+
+
+def _make_hidden_group(broker: BrokerProcess) -> None:
+    """While the principal is still a super user: a group it will not be allowed to describe."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": HIDDEN_GROUP})
+    try:
+        consumer.commit(offsets=[ConfluentTopicPartition("secret", 0, 0)], asynchronous=False)
+        (committed,) = consumer.committed([ConfluentTopicPartition("secret", 0)], timeout=TIMEOUT_S)
+        assert committed.offset == 0  # the group exists: the listing below has something to hide
+    finally:
+        consumer.close()
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     started = start_authorizing_broker(
-        Path(tmp_path_factory.mktemp("acl-broker")), ACLS, TOPICS, **{"auto.create.topics.enable": "true"}
+        Path(tmp_path_factory.mktemp("acl-broker")),
+        ACLS,
+        TOPICS,
+        prepare=_make_hidden_group,
+        **{"auto.create.topics.enable": "true"},
     )
     try:
         yield started
@@ -277,3 +296,25 @@ def test_authorized_operations_come_from_the_acls(broker: BrokerProcess) -> None
     )
     assert operations["ok-a"] == everything_on_a_topic
     assert response.cluster_authorized_operations == 0  # no ACL on the cluster
+
+
+def test_group_listing_leaves_out_groups_it_may_not_describe(broker: BrokerProcess) -> None:
+    from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+    from strom.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap, group_id="ok-listed", enable_auto_commit=False
+    )
+    try:
+        consumer.commit({TopicPartition("ok-a", 0): OffsetAndMetadata(0, "", -1)})
+    finally:
+        consumer.close()
+    with WireClient(broker.port) as client:
+        listed = client.round_trip(ListGroupsRequest(), ListGroupsResponse, 4)
+        described = client.round_trip(
+            DescribeGroupsRequest(groups=[HIDDEN_GROUP, "ok-listed"]), DescribeGroupsResponse, 5
+        )
+    names = {group.group_id for group in listed.groups}
+    assert "ok-listed" in names and HIDDEN_GROUP not in names
+    errors = {group.group_id: group.error_code for group in described.groups}
+    assert errors == {HIDDEN_GROUP: 30, "ok-listed": 0}  # GROUP_AUTHORIZATION_FAILED
