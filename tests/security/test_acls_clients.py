@@ -41,6 +41,7 @@ ACLS = [
     Acl("group", "ok-", "all", pattern="prefixed"),
     Acl("topic", "ok-denied", "write", permission="deny"),
     Acl("topic", "read-only", "read"),
+    Acl("transactional_id", "ok-", "all", pattern="prefixed"),
 ]
 TOPICS = ["ok-a", "ok-denied", "read-only", "secret", "secret-2"]
 
@@ -86,6 +87,8 @@ def _produce_one(bootstrap: str, topic: str, **config: object) -> KafkaError | N
 
 def test_produce_needs_write(broker: BrokerProcess) -> None:
     assert _produce_one(broker.bootstrap, "ok-a") is None
+    # An idempotent producer's InitProducerId: WRITE on some topic stands for IDEMPOTENT_WRITE.
+    assert _produce_one(broker.bootstrap, "ok-a", **{"enable.idempotence": True}) is None
     for topic in ("secret", "read-only"):
         error = _produce_one(broker.bootstrap, topic)
         assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (topic, error)
@@ -318,3 +321,15 @@ def test_group_listing_leaves_out_groups_it_may_not_describe(broker: BrokerProce
     assert "ok-listed" in names and HIDDEN_GROUP not in names
     errors = {group.group_id: group.error_code for group in described.groups}
     assert errors == {HIDDEN_GROUP: 30, "ok-listed": 0}  # GROUP_AUTHORIZATION_FAILED
+
+
+def test_transactions_need_write_on_the_transactional_id(broker: BrokerProcess) -> None:
+    allowed = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "ok-tx"})
+    allowed.init_transactions(TIMEOUT_S)
+    allowed.begin_transaction()
+    allowed.produce("ok-a", b"in a transaction")
+    allowed.commit_transaction(TIMEOUT_S)
+    refused = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "not-mine"})
+    with pytest.raises(KafkaException) as failed:
+        refused.init_transactions(TIMEOUT_S)
+    assert failed.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
