@@ -100,6 +100,7 @@ bench: install-test bench-deps
 	$(PY) -m benchmarks.cluster
 	$(PY) -m benchmarks.coordinator_failover
 	$(PY) -m benchmarks.transactions
+	$(PY) -m benchmarks.acl_authorize
 
 # A wheel of strom in $(DIST_DIR), to install anywhere without a clone:
 # pip install dist/strom-<version>-py3-none-any.whl (add [spark] or [plot] for the extras).

@@ -205,3 +205,14 @@ loop_stall_warning_ms = 50
 # logs stalled all clients for ~150 ms). Freezing also keeps whatever cyclic garbage exists at that
 # moment forever, so small creates, whose collection costs little, do not freeze.
 partitions_frozen_from_collector_min = 256
+
+# Authorization decisions the ACL authorizer keeps cached (one entry per principal, host,
+# operation and resource asked about; emptied on every ACL change). A client working on a few
+# thousand partitions' topics and groups fits many times over; past the bound the cache is emptied
+# and refills, so a principal sweeping millions of names costs memory of this size at most.
+acl_decisions_cached_max = 100_000
+
+# ACL bindings one CreateAcls request or one broker holds at most: each is kept in memory,
+# indexed, and written to the ACL file (or ZooKeeper) whole on every change. Kafka deployments
+# hold thousands; the 10,000 of the benchmark fit with room to spare.
+acl_bindings_max = 100_000

@@ -38,6 +38,7 @@ from strom.broker.listeners import (
 from strom.cluster.model import Endpoint
 from strom.coordinator import CoordinatorConfig
 from strom.coordinator.transactions import TransactionCoordinatorConfig
+from strom.security.acl import parse_super_users
 from strom.storage import ConfigError, LogConfig
 from strom.storage.files import write_file_atomically
 
@@ -380,6 +381,41 @@ _KEYS = [
     ),
 ]
 
+# ``authorizer.class.name`` values that turn ACL authorization on (strom's authorizer, with Kafka's
+# semantics, whichever of Kafka's names a configuration carries over); empty leaves it off.
+AUTHORIZER_CLASS_NAMES = frozenset(
+    {
+        "strom",
+        "kafka.security.authorizer.AclAuthorizer",
+        "kafka.security.auth.SimpleAclAuthorizer",
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    }
+)
+
+_KEYS += [
+    ConfigKey(
+        "authorizer.class.name",
+        "string",
+        "",
+        "Empty: no authorization, every request is allowed and CreateAcls/DescribeAcls/DeleteAcls answer"
+        " SECURITY_DISABLED. 'strom' (or Kafka's kafka.security.authorizer.AclAuthorizer or"
+        " org.apache.kafka.metadata.authorizer.StandardAuthorizer): every request is checked against ACLs,"
+        " with Kafka's semantics.",
+    ),
+    ConfigKey(
+        "super.users",
+        "string",
+        "",
+        "Principals allowed everything whatever the ACLs say, separated by semicolons (User:admin;User:ops).",
+    ),
+    ConfigKey(
+        "allow.everyone.if.no.acl.found",
+        "bool",
+        "false",
+        "With authorization on: whether a resource no ACL applies to is open to everyone.",
+    ),
+]
+
 BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 
 # The keys an operator may change while the broker runs (AlterConfigs / IncrementalAlterConfigs on
@@ -505,7 +541,24 @@ class BrokerConfig:
                 if name in BROKER_CONFIG_KEYS:
                     _parse(BROKER_CONFIG_KEYS[name], raw)
         self.log_defaults()  # validates the log.* values now, not at first use
+        self.authorizer_settings()  # validates the authorizer's keys now
         self._advertised({}, resolve_hostname=False)  # validates the listeners now, not at start
+
+    def authorizer_settings(self) -> tuple[frozenset[str], bool] | None:
+        """(super users, allow everyone if no ACL is found) when authorization is on, else None."""
+        class_name = self.raw("authorizer.class.name").strip()
+        if not class_name:
+            return None
+        if class_name not in AUTHORIZER_CLASS_NAMES:
+            raise BrokerConfigError(
+                f"authorizer.class.name: {class_name!r} is not an authorizer strom has"
+                f" (one of: {', '.join(sorted(AUTHORIZER_CLASS_NAMES))}, or empty for none)"
+            )
+        try:
+            super_users = parse_super_users(self.raw("super.users"))
+        except ValueError as error:
+            raise BrokerConfigError(f"super.users: {error}") from None
+        return super_users, self.get_bool("allow.everyone.if.no.acl.found")
 
     def unused_kafka_keys(self) -> list[str]:
         """Keys given that Kafka knows and strom does not use (accepted; the broker warns about them)."""

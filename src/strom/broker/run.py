@@ -53,6 +53,7 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
         server = BrokerServer(config, metrics_port=metrics_port)
         await server.serve_until_signalled()
 
+    from strom.broker.authorization import AclStoreError
     from strom.broker.cluster.runtime import ClusterStartError
     from strom.cluster.config import ZooKeeperConnectError
     from strom.cluster.zk_store import ZkError
@@ -60,7 +61,7 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
 
     try:
         uvloop.run(main())
-    except DataDirectoryLockedError as error:
+    except (DataDirectoryLockedError, AclStoreError) as error:
         log.error("cannot start the broker: %s", error)
         return 1
     except OSError as error:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from strom.base import limits
 from strom.base.clock import Clock
+from strom.broker.authorization import AclService, FileAclStore
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.groups import GroupService
@@ -40,6 +41,7 @@ from strom.broker.transactions import LocalMarkers, TransactionService
 from strom.cluster.model import Endpoint
 from strom.coordinator import OFFSETS_TOPIC
 from strom.coordinator.transactions import TRANSACTION_STATE_TOPIC
+from strom.security.acl import Authorizer
 from strom.storage import LogFileError, LogManager, PartitionLog, TopicMetadata
 from strom.storage.budget import FileBudget
 from strom.storage.compaction import run_compaction
@@ -155,6 +157,15 @@ class BrokerState:
         # APIs this broker serves and advertises.
         self.cluster: ClusterReplication | None = None
         self.handlers: Mapping[int, Handler] = HANDLERS
+        # ACLs: None when authorization is off (``authorizer.class.name`` empty), which is all a
+        # handler then checks (``strom.broker.authorization``).
+        self.authorizer: Authorizer | None = None
+        self.acls: AclService | None = None
+        settings = config.authorizer_settings()
+        if settings is not None:
+            super_users, allow_if_no_acl = settings
+            self.authorizer = Authorizer(super_users, allow_if_no_acl)
+            self.acls = AclService(self.authorizer, FileAclStore(config.data_dir))
 
     def _flush_offsets_partition(self, partition: int) -> asyncio.Future[None] | None:
         return self._flush_internal(OFFSETS_TOPIC, partition)
@@ -173,6 +184,8 @@ class BrokerState:
             log.warning("%s", line)
         log.info("%s", self.budget.describe())
         started = time.perf_counter()
+        if self.acls is not None:
+            self.acls.load()
         for line in self.logs.load():
             log.info("%s", line)
         log.info(

@@ -37,11 +37,14 @@ from strom.client.offsets import (
 from strom.client.transport import LoopThread, Transport
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_configs import AlterConfigsRequest
+from strom.protocol.messages.create_acls import CreateAclsRequest
 from strom.protocol.messages.create_partitions import CreatePartitionsRequest
 from strom.protocol.messages.create_topics import CreateTopicsRequest
+from strom.protocol.messages.delete_acls import DeleteAclsRequest
 from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from strom.protocol.messages.delete_records import DeleteRecordsRequest
 from strom.protocol.messages.delete_topics import DeleteTopicsRequest
+from strom.protocol.messages.describe_acls import DescribeAclsRequest
 from strom.protocol.messages.describe_cluster import DescribeClusterRequest
 from strom.protocol.messages.describe_configs import DescribeConfigsRequest
 from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
@@ -57,6 +60,17 @@ from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCom
 from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from strom.protocol.primitives import DecodeError
+from strom.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    parse_enum,
+)
+from strom.security.acl import ResourceType as AclResourceType
 
 __all__ = [
     "Admin",
@@ -629,6 +643,104 @@ class Admin:
             )
 
         return self._run(fetch())
+
+    # -- ACLs ----------------------------------------------------------------------------------
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Create the bindings (one already there is no error); raises for the first one refused
+        (SECURITY_DISABLED without an authorizer, CLUSTER_AUTHORIZATION_FAILED without ALTER on
+        the cluster, INVALID_REQUEST for a binding that cannot exist)."""
+        bindings = list(bindings)
+        request = CreateAclsRequest(
+            creations=[
+                CreateAclsRequest.AclCreation(
+                    resource_type=pattern.resource_type,
+                    resource_name=pattern.name,
+                    resource_pattern_type=pattern.pattern_type,
+                    principal=entry.principal,
+                    host=entry.host,
+                    operation=entry.operation,
+                    permission_type=entry.permission,
+                )
+                for pattern, entry in bindings
+            ]
+        )
+        response = self._run(self._transport.send_any(request))
+        for binding, result in zip(bindings, response.results, strict=True):
+            _raise_for(
+                result.error_code, result.error_message, f"create ACL {binding.pattern} {binding.entry}"
+            )
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The bindings the filter selects (every binding without one)."""
+        wanted = acl_filter if acl_filter is not None else AclBindingFilter.everything()
+        request = DescribeAclsRequest(
+            resource_type_filter=wanted.resource_type,
+            resource_name_filter=wanted.name,
+            pattern_type_filter=wanted.pattern_type,
+            principal_filter=wanted.principal,
+            host_filter=wanted.host,
+            operation=wanted.operation,
+            permission_type=wanted.permission,
+        )
+        response = self._run(self._transport.send_any(request))
+        _raise_for(response.error_code, response.error_message, "describe ACLs")
+        return [
+            AclBinding(
+                ResourcePattern(
+                    parse_enum(AclResourceType, resource.resource_type),
+                    resource.resource_name,
+                    parse_enum(PatternType, resource.pattern_type),
+                ),
+                AccessControlEntry(
+                    acl.principal,
+                    acl.host,
+                    parse_enum(AclOperation, acl.operation),
+                    parse_enum(AclPermissionType, acl.permission_type),
+                ),
+            )
+            for resource in response.resources
+            for acl in resource.acls
+        ]
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        """Delete every binding a filter selects; the bindings deleted (each once)."""
+        filters = list(filters)
+        request = DeleteAclsRequest(
+            filters=[
+                DeleteAclsRequest.DeleteAclsFilter(
+                    resource_type_filter=wanted.resource_type,
+                    resource_name_filter=wanted.name,
+                    pattern_type_filter=wanted.pattern_type,
+                    principal_filter=wanted.principal,
+                    host_filter=wanted.host,
+                    operation=wanted.operation,
+                    permission_type=wanted.permission,
+                )
+                for wanted in filters
+            ]
+        )
+        response = self._run(self._transport.send_any(request))
+        deleted: dict[AclBinding, None] = {}
+        for result in response.filter_results:
+            _raise_for(result.error_code, result.error_message, "delete ACLs")
+            for matching in result.matching_acls:
+                _raise_for(matching.error_code, matching.error_message, "delete ACL")
+                binding = AclBinding(
+                    ResourcePattern(
+                        parse_enum(AclResourceType, matching.resource_type),
+                        matching.resource_name,
+                        parse_enum(PatternType, matching.pattern_type),
+                    ),
+                    AccessControlEntry(
+                        matching.principal,
+                        matching.host,
+                        parse_enum(AclOperation, matching.operation),
+                        parse_enum(AclPermissionType, matching.permission_type),
+                    ),
+                )
+                deleted[binding] = None
+        return list(deleted)
 
     # -- configs -------------------------------------------------------------------------------
 

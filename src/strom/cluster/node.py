@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from strom.base.clock import Clock
+from strom.cluster import znodes
 from strom.cluster.actions import BrokerCommand, ControllerReply, UncleanElection
 from strom.cluster.config import ControllerConfig
 from strom.cluster.controller import Controller
@@ -63,6 +64,11 @@ log = logging.getLogger("strom.cluster.node")
 T = TypeVar("T")
 
 CONFIG_CHANGES_WATCH = "config-changes"
+# ACL change notifications (Kafka keeps literal and prefixed ones apart); read only by a broker
+# that authorizes (``ClusterNode(watch_acls=True)``).
+ACL_LITERAL_CHANGES_WATCH = "acl-changes"
+ACL_EXTENDED_CHANGES_WATCH = "acl-extended-changes"
+ACL_WATCHES = (ACL_LITERAL_CHANGES_WATCH, ACL_EXTENDED_CHANGES_WATCH)
 # Joining asks again this long after a lost connection (kazoo holds a call until it reconnects or
 # fails it at once; the pause keeps a call that fails at once from spinning).
 JOIN_RETRY_BACKOFF_MS = 200
@@ -88,6 +94,11 @@ class NodeOutputs:
     # Topic configs changed in ZooKeeper: topic -> its overrides now.
     topic_configs: Callable[[Mapping[str, Mapping[str, str]]], None]
     unclean_election: Callable[[UncleanElection], None] = lambda election: None
+    # ACLs read from ZooKeeper (``watch_acls`` only): resource -> its entries now; ``True`` when
+    # they are every ACL there is (on joining), ``False`` for the resources a notification named.
+    acls: Callable[[Mapping[znodes.AclResourceKey, frozenset[znodes.AclEntryText]], bool], None] = (
+        lambda acls, whole: None
+    )
 
 
 class ClusterNode:
@@ -102,8 +113,11 @@ class ClusterNode:
         stale_registration_wait_ms: int,
         tick_interval_ms: int = 1_000,
         join_retry_ms: int = 0,
+        watch_acls: bool = False,
     ) -> None:
         self.store = store
+        self._watch_acls = watch_acls
+        self._acl_changes_seen: tuple[str | None, str | None] = (None, None)
         self.zk = ClusterZooKeeper(store, clock)
         self.registration = registration
         self._outputs = outputs
@@ -162,6 +176,8 @@ class ClusterNode:
                 )
                 watch = self._watch(CONFIG_CHANGES_WATCH)
                 self._config_changes_seen = self.zk.read_config_changes(watch=watch).last
+                if self._watch_acls:
+                    self._read_all_acls()
                 return self.cluster_id
             except ConnectionLossError as error:
                 if time.monotonic() >= deadline:
@@ -270,6 +286,8 @@ class ClusterNode:
             self._queued_watches.discard(item)
             if item == CONFIG_CHANGES_WATCH:
                 self._read_config_changes()
+            elif item in ACL_WATCHES:
+                self._read_acl_changes()
             elif item == CONTROLLER_WATCH:
                 # Competing again arms the watch again; when ZooKeeper fails it is tried again
                 # (a broker that lost this watch would never compete again).
@@ -316,6 +334,8 @@ class ClusterNode:
             # check them all the same.
             self._resync()
             self._read_config_changes()
+            if self._watch_acls:
+                self._read_acl_changes()
 
     def _resync(self) -> None:
         self.driver.resync(skip=frozenset(self._queued_watches))
@@ -336,6 +356,33 @@ class ClusterNode:
         log.info("broker %d registered again (broker epoch %d)", self.node_id, self.registration.epoch)
         self._outputs.registered(self.registration)
         self._elect()
+        if self._watch_acls:
+            self._read_acl_changes()  # the watches of the expired session are gone
+
+    def _read_all_acls(self) -> None:
+        """Every ACL, after arming the change watches (a change meanwhile is read again)."""
+        changes = self.zk.read_acl_changes(
+            None, None, self._watch(ACL_LITERAL_CHANGES_WATCH), self._watch(ACL_EXTENDED_CHANGES_WATCH)
+        )
+        self._acl_changes_seen = (changes.last_literal, changes.last_extended)
+        self._outputs.acls(self.zk.read_all_acls(), True)
+
+    def _read_acl_changes(self) -> None:
+        try:
+            changes = self.zk.read_acl_changes(
+                *self._acl_changes_seen,
+                self._watch(ACL_LITERAL_CHANGES_WATCH),
+                self._watch(ACL_EXTENDED_CHANGES_WATCH),
+            )
+            self._acl_changes_seen = (changes.last_literal, changes.last_extended)
+            if not changes.resources:
+                return
+            acls = self.zk.read_acls(list(changes.resources))
+        except ZkError as error:
+            log.warning("reading ACL changes failed (%s); trying again", zk_error_text(error))
+            self._retry_later("watch", ACL_LITERAL_CHANGES_WATCH)
+            return
+        self._outputs.acls(acls, False)
 
     def _read_config_changes(self) -> None:
         try:

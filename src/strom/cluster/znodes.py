@@ -369,3 +369,101 @@ def decode_producer_id_block_end(data: bytes) -> int:
     if end < -1:
         raise ZnodeFormatError(PRODUCER_ID_BLOCK_PATH, f"negative block end {end}")
     return end
+
+
+# ---- ACLs (Kafka's ZooKeeper layout for its authorizer) -----------------------------------------
+#
+#   /kafka-acl/<ResourceType>/<name>                      literal patterns
+#   /kafka-acl-extended/prefixed/<ResourceType>/<name>    prefixed patterns
+#       {"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow",
+#                             "operation":"Read","host":"*"}, ...]}
+#   /kafka-acl-changes/acl_changes_<seq>                  "Topic:orders" (a literal resource changed)
+#   /kafka-acl-extended-changes/acl_changes_<seq>         {"version":1,"resourceType":"Topic",
+#                                                          "name":"pay","patternType":"PREFIXED"}
+#
+# Resource types, operations and permissions are written as Kafka writes them (Topic, Group,
+# Cluster, TransactionalId, DelegationToken, User; Read, ClusterAction, ...; Allow, Deny). This
+# module keeps them as text: the ACL model is strom.security's, which the broker maps to.
+
+ACL_LITERAL_PATH = "/kafka-acl"
+ACL_PREFIXED_PATH = "/kafka-acl-extended/prefixed"
+ACL_LITERAL_CHANGES_PATH = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES_PATH = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+ACL_FORMAT_VERSION = 1
+ACL_RESOURCE_TYPES = ("Topic", "Group", "Cluster", "TransactionalId", "DelegationToken", "User")
+ACL_PATTERN_LITERAL = "LITERAL"
+ACL_PATTERN_PREFIXED = "PREFIXED"
+ACL_PERSISTENT_PATHS = (
+    ACL_LITERAL_PATH,
+    ACL_PREFIXED_PATH,
+    ACL_LITERAL_CHANGES_PATH,
+    ACL_EXTENDED_CHANGES_PATH,
+)
+
+# (resource type as Kafka writes it, name, ACL_PATTERN_LITERAL or ACL_PATTERN_PREFIXED)
+AclResourceKey = tuple[str, str, str]
+# (principal, host, operation, permission type), as Kafka writes them: ("User:a", "*", "Read", "Allow")
+AclEntryText = tuple[str, str, str, str]
+
+
+def acl_resource_path(key: AclResourceKey) -> str:
+    resource_type, name, pattern = key
+    base = ACL_PREFIXED_PATH if pattern == ACL_PATTERN_PREFIXED else ACL_LITERAL_PATH
+    return f"{base}/{resource_type}/{name}"
+
+
+def encode_acls(key: AclResourceKey, entries: frozenset[AclEntryText]) -> bytes:
+    return _encode(
+        acl_resource_path(key),
+        {
+            "version": ACL_FORMAT_VERSION,
+            "acls": [
+                {"principal": principal, "permissionType": permission, "operation": operation, "host": host}
+                for principal, host, operation, permission in sorted(entries)
+            ],
+        },
+    )
+
+
+def decode_acls(key: AclResourceKey, data: bytes) -> frozenset[AclEntryText]:
+    path = acl_resource_path(key)
+    acls = _object(path, data).get("acls")
+    if not isinstance(acls, list):
+        raise ZnodeFormatError(path, "'acls' must be a list")
+    entries: set[AclEntryText] = set()
+    for acl in acls:
+        if not isinstance(acl, dict):
+            raise ZnodeFormatError(path, "an ACL must be an object")
+        fields = [acl.get(name) for name in ("principal", "host", "operation", "permissionType")]
+        if not all(isinstance(value, str) and value for value in fields):
+            raise ZnodeFormatError(path, f"an ACL needs principal, host, operation, permissionType: {acl!r}")
+        principal, host, operation, permission = (str(value) for value in fields)
+        entries.add((principal, host, operation, permission))
+    return frozenset(entries)
+
+
+def encode_acl_change(key: AclResourceKey) -> tuple[str, bytes]:
+    """The notification of a change to ``key``'s ACLs: (path prefix of the sequential znode, data)."""
+    resource_type, name, pattern = key
+    if pattern == ACL_PATTERN_LITERAL:
+        return f"{ACL_LITERAL_CHANGES_PATH}/{ACL_CHANGE_PREFIX}", f"{resource_type}:{name}".encode()
+    return f"{ACL_EXTENDED_CHANGES_PATH}/{ACL_CHANGE_PREFIX}", _encode(
+        ACL_EXTENDED_CHANGES_PATH,
+        {"version": ACL_FORMAT_VERSION, "resourceType": resource_type, "name": name, "patternType": pattern},
+    )
+
+
+def decode_acl_change(path: str, data: bytes, extended: bool) -> AclResourceKey:
+    if not extended:
+        text = data.decode("utf-8", errors="replace")
+        resource_type, separator, name = text.partition(":")
+        if not separator or not resource_type or not name:
+            raise ZnodeFormatError(path, f"expected ResourceType:name, got {text!r}")
+        return resource_type, name, ACL_PATTERN_LITERAL
+    value = _object(path, data)
+    fields = [value.get(name) for name in ("resourceType", "name", "patternType")]
+    if not all(isinstance(field, str) and field for field in fields):
+        raise ZnodeFormatError(path, "needs resourceType, name and patternType")
+    resource_type, name, pattern = (str(field) for field in fields)
+    return resource_type, name, pattern

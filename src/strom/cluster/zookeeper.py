@@ -85,6 +85,13 @@ class ConfigChanges:
 
 
 @dataclass(frozen=True)
+class AclChanges:
+    resources: tuple[znodes.AclResourceKey, ...]  # whose ACLs to read again
+    last_literal: str | None  # the newest notifications seen: pass them as ``after`` next time
+    last_extended: str | None
+
+
+@dataclass(frozen=True)
 class ControllerLease:
     """This broker is the controller for ``epoch``; its writes check ``/controller_epoch`` is at
     ``epoch_version`` (the version our own increment produced)."""
@@ -103,7 +110,7 @@ class ClusterZooKeeper:
 
     def ensure_layout(self) -> None:
         """Create the persistent paths strom uses (idempotent; every broker does it on start)."""
-        for path in znodes.PERSISTENT_PATHS:
+        for path in (*znodes.PERSISTENT_PATHS, *znodes.ACL_PERSISTENT_PATHS):
             self.store.ensure_path(path)
 
     def ensure_cluster_id(self, proposed: str | None = None) -> str:
@@ -495,6 +502,95 @@ class ClusterZooKeeper:
             if topic is not None and topic not in topics:
                 topics.append(topic)
         return ConfigChanges(tuple(topics), newer[-1] if newer else after)
+
+    # ---- ACLs in Kafka's layout (``strom.cluster.znodes``): read, changed one resource at a time
+    # (read, change, write conditional on the version read, again if another broker got there
+    # first), and the change notified to every broker.
+
+    def read_all_acls(self) -> dict[znodes.AclResourceKey, frozenset[znodes.AclEntryText]]:
+        keys: list[znodes.AclResourceKey] = []
+        for base, pattern in (
+            (znodes.ACL_LITERAL_PATH, znodes.ACL_PATTERN_LITERAL),
+            (znodes.ACL_PREFIXED_PATH, znodes.ACL_PATTERN_PREFIXED),
+        ):
+            for resource_type in self._children(base):
+                keys.extend(
+                    (resource_type, name, pattern) for name in self._children(f"{base}/{resource_type}")
+                )
+        return {key: entries for key, entries in self.read_acls(keys).items() if entries}
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self.store.get_children(path))
+        except NoNodeError:
+            return []
+
+    def read_acls(
+        self, keys: Sequence[znodes.AclResourceKey]
+    ) -> dict[znodes.AclResourceKey, frozenset[znodes.AclEntryText]]:
+        """Each resource's entries (empty for a resource with none)."""
+        found = self.store.get_many([znodes.acl_resource_path(key) for key in keys])
+        return {
+            key: frozenset() if entry is None else znodes.decode_acls(key, entry[0])
+            for key, entry in zip(keys, found, strict=True)
+        }
+
+    def change_acls(
+        self,
+        key: znodes.AclResourceKey,
+        added: Iterable[znodes.AclEntryText],
+        removed: Iterable[znodes.AclEntryText],
+    ) -> frozenset[znodes.AclEntryText]:
+        """Add and remove entries of one resource; the entries it has now."""
+        path = znodes.acl_resource_path(key)
+        added, removed = frozenset(added), frozenset(removed)
+        while True:
+            try:
+                data, stat = self.store.get(path)
+                current = znodes.decode_acls(key, data)
+                version = stat.version
+            except NoNodeError:
+                current, version = frozenset(), -1
+            wanted = (current | added) - removed
+            if wanted == current:
+                return current
+            try:
+                if version < 0:
+                    self.store.ensure_path(path.rsplit("/", 1)[0])
+                    self.store.create(path, znodes.encode_acls(key, wanted))
+                elif wanted:
+                    self.store.set(path, znodes.encode_acls(key, wanted), version)
+                else:
+                    self.store.delete(path, version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # another broker changed it meanwhile: again, from what it wrote
+            prefix, notification = znodes.encode_acl_change(key)
+            self.store.create(prefix, notification, sequence=True)
+            return wanted
+
+    def read_acl_changes(
+        self,
+        after_literal: str | None,
+        after_extended: str | None,
+        watch_literal: Watch | None = None,
+        watch_extended: Watch | None = None,
+    ) -> AclChanges:
+        """The resources named by change notifications newer than those seen."""
+        resources: dict[znodes.AclResourceKey, None] = {}
+        last: list[str | None] = []
+        for base, after, watch, extended in (
+            (znodes.ACL_LITERAL_CHANGES_PATH, after_literal, watch_literal, False),
+            (znodes.ACL_EXTENDED_CHANGES_PATH, after_extended, watch_extended, True),
+        ):
+            children = sorted(self.store.get_children(base, watch=watch))
+            newer = [child for child in children if after is None or child > after]
+            for child, entry in zip(
+                newer, self.store.get_many([f"{base}/{child}" for child in newer]), strict=True
+            ):
+                if entry is not None:
+                    resources[znodes.decode_acl_change(f"{base}/{child}", entry[0], extended)] = None
+            last.append(newer[-1] if newer else after)
+        return AclChanges(tuple(resources), last[0], last[1])
 
 
 def _setter(event: threading.Event) -> Watch:

@@ -15,9 +15,12 @@ from collections.abc import Iterable
 
 __all__ = [
     "CLUSTER_OPERATIONS",
+    "CLUSTER_OPERATION_LIST",
     "GROUP_OPERATIONS",
+    "GROUP_OPERATION_LIST",
     "OPERATIONS_NOT_PROVIDED",
     "TOPIC_OPERATIONS",
+    "TOPIC_OPERATION_LIST",
     "AclOperation",
     "operations_bit_field",
 ]
@@ -54,7 +57,7 @@ def operations_bit_field(operations: Iterable[AclOperation]) -> int:
     return field
 
 
-_TOPIC = (
+TOPIC_OPERATION_LIST = (
     AclOperation.READ,
     AclOperation.WRITE,
     AclOperation.CREATE,
@@ -64,8 +67,8 @@ _TOPIC = (
     AclOperation.DESCRIBE_CONFIGS,
     AclOperation.ALTER_CONFIGS,
 )
-_GROUP = (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE)
-_CLUSTER = (
+GROUP_OPERATION_LIST = (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE)
+CLUSTER_OPERATION_LIST = (
     AclOperation.CREATE,
     AclOperation.CLUSTER_ACTION,
     AclOperation.DESCRIBE_CONFIGS,
@@ -75,7 +78,7 @@ _CLUSTER = (
     AclOperation.DESCRIBE,
 )
 
-# Every operation that applies to the resource type, allowed: the answer without an authorizer.
-TOPIC_OPERATIONS = operations_bit_field(_TOPIC)
-GROUP_OPERATIONS = operations_bit_field(_GROUP)
-CLUSTER_OPERATIONS = operations_bit_field(_CLUSTER)
+# Every operation that applies to the resource type (the list above), allowed: the answer without an authorizer.
+TOPIC_OPERATIONS = operations_bit_field(TOPIC_OPERATION_LIST)
+GROUP_OPERATIONS = operations_bit_field(GROUP_OPERATION_LIST)
+CLUSTER_OPERATIONS = operations_bit_field(CLUSTER_OPERATION_LIST)

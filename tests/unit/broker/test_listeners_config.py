@@ -314,7 +314,12 @@ def test_the_list_of_kafka_keys_covers_what_strom_honours() -> None:
     from strom.broker.config import BROKER_CONFIG_KEYS
 
     assert len(KAFKA_BROKER_CONFIG_KEYS) >= 300
-    # cluster.id lives in Kafka's meta.properties, not in its broker configs; every other key strom
-    # honours is Kafka's.
-    assert set(BROKER_CONFIG_KEYS) - KAFKA_BROKER_CONFIG_KEYS == {"cluster.id"}
+    # cluster.id lives in Kafka's meta.properties, not in its broker configs; super.users and
+    # allow.everyone.if.no.acl.found are the ACL authorizer's own configs (documented with it, not in
+    # the broker config table); every other key strom honours is Kafka's.
+    assert set(BROKER_CONFIG_KEYS) - KAFKA_BROKER_CONFIG_KEYS == {
+        "cluster.id",
+        "super.users",
+        "allow.everyone.if.no.acl.found",
+    }
     assert "ignored, with one warning" in help_config_text()

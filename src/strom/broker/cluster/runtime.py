@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from strom.broker.authorization import ZooKeeperAclStore
 from strom.broker.cluster.markers import ClusterMarkers
 from strom.broker.cluster.partitions import PartitionRoles
 from strom.broker.cluster.peer import PeerConnection, PeerError
@@ -73,6 +74,7 @@ from strom.cluster.node import ClusterNode, NodeOutputs
 from strom.cluster.placement import PlacementError, assign_replicas, validate_assignment
 from strom.cluster.replica import fence_leader_epoch
 from strom.cluster.zk_store import ConnectionLossError, ZkError, zk_error_text
+from strom.cluster.znodes import AclEntryText, AclResourceKey
 from strom.cluster.zookeeper import ClusterZooKeeper, ConcurrentChangeError
 from strom.cluster.zookeeper import TopicExistsError as ZkTopicExistsError
 from strom.coordinator import OFFSETS_TOPIC, partition_for_group
@@ -223,6 +225,10 @@ class ClusterReplication:
 
     def __init__(self, state: BrokerState, settings: ClusterSettings) -> None:
         self._state = state
+        if state.acls is not None:
+            # The cluster's ACLs are ZooKeeper's (read on joining, kept up by its notifications),
+            # never the data directory's: until this broker joins it holds none.
+            state.acls.store = ZooKeeperAclStore(self)
         self.settings = settings
         self.node_id = settings.node_id
         self.control = BrokerControl(settings.node_id, -1)
@@ -321,9 +327,11 @@ class ClusterReplication:
                 registered=on_loop(self._on_registered),
                 topic_configs=on_loop(self._on_topic_configs),
                 unclean_election=on_loop(self.unclean_elections.append),
+                acls=on_loop(self._on_acls),
             ),
             stale_registration_wait_ms=settings.session_timeout_ms,
             join_retry_ms=settings.connection_timeout_ms,
+            watch_acls=self._state.acls is not None,
         )
         try:
             cluster_id = await asyncio.to_thread(node.join)
@@ -475,6 +483,16 @@ class ClusterReplication:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._registered.wait()
+
+    def _on_acls(self, acls: Mapping[AclResourceKey, frozenset[AclEntryText]], whole: bool) -> None:
+        if self._state.acls is not None:
+            self._state.acls.apply_from_cluster(acls, whole)
+
+    async def change_acls(
+        self, key: AclResourceKey, added: set[AclEntryText], removed: set[AclEntryText]
+    ) -> None:
+        """Change one resource's ACLs in ZooKeeper (every broker hears of it)."""
+        await self._zookeeper(lambda zk: zk.change_acls(key, added, removed))
 
     def _on_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
         for topic, overrides in configs.items():

@@ -1,11 +1,13 @@
 """DescribeCluster 0-1: the live brokers, the cluster id and the controller (a single node: itself),
-and the cluster's authorized operations when asked (all of them until strom has ACLs)."""
+and the cluster's authorized operations when asked (from the authorizer; all of them without one).
+Like Metadata, it is answered to every principal, as Kafka does."""
 
 from __future__ import annotations
 
 from strom.broker.context import RequestContext
+from strom.broker.handlers.metadata import cluster_operations
 from strom.broker.registry import handles
-from strom.protocol.acl import CLUSTER_OPERATIONS, OPERATIONS_NOT_PROVIDED
+from strom.protocol.acl import OPERATIONS_NOT_PROVIDED
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 
@@ -37,6 +39,8 @@ async def handle_describe_cluster(
             for broker in replication.brokers(context.listener)
         ],
         cluster_authorized_operations=(
-            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else OPERATIONS_NOT_PROVIDED
+            cluster_operations(context)
+            if request.include_cluster_authorized_operations
+            else OPERATIONS_NOT_PROVIDED
         ),
     )

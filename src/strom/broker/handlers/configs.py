@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from strom.broker.authorization import cluster_allowed, topic_allowed
 from strom.broker.config import (
     BROKER_CONFIG_KEYS,
     DYNAMIC_BROKER_CONFIG_KEYS,
@@ -31,6 +32,7 @@ from strom.broker.topic_configs import (
     cluster_default_config_entries,
     topic_config_entries,
 )
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from strom.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
@@ -38,6 +40,7 @@ from strom.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from strom.security.acl import Authorizer
 from strom.storage import TOPIC_CONFIG_KEYS, ConfigError, LogConfig, StorageError, UnknownTopicError
 
 RESOURCE_TOPIC = 2
@@ -48,6 +51,26 @@ OPERATION_APPEND = 2
 OPERATION_SUBTRACT = 3
 LIST_KEYS = frozenset({"cleanup.policy", "log.cleanup.policy"})
 CLUSTER_DEFAULT_NAME = ""
+
+
+def _check_authorized(
+    authorizer: Authorizer | None,
+    context: RequestContext,
+    resource_type: int,
+    name: str,
+    operation: AclOperation,
+) -> None:
+    """With authorization on (``authorizer``: the broker's, read once per request):
+    ``operation`` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the topic, or on the cluster for a BROKER
+    resource, as Kafka checks it."""
+    if authorizer is None:
+        return
+    if resource_type == RESOURCE_TOPIC and not topic_allowed(context, operation, name):
+        raise Refused(
+            ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized for the configs of topic '{name}'"
+        )
+    if resource_type == RESOURCE_BROKER and not cluster_allowed(context, operation):
+        raise Refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized for the broker's configs")
 
 
 def _check_broker_name(state: BrokerState, name: str) -> None:
@@ -74,6 +97,7 @@ async def handle_describe_configs(
     context: RequestContext, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
     version = context.api_version
+    authorizer = context.broker.authorizer
     results: list[DescribeConfigsResponse.DescribeConfigsResult] = []
     for resource in request.resources:
         result = DescribeConfigsResponse.DescribeConfigsResult(
@@ -81,6 +105,13 @@ async def handle_describe_configs(
         )
         results.append(result)
         try:
+            _check_authorized(
+                authorizer,
+                context,
+                resource.resource_type,
+                resource.resource_name,
+                AclOperation.DESCRIBE_CONFIGS,
+            )
             entries = await _entries(context.broker, resource.resource_type, resource.resource_name)
         except Refused as refused:
             result.error_code = refused.error
@@ -208,6 +239,7 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
     """Non-incremental: the given set replaces every override of the topic, or every dynamic
     config of the broker resource."""
     state = context.broker
+    authorizer = state.authorizer
     responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = []
     for resource in request.resources:
         response = AlterConfigsResponse.AlterConfigsResourceResponse(
@@ -216,6 +248,13 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
         responses.append(response)
         try:
             _check_resource_type(resource.resource_type)
+            _check_authorized(
+                authorizer,
+                context,
+                resource.resource_type,
+                resource.resource_name,
+                AclOperation.ALTER_CONFIGS,
+            )
             values = {entry.name: entry.value for entry in resource.configs if entry.value is not None}
             if resource.resource_type == RESOURCE_BROKER:
                 _apply_broker_layer(state, resource.resource_name, values, request.validate_only)
@@ -262,6 +301,7 @@ async def handle_incremental_alter_configs(
     context: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     state = context.broker
+    authorizer = state.authorizer
     responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = []
     for resource in request.resources:
         response = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
@@ -271,6 +311,7 @@ async def handle_incremental_alter_configs(
         try:
             _check_resource_type(resource.resource_type)
             name = resource.resource_name
+            _check_authorized(authorizer, context, resource.resource_type, name, AclOperation.ALTER_CONFIGS)
             if resource.resource_type == RESOURCE_BROKER:
                 _check_broker_name(state, name)
                 _check_dynamic_keys(config.name for config in resource.configs)

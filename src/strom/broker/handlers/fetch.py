@@ -28,6 +28,7 @@ from __future__ import annotations
 import uuid
 
 from strom.base import limits
+from strom.broker.authorization import cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.fetch_sessions import (
     FINAL_EPOCH,
@@ -40,8 +41,10 @@ from strom.broker.fetch_sessions import (
 from strom.broker.registry import handles
 from strom.broker.replication import TopicView
 from strom.broker.state import BrokerState
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
+from strom.security.acl import ResourceType
 from strom.storage import LogFileError, OffsetOutOfRangeError
 
 TOPIC_IDS_MIN_VERSION = 13
@@ -214,12 +217,57 @@ def _partitions_of(state: BrokerState, request: FetchRequest, version: int) -> l
 async def handle_fetch(context: RequestContext, request: FetchRequest) -> FetchResponse:
     version = context.api_version
     replica_id = replica_id_of(request, version)
+    if (
+        replica_id >= 0
+        and context.broker.authorizer is not None
+        and not cluster_allowed(context, AclOperation.CLUSTER_ACTION)
+    ):
+        return FetchResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, session_id=NO_SESSION_ID)
     if replica_id >= 0 and (request.session_id != NO_SESSION_ID or request.session_epoch != FINAL_EPOCH):
         return await _fetch_in_session(context, request, replica_id)
     session_error = _session_error(request)
     if session_error != ErrorCode.NONE:
         return FetchResponse(error_code=session_error, session_id=NO_SESSION_ID, responses=[])
+    if replica_id < 0 and context.broker.authorizer is not None:
+        refused = _refused_topics(context, request)
+        if refused:
+            response = await _full_fetch(context, request, replica_id)
+            response.responses[:0] = refused
+            return response
     return await _full_fetch(context, request, replica_id)
+
+
+def _refused_topics(
+    context: RequestContext, request: FetchRequest
+) -> list[FetchResponse.FetchableTopicResponse]:
+    """With authorization on, a consumer needs READ on each topic (a follower CLUSTER_ACTION on
+    the cluster, checked before). The topics it may not read are taken out of ``request`` and
+    answered TOPIC_AUTHORIZATION_FAILED, whether they exist or not (a topic asked for by an id no
+    topic has stays UNKNOWN_TOPIC_ID: an id tells nothing)."""
+    state = context.broker
+    authorizer = state.authorizer
+    assert authorizer is not None
+    version = context.api_version
+    refused: list[FetchResponse.FetchableTopicResponse] = []
+    kept: list[FetchRequest.FetchTopic] = []
+    for topic in request.topics:
+        resolved = _resolve(state, topic, version)
+        name = (
+            topic.topic
+            if version < TOPIC_IDS_MIN_VERSION
+            else (resolved.name if not isinstance(resolved, ErrorCode) else None)
+        )
+        if name is None or authorizer.authorize(
+            context.principal, context.client_host, AclOperation.READ, ResourceType.TOPIC, name
+        ):
+            kept.append(topic)
+            continue
+        partitions = [_empty_partition(wanted.partition, None) for wanted in topic.partitions]
+        for data in partitions:
+            data.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        refused.append(_topic_answer(version, topic.topic, topic.topic_id, partitions))
+    request.topics = kept
+    return refused
 
 
 async def _full_fetch(context: RequestContext, request: FetchRequest, replica_id: int) -> FetchResponse:

@@ -13,9 +13,11 @@ from collections.abc import Callable
 
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from strom.protocol.records import AbsoluteRecord, CorruptBatchError, iter_batches
+from strom.security.acl import ResourceType
 from strom.storage import OffsetOutOfRangeError, PartitionLog
 
 LATEST = -1
@@ -91,12 +93,20 @@ async def handle_list_offsets(context: RequestContext, request: ListOffsetsReque
     state = context.broker
     version = context.api_version
     read_committed = version >= 2 and request.isolation_level == READ_COMMITTED
+    authorizer = state.authorizer
     topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
     for topic in request.topics:
         partitions: list[Partition] = []
+        # With authorization on: DESCRIBE on the topic, whether it exists or not.
+        refused = authorizer is not None and not authorizer.authorize(
+            context.principal, context.client_host, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name
+        )
         for wanted in topic.partitions:
             partition = Partition(partition_index=wanted.partition_index, timestamp=-1, offset=-1)
             partitions.append(partition)
+            if refused:
+                partition.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             access = state.replication.readable(
                 topic.name, wanted.partition_index, wanted.current_leader_epoch, request.replica_id
             )

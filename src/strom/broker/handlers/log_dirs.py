@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import shutil
 
+from strom.broker.authorization import cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
 
@@ -22,6 +24,9 @@ async def handle_describe_log_dirs(
     context: RequestContext, request: DescribeLogDirsRequest
 ) -> DescribeLogDirsResponse:
     state = context.broker
+    if state.authorizer is not None and not cluster_allowed(context, AclOperation.DESCRIBE):
+        # As Kafka: nothing described (v3+ says why).
+        return DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     wanted: dict[str, set[int] | None]
     if request.topics is None:
         wanted = dict.fromkeys(state.logs.topic_names())

@@ -9,7 +9,10 @@ that do not exist are created when ``auto.create.topics.enable`` is on and the r
 (v4+ carries the client's wish; older versions always allow it), as Kafka does. A v12 request may
 name a topic by id alone (null name); v10 and v11 have the field but not the meaning, so such a
 topic is answered INVALID_REQUEST there, as Kafka does. Authorized operations are reported when
-asked (every operation is allowed until strom has ACLs).
+asked (from the authorizer; every operation without one). With authorization on, a topic needs
+DESCRIBE: a listing of every topic leaves out the others, a topic asked for by name is answered
+TOPIC_AUTHORIZATION_FAILED whether it exists or not, and auto-creating one needs CREATE on the
+cluster or the topic (else TOPIC_AUTHORIZATION_FAILED), as Kafka answers.
 """
 
 from __future__ import annotations
@@ -18,18 +21,27 @@ import uuid
 from collections.abc import Iterator
 
 from strom.base import limits
+from strom.broker.authorization import cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.broker.replication import TopicView
 from strom.broker.state import BrokerState
-from strom.protocol.acl import CLUSTER_OPERATIONS, OPERATIONS_NOT_PROVIDED, TOPIC_OPERATIONS
+from strom.protocol.acl import (
+    CLUSTER_OPERATION_LIST,
+    CLUSTER_OPERATIONS,
+    OPERATIONS_NOT_PROVIDED,
+    TOPIC_OPERATION_LIST,
+    TOPIC_OPERATIONS,
+    AclOperation,
+)
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.describe_topic_partitions import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
 )
 from strom.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from strom.security.acl import CLUSTER_NAME, Authorizer, ResourceType
 from strom.storage import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -45,9 +57,40 @@ TOPIC_ID_LOOKUP_MIN_VERSION = 12
 CLUSTER_OPERATIONS_VERSIONS = range(8, 11)
 
 
+def topic_operations(context: RequestContext, name: str, authorizer: Authorizer | None) -> int:
+    """The topic's authorized-operations field: every topic operation without an authorizer."""
+    if authorizer is None:
+        return TOPIC_OPERATIONS
+    return authorizer.authorized_operations(
+        context.principal, context.client_host, ResourceType.TOPIC, name, TOPIC_OPERATION_LIST
+    )
+
+
+def cluster_operations(context: RequestContext) -> int:
+    """The cluster's authorized-operations field: every cluster operation without an authorizer."""
+    authorizer = context.broker.authorizer
+    if authorizer is None:
+        return CLUSTER_OPERATIONS
+    return authorizer.authorized_operations(
+        context.principal, context.client_host, ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATION_LIST
+    )
+
+
+def _may(authorizer: Authorizer | None, context: RequestContext, operation: AclOperation, name: str) -> bool:
+    """Whether the principal may; ``authorizer`` is the broker's, taken once per request."""
+    return authorizer is None or authorizer.authorize(
+        context.principal, context.client_host, operation, ResourceType.TOPIC, name
+    )
+
+
 def describe_topic(
-    state: BrokerState, topic: TopicView, include_operations: bool = False
+    context: RequestContext,
+    topic: TopicView,
+    include_operations: bool = False,
+    authorizer: Authorizer | None = None,
 ) -> MetadataResponse.MetadataResponseTopic:
+    """``authorizer``: the broker's (read once per request), for the authorized operations."""
+    state = context.broker
     return MetadataResponse.MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=topic.name,
@@ -65,7 +108,11 @@ def describe_topic(
             )
             for view in state.replication.describe_partitions(topic, 0, topic.partitions)
         ],
-        topic_authorized_operations=TOPIC_OPERATIONS if include_operations else OPERATIONS_NOT_PROVIDED,
+        topic_authorized_operations=(
+            topic_operations(context, topic.name, authorizer)
+            if include_operations
+            else OPERATIONS_NOT_PROVIDED
+        ),
     )
 
 
@@ -106,12 +153,14 @@ def _missing_topic(
 
 
 async def _requested_topic(
-    state: BrokerState,
+    context: RequestContext,
+    authorizer: Authorizer | None,
     wanted: MetadataRequest.MetadataRequestTopic,
     version: int,
     allow_auto_create: bool,
     include_operations: bool,
 ) -> MetadataResponse.MetadataResponseTopic:
+    state = context.broker
     if wanted.name is None:
         if version < TOPIC_ID_LOOKUP_MIN_VERSION:
             # v10-11 carry a topic id but no way to answer for a topic without a name.
@@ -119,8 +168,22 @@ async def _requested_topic(
         by_id = state.replication.topic_by_id(wanted.topic_id)
         if by_id is None:
             return _missing_topic(None, wanted.topic_id, ErrorCode.UNKNOWN_TOPIC_ID)
-        return describe_topic(state, by_id, include_operations)
+        if not _may(authorizer, context, AclOperation.DESCRIBE, by_id.name):
+            return _missing_topic(None, wanted.topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        return describe_topic(context, by_id, include_operations, authorizer)
+    if not _may(authorizer, context, AclOperation.DESCRIBE, wanted.name):
+        # Whether the topic exists or not: the answer must not tell.
+        return _missing_topic(wanted.name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     existing = state.replication.topic(wanted.name)
+    if (
+        existing is None
+        and allow_auto_create
+        and authorizer is not None
+        and not cluster_allowed(context, AclOperation.CREATE)
+        and not _may(authorizer, context, AclOperation.CREATE, wanted.name)
+        and state.config.get_bool("auto.create.topics.enable")
+    ):
+        return _missing_topic(wanted.name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     if existing is None and allow_auto_create:
         created = await auto_create(state, wanted.name)
         if isinstance(created, ErrorCode):
@@ -133,7 +196,7 @@ async def _requested_topic(
             else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
         return _missing_topic(wanted.name, ZERO_UUID, error)
-    return describe_topic(state, existing, include_operations)
+    return describe_topic(context, existing, include_operations, authorizer)
 
 
 @handles(MetadataRequest, MetadataResponse, 0, 12)
@@ -148,16 +211,24 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
     # A cluster broker that has just started answers once it knows the topics (or after the
     # bound, from what it knows): an empty image would say the clients' topics do not exist.
     await replication.metadata_known(limits.metadata_wait_ms)
+    authorizer = state.authorizer
     if every_topic:
         for name in sorted(replication.topic_names()):
+            # Topics the principal may not describe are left out, unsaid.
+            if authorizer is not None and not authorizer.authorize(
+                context.principal, context.client_host, AclOperation.DESCRIBE, ResourceType.TOPIC, name
+            ):
+                continue
             found = replication.topic(name)
             if found is not None:
-                topics.append(describe_topic(state, found, include_topic_operations))
+                topics.append(describe_topic(context, found, include_topic_operations, authorizer))
     else:
         allow_auto_create = request.allow_auto_topic_creation if version >= 4 else True
         for wanted in request.topics or []:
             topics.append(
-                await _requested_topic(state, wanted, version, allow_auto_create, include_topic_operations)
+                await _requested_topic(
+                    context, authorizer, wanted, version, allow_auto_create, include_topic_operations
+                )
             )
     response = MetadataResponse(
         brokers=[
@@ -171,7 +242,7 @@ async def handle_metadata(context: RequestContext, request: MetadataRequest) -> 
         topics=topics,
     )
     if version in CLUSTER_OPERATIONS_VERSIONS and request.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+        response.cluster_authorized_operations = cluster_operations(context)
     return response
 
 
@@ -233,12 +304,19 @@ async def handle_describe_topic_partitions(
         response.topics = [_Topic(error_code=names, name=topic.name) for topic in request.topics]
         return response
     describe_all = not request.topics
+    authorizer = state.authorizer
     remaining = max(1, min(request.response_partition_limit, limits.partitions_per_describe_response_max))
     first_partition = request.cursor.partition_index if request.cursor is not None else 0
     for name in names:
         if remaining == 0:
             response.next_cursor = DescribeTopicPartitionsResponse.Cursor(topic_name=name, partition_index=0)
             break
+        if not _may(authorizer, context, AclOperation.DESCRIBE, name):
+            # Left out of a listing; asked for by name, refused whether it exists or not.
+            if not describe_all:
+                response.topics.append(_Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
+            first_partition = 0
+            continue
         topic = state.replication.topic(name)
         if topic is None:
             if not describe_all:
@@ -259,7 +337,7 @@ async def handle_describe_topic_partitions(
                 topic_id=topic.topic_id,
                 is_internal=topic.internal,
                 partitions=_describe_partitions(state, topic, start, end),
-                topic_authorized_operations=TOPIC_OPERATIONS,
+                topic_authorized_operations=topic_operations(context, topic.name, authorizer),
             )
         )
         if end < topic.partitions:

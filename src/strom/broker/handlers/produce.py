@@ -25,10 +25,12 @@ import logging
 from strom.broker.context import RequestContext
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 from strom.protocol.records.header import MAGIC_OFFSET, CorruptBatchError, validate_batches
 from strom.protocol.records.validate import InvalidRecordError
+from strom.security.acl import ResourceType
 from strom.storage import (
     DuplicateSequenceError,
     InvalidProducerEpochError,
@@ -166,13 +168,44 @@ async def handle_produce(context: RequestContext, request: ProduceRequest) -> Pr
         [] if request.acks == ACKS_ALL and replication.waits_for_replicas else None
     )
     internal_allowed = context.client_id == ADMIN_CLIENT_ID
+    authorizer = state.authorizer
+    # With authorization on: WRITE on the transactional id of a transactional produce (else every
+    # partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic (else its
+    # partitions are TOPIC_AUTHORIZATION_FAILED, whether it exists or not).
+    refused_all = (
+        authorizer is not None
+        and request.transactional_id is not None
+        and not authorizer.authorize(
+            context.principal,
+            context.client_host,
+            AclOperation.WRITE,
+            ResourceType.TRANSACTIONAL_ID,
+            request.transactional_id,
+        )
+    )
     for topic_data in request.topic_data:
         partitions: list[Partition] = []
         topic = replication.topic(topic_data.name)
         internal = topic is not None and topic.internal and not internal_allowed
+        refused_error = (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            if refused_all
+            else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            if authorizer is not None
+            and not authorizer.authorize(
+                context.principal,
+                context.client_host,
+                AclOperation.WRITE,
+                ResourceType.TOPIC,
+                topic_data.name,
+            )
+            else None
+        )
         for partition_data in topic_data.partition_data:
             index = partition_data.index
             try:
+                if refused_error is not None:
+                    raise Refused(refused_error, f"not authorized to write to {topic_data.name}")
                 if not acks_valid:
                     raise Refused(
                         ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {request.acks}"

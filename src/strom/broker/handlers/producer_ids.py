@@ -13,14 +13,17 @@ where later ones are told PRODUCER_FENCED.
 
 from __future__ import annotations
 
+from strom.broker.authorization import allowed, cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.handlers.groups import _parked
 from strom.broker.handlers.transactions import for_version
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.coordinator.transactions import InitProducerIdResult
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from strom.security.acl import ResourceType
 
 EPOCH_MAX = 32767
 NO_PRODUCER_ID = -1
@@ -36,7 +39,14 @@ async def handle_init_producer_id(
     state = context.broker
     if request.transactional_id == "":
         return InitProducerIdResponse(error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+    authorizer = state.authorizer
     if request.transactional_id is not None:
+        if authorizer is not None and not allowed(
+            context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+        ):
+            return InitProducerIdResponse(
+                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1
+            )
         coordinator = state.transactions.coordinator
         result: InitProducerIdResult = await _parked(
             lambda respond: coordinator.init_producer_id(
@@ -51,6 +61,18 @@ async def handle_init_producer_id(
             error_code=for_version(result.error, context.api_version, PRODUCER_FENCED_MIN_VERSION),
             producer_id=result.producer_id,
             producer_epoch=result.producer_epoch,
+        )
+    # An idempotent producer: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (Kafka 3's
+    # rule since idempotence became the producers' default).
+    if (
+        authorizer is not None
+        and not cluster_allowed(context, AclOperation.IDEMPOTENT_WRITE)
+        and not authorizer.authorize_any(
+            context.principal, context.client_host, AclOperation.WRITE, ResourceType.TOPIC
+        )
+    ):
+        return InitProducerIdResponse(
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1
         )
     if request.producer_id != NO_PRODUCER_ID and 0 <= request.producer_epoch < EPOCH_MAX:
         return InitProducerIdResponse(

@@ -9,8 +9,10 @@ partition that does not exist), as for Fetch.
 
 from __future__ import annotations
 
+from strom.broker.authorization import topic_allowed
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.describe_producers import DescribeProducersRequest, DescribeProducersResponse
 
@@ -24,10 +26,17 @@ async def handle_describe_producers(
 ) -> DescribeProducersResponse:
     replication = context.broker.replication
     topics = []
+    authorizer = context.broker.authorizer
     for topic in request.topics:
         partitions = []
+        # With authorization on: READ on the topic, whether it exists or not.
+        refused = authorizer is not None and not topic_allowed(context, AclOperation.READ, topic.name)
         for index in topic.partition_indexes:
-            access = replication.readable(topic.name, index, ANY_LEADER_EPOCH, CONSUMER)
+            access = (
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                if refused
+                else replication.readable(topic.name, index, ANY_LEADER_EPOCH, CONSUMER)
+            )
             if isinstance(access, ErrorCode):
                 partitions.append(
                     DescribeProducersResponse.PartitionResponse(

@@ -6,8 +6,10 @@ import logging
 
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
+from strom.security.acl import ResourceType
 from strom.storage import StorageError
 
 HIGH_WATERMARK = -1
@@ -22,12 +24,20 @@ async def handle_delete_records(
     context: RequestContext, request: DeleteRecordsRequest
 ) -> DeleteRecordsResponse:
     state = context.broker
+    authorizer = state.authorizer
     topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = []
     for topic in request.topics:
         partitions: list[Partition] = []
+        # With authorization on: DELETE on the topic, whether it exists or not.
+        refused = authorizer is not None and not authorizer.authorize(
+            context.principal, context.client_host, AclOperation.DELETE, ResourceType.TOPIC, topic.name
+        )
         for wanted in topic.partitions:
             partition = Partition(partition_index=wanted.partition_index, low_watermark=-1)
             partitions.append(partition)
+            if refused:
+                partition.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             access = state.replication.readable(topic.name, wanted.partition_index, -1, -1)
             if isinstance(access, ErrorCode):
                 partition.error_code = access

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from strom.broker.authorization import cluster_allowed, topic_allowed
 from strom.broker.cluster.peer import PeerError
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
@@ -24,6 +25,7 @@ from strom.cluster.actions import ElectLeadersReply
 from strom.cluster.broker_control import CommandOutcome
 from strom.cluster.events import ElectionType, ElectLeadersReceived
 from strom.cluster.model import TopicPartition
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_partition import AlterPartitionRequest, AlterPartitionResponse
 from strom.protocol.messages.controlled_shutdown import ControlledShutdownRequest, ControlledShutdownResponse
@@ -46,6 +48,15 @@ ELECTION_TYPE_MIN_VERSION = 1
 NO_CHECK = -1
 
 
+def _cluster_action_refused(context: RequestContext) -> bool:
+    """With authorization on, the brokers' own APIs need CLUSTER_ACTION on the cluster (the
+    brokers' principal must be a super user or hold that ACL)."""
+    return context.broker.authorizer is not None and not cluster_allowed(context, AclOperation.CLUSTER_ACTION)
+
+
+REFUSED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
 def _cluster(context: RequestContext) -> ClusterReplication:
     cluster = context.broker.cluster
     assert cluster is not None, "cluster APIs are only registered on a broker of a cluster"
@@ -65,6 +76,8 @@ def _cluster(context: RequestContext) -> ClusterReplication:
 async def handle_leader_and_isr(
     context: RequestContext, request: LeaderAndIsrRequest
 ) -> LeaderAndIsrResponse:
+    if _cluster_action_refused(context):
+        return LeaderAndIsrResponse(error_code=REFUSED)
     cluster = _cluster(context)
     command = wire.leader_and_isr_command(request, cluster.node_id)
     outcome = await cluster.on_leader_and_isr(command)
@@ -81,6 +94,8 @@ async def handle_leader_and_isr(
 async def handle_update_metadata(
     context: RequestContext, request: UpdateMetadataRequest
 ) -> UpdateMetadataResponse:
+    if _cluster_action_refused(context):
+        return UpdateMetadataResponse(error_code=REFUSED)
     cluster = _cluster(context)
     error = await cluster.on_update_metadata(wire.update_metadata_command(request, cluster.node_id))
     return UpdateMetadataResponse(error_code=error)
@@ -94,6 +109,8 @@ async def handle_update_metadata(
     cluster_only=True,
 )
 async def handle_stop_replica(context: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
+    if _cluster_action_refused(context):
+        return StopReplicaResponse(error_code=REFUSED)
     cluster = _cluster(context)
     outcome: CommandOutcome = await cluster.on_stop_replica(
         wire.stop_replica_command(request, cluster.node_id)
@@ -114,6 +131,8 @@ async def handle_stop_replica(context: RequestContext, request: StopReplicaReque
 async def handle_alter_partition(
     context: RequestContext, request: AlterPartitionRequest
 ) -> AlterPartitionResponse:
+    if _cluster_action_refused(context):
+        return AlterPartitionResponse(error_code=REFUSED)
     try:
         reply = await _cluster(context).post_to_controller(
             lambda key: wire.alter_partition_event(request, key)
@@ -133,6 +152,8 @@ async def handle_alter_partition(
 async def handle_controlled_shutdown(
     context: RequestContext, request: ControlledShutdownRequest
 ) -> ControlledShutdownResponse:
+    if _cluster_action_refused(context):
+        return ControlledShutdownResponse(error_code=REFUSED)
     try:
         reply = await _cluster(context).post_to_controller(
             lambda key: wire.controlled_shutdown_event(request, key)
@@ -145,7 +166,10 @@ async def handle_controlled_shutdown(
 @handles(ElectLeadersRequest, ElectLeadersResponse, 0, 2, cluster_only=True)
 async def handle_elect_leaders(context: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     """Preferred (0) or unclean (1) elections, for the partitions named or (null) every partition;
-    answered per partition once the controller settled them."""
+    answered per partition once the controller settled them. With authorization on: ALTER on the
+    cluster."""
+    if context.broker.authorizer is not None and not cluster_allowed(context, AclOperation.ALTER):
+        return ElectLeadersResponse(error_code=REFUSED)
     version = context.api_version
     election_type = request.election_type if version >= ELECTION_TYPE_MIN_VERSION else ElectionType.PREFERRED
     if election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
@@ -204,11 +228,28 @@ async def handle_offset_for_leader_epoch(
     replication = context.broker.replication
     replica_id = request.replica_id if version >= REPLICA_ID_MIN_VERSION else NO_CHECK
     results: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = []
+    # With authorization on: a follower needs CLUSTER_ACTION on the cluster, a consumer DESCRIBE
+    # on each topic (TOPIC_AUTHORIZATION_FAILED whether it exists or not).
+    authorizer = context.broker.authorizer
+    refused_all = authorizer is not None and replica_id >= 0 and _cluster_action_refused(context)
     for topic in request.topics:
         partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset] = []
+        refused: ErrorCode | None = (
+            REFUSED
+            if refused_all
+            else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            if authorizer is not None
+            and replica_id < 0
+            and not topic_allowed(context, AclOperation.DESCRIBE, topic.topic)
+            else None
+        )
         for wanted in topic.partitions:
             current = wanted.current_leader_epoch if version >= CURRENT_LEADER_EPOCH_MIN_VERSION else NO_CHECK
-            access = replication.readable(topic.topic, wanted.partition, current, replica_id)
+            access = (
+                refused
+                if refused is not None
+                else replication.readable(topic.topic, wanted.partition, current, replica_id)
+            )
             if isinstance(access, ErrorCode):
                 partitions.append(
                     OffsetForLeaderEpochResponse.EpochEndOffset(

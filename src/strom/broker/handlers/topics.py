@@ -19,15 +19,18 @@ from __future__ import annotations
 import uuid
 
 from strom.base import limits
+from strom.broker.authorization import cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.broker.state import BrokerState
 from strom.broker.topic_configs import topic_config_entries
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from strom.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from strom.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from strom.security.acl import ResourceType
 from strom.storage import (
     ConfigError,
     InvalidPartitionsError,
@@ -131,6 +134,8 @@ async def handle_create_topics(context: RequestContext, request: CreateTopicsReq
     state = context.broker
     results: list[CreateTopicsResponse.CreatableTopicResult] = []
     seen: set[str] = set()
+    authorizer = state.authorizer
+    cluster_may_create = authorizer is None or cluster_allowed(context, AclOperation.CREATE)
     for topic in request.topics:
         if topic.name in seen:
             results.append(
@@ -143,6 +148,21 @@ async def handle_create_topics(context: RequestContext, request: CreateTopicsReq
             continue
         seen.add(topic.name)
         try:
+            # With authorization on: CREATE on the cluster or on the topic.
+            if (
+                authorizer is not None
+                and not cluster_may_create
+                and not authorizer.authorize(
+                    context.principal,
+                    context.client_host,
+                    AclOperation.CREATE,
+                    ResourceType.TOPIC,
+                    topic.name,
+                )
+            ):
+                raise Refused(
+                    ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to create '{topic.name}'"
+                )
             result = await _create_one(state, topic, request.validate_only)
         except Refused as refused:
             result = CreateTopicsResponse.CreatableTopicResult(
@@ -168,12 +188,26 @@ async def handle_delete_topics(context: RequestContext, request: DeleteTopicsReq
         else [(name, ZERO_UUID) for name in request.topic_names]
     )
     results: list[DeleteTopicsResponse.DeletableTopicResult] = []
+    authorizer = state.authorizer
     for name, topic_id in wanted:
         found = state.replication.topic(name) if name is not None else state.replication.topic_by_id(topic_id)
         result = DeleteTopicsResponse.DeletableTopicResult(name=name)
         if version >= 6:
             result.topic_id = topic_id
-        if found is None:
+        if (
+            authorizer is not None
+            and (name is not None or found is not None)
+            and not authorizer.authorize(
+                context.principal,
+                context.client_host,
+                AclOperation.DELETE,
+                ResourceType.TOPIC,
+                name if name is not None else found.name if found is not None else "",
+            )
+        ):
+            # Whether the topic exists or not (by id: an id that exists), as Kafka answers.
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif found is None:
             result.error_code = (
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
             )
@@ -204,11 +238,16 @@ async def handle_create_partitions(
 ) -> CreatePartitionsResponse:
     state = context.broker
     results: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = []
+    authorizer = state.authorizer
     for topic in request.topics:
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_message=None)
         results.append(result)
         existing = state.replication.topic(topic.name)
         try:
+            if authorizer is not None and not authorizer.authorize(
+                context.principal, context.client_host, AclOperation.ALTER, ResourceType.TOPIC, topic.name
+            ):
+                raise Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to alter '{topic.name}'")
             if existing is None:
                 raise Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic.name}' does not exist")
             if topic.count <= existing.partitions:

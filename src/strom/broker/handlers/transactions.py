@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 
+from strom.broker.authorization import allowed, cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.handlers.groups import _parked
 from strom.broker.registry import handles
 from strom.broker.transactions import write_marker
 from strom.coordinator.transactions import TopicPartition, TransactionMarkers
+from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
 from strom.protocol.messages.add_partitions_to_txn import (
@@ -33,6 +35,7 @@ from strom.protocol.messages.describe_transactions import (
 from strom.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
 from strom.protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
 from strom.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from strom.security.acl import ResourceType
 
 # The first versions that know PRODUCER_FENCED (KIP-588).
 PRODUCER_FENCED_MIN_VERSION = 2
@@ -69,8 +72,23 @@ async def handle_add_partitions_to_txn(
     version = context.api_version
     topics = request.v3_and_below_topics
     asked = [TopicPartition(topic.name, index) for topic in topics for index in topic.partitions]
+    refused: dict[TopicPartition, ErrorCode] = {}
+    if context.broker.authorizer is not None:
+        # WRITE on the transactional id, then on each topic (whether it exists or not).
+        if not allowed(
+            context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.v3_and_below_transactional_id
+        ):
+            refused = dict.fromkeys(asked, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        else:
+            refused = {
+                tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                for tp in asked
+                if not allowed(context, AclOperation.WRITE, ResourceType.TOPIC, tp.topic)
+            }
     unknown = _unknown_partitions(context, topics)
-    if unknown:
+    if refused:
+        errors = {tp: refused.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in asked}
+    elif unknown:
         errors = {
             tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
             for tp in asked
@@ -107,7 +125,13 @@ async def handle_add_offsets_to_txn(
     context: RequestContext, request: AddOffsetsToTxnRequest
 ) -> AddOffsetsToTxnResponse:
     """The group's ``__consumer_offsets`` partition joins the transaction (the producer then
-    sends TxnOffsetCommit to the group's coordinator)."""
+    sends TxnOffsetCommit to the group's coordinator). With authorization on: WRITE on the
+    transactional id, READ on the group."""
+    if context.broker.authorizer is not None:
+        if not allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not allowed(context, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     coordinator = context.broker.transactions.coordinator
     error: ErrorCode = await _parked(
         lambda respond: coordinator.add_offsets(
@@ -120,7 +144,10 @@ async def handle_add_offsets_to_txn(
 @handles(EndTxnRequest, EndTxnResponse, 0, 3)
 async def handle_end_txn(context: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     """Commit or abort: answered once PrepareCommit / PrepareAbort is durable; the markers and the
-    Complete record follow (a read_committed consumer sees the records once the markers are in)."""
+    Complete record follow (a read_committed consumer sees the records once the markers are in).
+    With authorization on: WRITE on the transactional id."""
+    if not allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     coordinator = context.broker.transactions.coordinator
     error: ErrorCode = await _parked(
         lambda respond: coordinator.end_transaction(
@@ -136,7 +163,31 @@ async def handle_describe_transactions(
 ) -> DescribeTransactionsResponse:
     coordinator = context.broker.transactions.coordinator
     states = []
-    for description in coordinator.describe_transactions(request.transactional_ids):
+    # With authorization on: DESCRIBE on each transactional id, whether it exists or not.
+    refused = (
+        set()
+        if context.broker.authorizer is None
+        else {
+            transactional_id
+            for transactional_id in request.transactional_ids
+            if not allowed(context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+        }
+    )
+    for transactional_id in refused:
+        states.append(
+            DescribeTransactionsResponse.TransactionState(
+                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                transactional_id=transactional_id,
+                transaction_state="",
+                producer_id=-1,
+                producer_epoch=-1,
+                topics=[],
+            )
+        )
+    wanted = [
+        transactional_id for transactional_id in request.transactional_ids if transactional_id not in refused
+    ]
+    for description in coordinator.describe_transactions(wanted):
         by_topic: dict[str, list[int]] = {}
         for name, index in description.partitions:
             by_topic.setdefault(name, []).append(index)
@@ -168,6 +219,7 @@ async def handle_list_transactions(
         request.producer_id_filters,
         request.duration_filter if context.api_version >= 1 else -1,
     )
+    authorizer = context.broker.authorizer
     return ListTransactionsResponse(
         error_code=listing.error,
         unknown_state_filters=list(listing.unknown_state_filters),
@@ -178,6 +230,9 @@ async def handle_list_transactions(
                 transaction_state=listed.state,
             )
             for listed in listing.transactions
+            # With authorization on: only the transactional ids the principal may describe.
+            if authorizer is None
+            or allowed(context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, listed.transactional_id)
         ],
     )
 
@@ -190,6 +245,27 @@ async def handle_write_txn_markers(
     partitions this broker leads, every partition answered once its marker is replicated (or
     with why not: NOT_LEADER_OR_FOLLOWER, a fenced producer or coordinator epoch, ...)."""
     state = context.broker
+    if state.authorizer is not None and not cluster_allowed(context, AclOperation.CLUSTER_ACTION):
+        return WriteTxnMarkersResponse(
+            markers=[
+                WriteTxnMarkersResponse.WritableTxnMarkerResult(
+                    producer_id=marker.producer_id,
+                    topics=[
+                        WriteTxnMarkersResponse.WritableTxnMarkerTopicResult(
+                            name=topic.name,
+                            partitions=[
+                                WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult(
+                                    partition_index=index, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                                )
+                                for index in topic.partition_indexes
+                            ],
+                        )
+                        for topic in marker.topics
+                    ],
+                )
+                for marker in request.markers
+            ]
+        )
     timeout_ms = state.config.get_int("offsets.commit.timeout.ms")
     results = []
     for marker in request.markers:
