@@ -205,3 +205,12 @@ loop_stall_warning_ms = 50
 # logs stalled all clients for ~150 ms). Freezing also keeps whatever cyclic garbage exists at that
 # moment forever, so small creates, whose collection costs little, do not freeze.
 partitions_frozen_from_collector_min = 256
+
+# Client quotas (strom.security.quotas). Which quota applies to a (user, client id) is cached; a
+# client that makes up a new client id per connection must not grow the cache without end, so it
+# is emptied when it reaches this many entries (refilling it costs eight dict lookups per pair).
+quota_resolutions_cached_max = 100_000
+# A quota group (one allowance: its rate and metrics) unused for this long is forgotten, as Kafka
+# expires its quota sensors after an hour of inactivity; groups are looked over this often.
+quota_group_idle_ms_max = 3_600_000
+quota_group_sweep_interval_ms = 60_000
