@@ -14,7 +14,18 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import strom
-from strom.cli import bench, cluster, configs, consume, groups, log_dump, produce, topics, transactions
+from strom.cli import (
+    bench,
+    cluster,
+    configs,
+    consume,
+    groups,
+    log_dump,
+    produce,
+    quotas,
+    topics,
+    transactions,
+)
 from strom.cli.errors import describe_kafka_error
 from strom.cli.output import CliError, UsageError
 from strom.cli.pipeline import add_pipeline_parser
@@ -153,7 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level (default info)",
     )
     broker.set_defaults(run=_broker)
-    for command_group in (topics, configs, produce, consume, groups, transactions, bench, log_dump, cluster):
+    for command_group in (
+        topics,
+        configs,
+        quotas,
+        produce,
+        consume,
+        groups,
+        transactions,
+        bench,
+        log_dump,
+        cluster,
+    ):
         command_group.register(commands)
     add_pipeline_parser(commands)
     return parser

@@ -10,6 +10,7 @@ __all__ = ["api_versions", "register_all"]
 def register_all() -> None:
     """Import every handler module (each registers itself once, at import)."""
     from strom.broker.handlers import (  # noqa: F401
+        client_quotas,
         cluster,
         configs,
         fetch,
