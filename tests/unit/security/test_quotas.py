@@ -16,6 +16,7 @@ from strom.security.quotas import (
     MATCH_EXACT,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
+    Credit,
     FilterComponent,
     GroupKey,
     QuotaEntity,
@@ -95,18 +96,30 @@ def test_a_user_quota_is_shared_by_its_client_ids_a_client_default_is_not() -> N
     assert manager.record(PRODUCER_BYTE_RATE, "alice", "d", 600, clock.monotonic_ms()) == 0  # its own
 
 
-def test_throttle_time_is_how_long_until_the_window_is_back_at_the_quota() -> None:
+def test_throttle_time_is_how_long_until_the_usage_is_back_within_the_quota() -> None:
     window = QuotaWindow(samples=11, sample_ms=1000)
-    rate = WindowedRate(window)
+    credit = Credit(window, 1000.0, 0)
+    # A new client has ten samples' worth (10,000 bytes at 1,000 B/s); 20,000 leave it 10,000 in debt.
+    assert credit.spend(20_000, 1000.0, 0) == 10_000
+    # After those 10 s it is even: 1,000 bytes more cost a second.
+    assert credit.spend(1_000, 1000.0, 10_000) == 1_000
+    # Credit accrues at the quota, no more than ten samples' worth.
+    assert credit.spend(10_000, 1000.0, 1_000_000) == 0
+    assert credit.spend(1, 1000.0, 1_000_000) == 1
+    # The throttle of one request never exceeds the whole window, and the debt is bounded.
+    fresh = Credit(window, 1000.0, 0)
+    assert fresh.spend(10**9, 1000.0, 0) == window.throttle_ms_max
+    assert fresh.spend(0, 1000.0, 10_000) == 0  # ten samples' worth of debt at most, paid in 10 s
+
+
+def test_the_windowed_rate_counts_at_least_the_floor_at_most_the_window() -> None:
+    rate = WindowedRate(QuotaWindow(samples=11, sample_ms=1000))
     rate.record(20_000, 0)
-    # 20,000 bytes over the minimum span of 10 samples (10 s) is 2,000 B/s; at 1,000 B/s the same
-    # total must be spread over 20 s: 10 s more.
-    assert rate.rate_per_s(0) == 2000.0
-    assert rate.throttle_ms(1000.0, 0) == 10_000
-    assert rate.throttle_ms(2000.0, 0) == 0
-    # The throttle never exceeds the whole window.
-    rate.record(1_000_000, 0)
-    assert rate.throttle_ms(1000.0, 0) == window.throttle_ms_max
+    assert rate.rate_per_s(0) == 2000.0  # over the 10 s floor
+    rate.record(20_000, 10_500)
+    assert rate.rate_per_s(10_500) == 40_000 / 10.5
+    assert rate.rate_per_s(10_999) == 40_000 / 10.999
+    assert rate.rate_per_s(11_000) == 20_000 / 11.0  # the first sample expired; still the whole window
 
 
 def test_samples_expire_after_the_window() -> None:
@@ -134,9 +147,11 @@ def test_a_new_bound_applies_to_a_group_and_keeps_its_counts() -> None:
     manager.set_entity(entity, {PRODUCER_BYTE_RATE: 1000.0})
     assert manager.record(PRODUCER_BYTE_RATE, "u", "app", 2000, 0) > 0
     manager.set_entity(entity, {PRODUCER_BYTE_RATE: 10_000.0})
-    assert manager.record(PRODUCER_BYTE_RATE, "u", "app", 1, 0) == 0
+    # The debt (1,000 bytes) is repaid at the new bound: in 100 ms.
+    assert manager.record(PRODUCER_BYTE_RATE, "u", "app", 1, 0) == 101
+    assert manager.record(PRODUCER_BYTE_RATE, "u", "app", 1, 200) == 0
     (group,) = manager.groups()
-    assert group.total == 2001 and group.throttled_total == 1
+    assert group.total == 2002 and group.throttled_total == 2
     manager.set_entity(entity, {})
     assert not manager.any_enabled()
     assert manager.record(PRODUCER_BYTE_RATE, "u", "app", 10**9, 0) == 0
