@@ -214,3 +214,6 @@ quota_resolutions_cached_max = 100_000
 # expires its quota sensors after an hour of inactivity; groups are looked over this often.
 quota_group_idle_ms_max = 3_600_000
 quota_group_sweep_interval_ms = 60_000
+# Quota groups shown on /metrics (strom_quota_*): those that were charged the most, so a client
+# making up client ids cannot grow the page without end (groups also expire after an hour idle).
+metrics_quota_groups_max = 500

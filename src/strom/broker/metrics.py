@@ -531,9 +531,10 @@ class BrokerMetrics:
     def _render_quotas(lines: list[str], family: Callable[[str, str, str], None], state: BrokerState) -> None:
         """One series per quota group in use (Kafka's per-(user, client-id) quota metrics): the
         entity whose quota applies, its bound, the rate now, what was charged and the throttling."""
-        groups = sorted(state.quotas.manager.groups(), key=lambda group: group.key)
+        groups = sorted(state.quotas.manager.groups(), key=lambda group: -group.total)
         if not groups:
             return
+        groups = sorted(groups[: limits.metrics_quota_groups_max], key=lambda group: group.key)
         now_ms = state.quotas.clock.monotonic_ms()
         labelled = [
             (

@@ -60,6 +60,10 @@ _BROKER_API_KEYS = frozenset({4, 5, 6, 7, 23, 56, 57})
 Quotas = dict[QuotaEntity, dict[str, float]]
 
 
+class QuotaFileError(ValueError):
+    """The quota file is there but strom cannot read it: the broker does not start without its quotas."""
+
+
 class QuotaStore(Protocol):
     """Where quotas outlive the broker."""
 
@@ -97,7 +101,7 @@ class FileQuotaStore:
                     for key, value in item["quotas"].items()
                 }
         except (ValueError, KeyError, TypeError, AttributeError, QuotaError) as error:
-            raise ValueError(f"{self.path} is not a client quota file strom can read: {error}") from None
+            raise QuotaFileError(f"{self.path} is not a client quota file strom can read: {error}") from None
         self._quotas = quotas
         return {entity: dict(values) for entity, values in quotas.items()}
 
