@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,19 @@ from strom.client.errors import BrokerResponseError
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
 from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from strom.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from tests.compat.conftest import BrokerProcess
 from tests.compat.wire import WireClient
 from tests.security.quota_support import WIRE_CLIENT_ID, MetricsBroker, admin_for, create_topic, produce_raw
+
+# kafka-python 3 loads its protocol schemas with importlib.resources' read_text/open_text, deprecated
+# in 3.11, also lazily: its import and its use are let through (as in tests/compat).
+KAFKA_PYTHON_WARNING = "(read|open)_text is deprecated"
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=KAFKA_PYTHON_WARNING, category=DeprecationWarning)
+    from kafka import KafkaProducer
+
+pytestmark = pytest.mark.compat
 
 SHORT_WINDOW = {"quota.window.num": "2", "quota.window.size.seconds": "1"}
 USER_DEFAULT = (("user", None),)
@@ -288,3 +299,41 @@ def test_the_cli_sets_describes_and_deletes_quotas(broker: BrokerProcess) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert "consumer_byte_rate" not in strom("describe", "--output", "json").stdout
+
+
+def test_request_percentage_throttles_any_request_and_mutes_the_connection(broker: BrokerProcess) -> None:
+    # 0.01 % of a thread: 100 µs of handling per second; a few Metadata requests are more than that.
+    with admin_for(broker) as admin:
+        admin.alter_client_quotas({(("client-id", WIRE_CLIENT_ID),): {"request_percentage": 0.01}})
+    with WireClient(broker.port) as client:
+        throttle_ms = 0
+        for _ in range(200):
+            response = client.round_trip(MetadataRequest(topics=None), MetadataResponse, 4)
+            throttle_ms = response.throttle_time_ms
+            if throttle_ms:
+                break
+        assert 0 < throttle_ms <= 2000
+        started = time.monotonic()
+        client.round_trip(MetadataRequest(topics=None), MetadataResponse, 4)
+        assert time.monotonic() - started >= throttle_ms / 1000 * 0.8
+
+
+@pytest.mark.filterwarnings(f"ignore:{KAFKA_PYTHON_WARNING}:DeprecationWarning")
+def test_kafka_python_reports_the_throttle_in_its_metrics(broker: BrokerProcess) -> None:
+    topic = "quota-kafka-python"
+    create_topic(broker, topic)
+    with admin_for(broker) as admin:
+        admin.alter_client_quotas({(("client-id", "kp-limited"),): {"producer_byte_rate": 50_000.0}})
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="kp-limited", linger_ms=5)
+    try:
+        started = time.monotonic()
+        for _ in range(20):
+            producer.send(topic, b"v" * 10_000)
+        producer.flush(60)
+        elapsed_s = time.monotonic() - started
+        throttle_max = producer.metrics()["producer-metrics"]["throttle-time-max"]
+    finally:
+        producer.close()
+    # 200 KB against 50 KB/s with 50 KB of credit: held back ~3 s in all (2 s at most per request).
+    assert throttle_max > 0
+    assert elapsed_s >= 2.0

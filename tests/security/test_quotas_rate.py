@@ -11,10 +11,13 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from tests.compat.conftest import StartBroker
 from tests.security.quota_support import admin_for, create_topic
+
+pytestmark = [pytest.mark.compat, pytest.mark.slow]
 
 QUOTA_BYTES_PER_S = 1_048_576
 LIMITED_OFFER_BYTES_PER_S = 3 * QUOTA_BYTES_PER_S  # the limited producer tries to send 3x its quota

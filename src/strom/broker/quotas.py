@@ -7,7 +7,8 @@ them to requests:
   ``producer_byte_rate``; a consumer Fetch answer's size (not a follower's) against
   ``consumer_byte_rate``; the time a request's handler ran (until it first waited, for a request
   that waits: a long poll's wait costs no thread in Kafka either) against ``request_percentage``,
-  for every request of a client (not the brokers' own: follower fetches, cluster-only APIs).
+  for every request of a client (not the brokers' own: follower fetches, cluster actions; nor
+  ApiVersions and the SASL exchange).
 - **What an over-quota client gets** (KIP-219): its answer at once, carrying ``throttle_time_ms``
   when the answer's version has the field, and its connection is muted (not read, no request of it
   handled) for the throttle time. No request is refused. Where two quotas are exceeded the longer
@@ -53,9 +54,11 @@ QUOTAS_FILE_NAME = "client_quotas.json"
 _FILE_VERSION = 1
 PRODUCE_API_KEY = 0
 FETCH_API_KEY = 1
-# Requests brokers send one another (the controller's, replication's): never charged, as Kafka
-# exempts cluster actions. Follower fetches are told apart by the caller.
-_BROKER_API_KEYS = frozenset({4, 5, 6, 7, 23, 56, 57})
+# Never charged, as in Kafka: the cluster actions brokers send one another (LeaderAndIsr,
+# StopReplica, UpdateMetadata, ControlledShutdown, WriteTxnMarkers, AlterPartition; follower
+# fetches are told apart by the caller), and what a client sends before it is authenticated
+# (SaslHandshake, ApiVersions, SaslAuthenticate).
+_EXEMPT_API_KEYS = frozenset({4, 5, 6, 7, 27, 56, 17, 18, 36})
 
 Quotas = dict[QuotaEntity, dict[str, float]]
 
@@ -169,7 +172,7 @@ class BrokerQuotas:
         follower: bool,
     ) -> int:
         """Count one request against the quotas that apply; the throttle time it earns (ms)."""
-        if follower or api_key in _BROKER_API_KEYS:
+        if follower or api_key in _EXEMPT_API_KEYS:
             return 0
         manager = self.manager
         client = client_id or ""
