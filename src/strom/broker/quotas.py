@@ -18,10 +18,10 @@ them to requests:
 
 Quotas are kept behind ``QuotaStore``: on one node a JSON file in the data directory
 (``client_quotas.json``, written atomically and fsynced before the change applies, loaded at
-start). A ZooKeeper store (Kafka's ``/config/users/<user>/clients/<client>`` and
-``/config/clients/<client>`` znodes with ``/config/changes`` notifications) would implement the
-same two methods; it is not written yet, so a broker of a cluster keeps its quotas in its own data
-directory and they apply to that broker only.
+start). A broker of a cluster keeps them in ZooKeeper where Kafka does
+(``/config/users/<user>[/clients/<client>]``, ``/config/clients/<client>``, a ``/config/changes``
+notification per change that makes every broker read them again): ``ClusterQuotaStore`` in
+``broker/cluster/runtime.py``.
 """
 
 from __future__ import annotations
@@ -67,12 +67,16 @@ class QuotaFileError(ValueError):
     """The quota file is there but strom cannot read it: the broker does not start without its quotas."""
 
 
+class QuotaStoreError(Exception):
+    """The store could not keep a change (ZooKeeper failed); the message says why."""
+
+
 class QuotaStore(Protocol):
     """Where quotas outlive the broker."""
 
     def load(self) -> Quotas: ...
 
-    def save(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+    async def save(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
         """Make ``values`` the entity's quotas (none: remove the entity), durably, before returning."""
         ...
 
@@ -108,7 +112,7 @@ class FileQuotaStore:
         self._quotas = quotas
         return {entity: dict(values) for entity, values in quotas.items()}
 
-    def save(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+    async def save(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
         quotas = dict(self._quotas)
         if values:
             quotas[entity] = dict(values)
@@ -155,10 +159,16 @@ class BrokerQuotas:
         if self.active:
             log.info("client quotas loaded for %d entities", len(self.manager.configs()))
 
-    def set_entity(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+    async def set_entity(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
         """Persist, then apply at once (to the next request of every connection)."""
-        self.store.save(entity, values)
+        await self.store.save(entity, values)
         self.manager.set_entity(entity, values)
+        self.active = self.manager.any_enabled()
+
+    def replace_all(self, quotas: Quotas) -> None:
+        """Every entity's quotas as the store now has them (a broker of a cluster: ZooKeeper
+        changed, or this broker joined)."""
+        self.manager.replace_all(quotas)
         self.active = self.manager.any_enabled()
 
     def charge(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -29,10 +30,10 @@ def quotas_in(tmp_path: Path, clock: ManualClock, **values: str) -> BrokerQuotas
 def test_the_store_round_trips_and_forgets_emptied_entities(tmp_path: Path) -> None:
     store = FileQuotaStore(tmp_path)
     assert store.load() == {}
-    store.save(QuotaEntity.user_client("alice", None), {PRODUCER_BYTE_RATE: 1024.0})
-    store.save(QuotaEntity.client("app"), {CONSUMER_BYTE_RATE: 2048.0, REQUEST_PERCENTAGE: 12.5})
-    store.save(QuotaEntity.user(None), {PRODUCER_BYTE_RATE: 1.0})
-    store.save(QuotaEntity.user(None), {})
+    asyncio.run(store.save(QuotaEntity.user_client("alice", None), {PRODUCER_BYTE_RATE: 1024.0}))
+    asyncio.run(store.save(QuotaEntity.client("app"), {CONSUMER_BYTE_RATE: 2048.0, REQUEST_PERCENTAGE: 12.5}))
+    asyncio.run(store.save(QuotaEntity.user(None), {PRODUCER_BYTE_RATE: 1.0}))
+    asyncio.run(store.save(QuotaEntity.user(None), {}))
     assert FileQuotaStore(tmp_path).load() == {
         QuotaEntity.user_client("alice", None): {PRODUCER_BYTE_RATE: 1024.0},
         QuotaEntity.client("app"): {CONSUMER_BYTE_RATE: 2048.0, REQUEST_PERCENTAGE: 12.5},
@@ -59,19 +60,21 @@ def test_nothing_is_active_without_quotas_and_changes_apply_at_once(tmp_path: Pa
     clock = ManualClock()
     quotas = quotas_in(tmp_path, clock)
     assert not quotas.active
-    quotas.set_entity(QuotaEntity.client("app"), {PRODUCER_BYTE_RATE: 1000.0})
+    asyncio.run(quotas.set_entity(QuotaEntity.client("app"), {PRODUCER_BYTE_RATE: 1000.0}))
     assert quotas.active
     assert quotas_in(tmp_path, clock).active  # persisted
-    quotas.set_entity(QuotaEntity.client("app"), {})
+    asyncio.run(quotas.set_entity(QuotaEntity.client("app"), {}))
     assert not quotas.active
 
 
 def test_what_each_request_is_charged(tmp_path: Path) -> None:
     clock = ManualClock()
     quotas = quotas_in(tmp_path, clock, **{"quota.window.num": "2", "quota.window.size.seconds": "1"})
-    quotas.set_entity(
-        QuotaEntity.client(None),
-        {PRODUCER_BYTE_RATE: 1000.0, CONSUMER_BYTE_RATE: 1000.0, REQUEST_PERCENTAGE: 10.0},
+    asyncio.run(
+        quotas.set_entity(
+            QuotaEntity.client(None),
+            {PRODUCER_BYTE_RATE: 1000.0, CONSUMER_BYTE_RATE: 1000.0, REQUEST_PERCENTAGE: 10.0},
+        )
     )
     # Produce: the request's bytes (one sample's worth is free, the rest costs time).
     assert quotas.charge("ANONYMOUS", "p", 0, 3000, 10, 0.0, False) == 2000

@@ -4,12 +4,14 @@ Entities are ``user`` and ``client-id`` parts, a null name being the default ent
 filters match each part exactly, the default, or any named entity; ``strict`` leaves out entities
 with parts the filter does not name. Alter applies each entry on its own (validated whole first:
 unknown entity types or quota keys, non-positive or fractional byte rates are INVALID_REQUEST for
-that entry), persists it and applies it at once; ``validate_only`` checks and changes nothing.
+that entry), persists it (the data directory, or ZooKeeper in a cluster) and applies it at once; ``validate_only``
+checks and changes nothing.
 """
 
 from __future__ import annotations
 
 from strom.broker.context import RequestContext
+from strom.broker.quotas import QuotaStoreError
 from strom.broker.registry import handles
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
@@ -84,11 +86,14 @@ async def handle_alter_client_quotas(
                 current, [(op.key, None if op.remove else op.value) for op in entry.ops]
             )
             if not request.validate_only:
-                quotas.set_entity(entity, values)
+                await quotas.set_entity(entity, values)
         except QuotaError as error:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = str(error)
         except (OSError, StorageError) as error:
             result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            result.error_message = f"the quotas could not be saved: {error}"
+        except QuotaStoreError as error:
+            result.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
             result.error_message = f"the quotas could not be saved: {error}"
     return AlterClientQuotasResponse(entries=results)
