@@ -190,6 +190,7 @@ def test_a_fetching_consumer_is_held_to_its_consumer_byte_rate(broker: MetricsBr
     for index in range(120):
         producer.produce(topic, value=bytes([index]) * 10_000)
     assert producer.flush(30) == 0
+    producer.close()
     rate = 300_000
     with admin_for(broker) as admin:
         admin.alter_client_quotas({(("client-id", "slow-reader"),): {"consumer_byte_rate": float(rate)}})

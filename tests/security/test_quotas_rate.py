@@ -71,6 +71,7 @@ class PacedProducer:
         self.producer.poll(0.5)
         self.producer.purge()
         self.producer.flush(10)
+        self.producer.close()  # not left connecting to a broker the test stops
 
 
 def test_a_producer_limited_to_1_mib_per_s_gets_it_and_its_neighbour_is_unaffected(
