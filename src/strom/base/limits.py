@@ -216,3 +216,14 @@ acl_decisions_cached_max = 100_000
 # indexed, and written to the ACL file (or ZooKeeper) whole on every change. Kafka deployments
 # hold thousands; the 10,000 of the benchmark fit with room to spare.
 acl_bindings_max = 100_000
+# Client quotas (strom.security.quotas). Which quota applies to a (user, client id) is cached; a
+# client that makes up a new client id per connection must not grow the cache without end, so it
+# is emptied when it reaches this many entries (refilling it costs eight dict lookups per pair).
+quota_resolutions_cached_max = 100_000
+# A quota group (one allowance: its rate and metrics) unused for this long is forgotten, as Kafka
+# expires its quota sensors after an hour of inactivity; groups are looked over this often.
+quota_group_idle_ms_max = 3_600_000
+quota_group_sweep_interval_ms = 60_000
+# Quota groups shown on /metrics (strom_quota_*): those that were charged the most, so a client
+# making up client ids cannot grow the page without end (groups also expire after an hour idle).
+metrics_quota_groups_max = 500

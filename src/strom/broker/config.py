@@ -207,6 +207,18 @@ _KEYS = [
         "log.flush.scheduler.interval.ms", "long", "1000", "How often the time-based flush policy is checked."
     ),
     ConfigKey(
+        "quota.window.num",
+        "int",
+        "11",
+        "Client quotas: how many samples the rate of a quota group is measured over.",
+    ),
+    ConfigKey(
+        "quota.window.size.seconds",
+        "int",
+        "1",
+        "Client quotas: the length of one sample; a throttle is at most num x size seconds.",
+    ),
+    ConfigKey(
         "log.index.interval.bytes",
         "int",
         "4096",

@@ -524,7 +524,49 @@ class BrokerMetrics:
         self._render_groups(lines, family, state)
         self._render_process(lines, family)
         self._render_connections(lines, family)
+        self._render_quotas(lines, family, state)
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _render_quotas(lines: list[str], family: Callable[[str, str, str], None], state: BrokerState) -> None:
+        """One series per quota group in use (Kafka's per-(user, client-id) quota metrics): the
+        entity whose quota applies, its bound, the rate now, what was charged and the throttling."""
+        groups = sorted(state.quotas.manager.groups(), key=lambda group: -group.total)
+        if not groups:
+            return
+        groups = sorted(groups[: limits.metrics_quota_groups_max], key=lambda group: group.key)
+        now_ms = state.quotas.clock.monotonic_ms()
+        labelled = [
+            (
+                f'quota_type="{group.key.quota_type}",user="{_escape(group.key.user)}",'
+                f'client_id="{_escape(group.key.client_id)}",entity="{_escape(group.entity.path())}"',
+                group,
+            )
+            for group in groups
+        ]
+        family("strom_quota_bound", "gauge", "The quota in force (bytes/s, or percent of a thread).")
+        lines.extend(f"strom_quota_bound{{{labels}}} {group.bound:g}" for labels, group in labelled)
+        family("strom_quota_rate", "gauge", "The rate over the quota window now, in the quota's unit.")
+        lines.extend(
+            f"strom_quota_rate{{{labels}}} {group.rate.rate_per_s(now_ms):.3f}" for labels, group in labelled
+        )
+        family(
+            "strom_quota_charged_total",
+            "counter",
+            "What was charged to the quota: bytes, or percent-seconds of a thread for request_percentage.",
+        )
+        lines.extend(f"strom_quota_charged_total{{{labels}}} {group.total:.0f}" for labels, group in labelled)
+        family(
+            "strom_quota_throttle_time_ms_total", "counter", "Throttle time given to clients of the group."
+        )
+        lines.extend(
+            f"strom_quota_throttle_time_ms_total{{{labels}}} {group.throttle_ms_total}"
+            for labels, group in labelled
+        )
+        family("strom_quota_throttled_total", "counter", "Answers that carried a throttle time.")
+        lines.extend(
+            f"strom_quota_throttled_total{{{labels}}} {group.throttled_total}" for labels, group in labelled
+        )
 
     def _render_requests(self, lines: list[str], family: Callable[[str, str, str], None]) -> None:
         requests = sorted(self.requests.values(), key=lambda item: item.name)

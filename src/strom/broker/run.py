@@ -55,13 +55,14 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
 
     from strom.broker.authorization import AclStoreError
     from strom.broker.cluster.runtime import ClusterStartError
+    from strom.broker.quotas import QuotaFileError
     from strom.cluster.config import ZooKeeperConnectError
     from strom.cluster.zk_store import ZkError
     from strom.cluster.zookeeper import BrokerIdInUseError
 
     try:
         uvloop.run(main())
-    except (DataDirectoryLockedError, AclStoreError) as error:
+    except (DataDirectoryLockedError, AclStoreError, QuotaFileError) as error:
         log.error("cannot start the broker: %s", error)
         return 1
     except OSError as error:

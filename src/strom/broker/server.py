@@ -53,6 +53,7 @@ from strom.broker.metrics import (
     MetricsServer,
     bind_connection_times,
 )
+from strom.broker.quotas import set_throttle_time
 from strom.broker.registry import handler_table
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
@@ -356,6 +357,7 @@ class BrokerServer:
         bind_connection_times(times)
         clock = time.perf_counter
         pending = _PendingAnswers()
+        quota_mutes = self.state.quotas.muted_until_ms  # connections muted by a quota (KIP-219)
 
         def flush() -> None:
             """A request's handler is about to wait: the answers made before it go out now."""
@@ -371,6 +373,8 @@ class BrokerServer:
                     account, unsent
                 ):
                     await self._drain(writer, account)
+                if quota_mutes and connection_id in quota_mutes:
+                    await self._quota_mute(connection_id, account)
                 data = await reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
@@ -391,6 +395,10 @@ class BrokerServer:
                     allowance = bounds.connection_unsent_bytes_max  # only a Fetch uses it, after a check
                     try:
                         for frame in frames:
+                            if quota_mutes and connection_id in quota_mutes:
+                                if pending.answers:
+                                    self._send_answers(writer, pending, times)
+                                await self._quota_mute(connection_id, account)
                             may_wait = (frame[0] << 8 | frame[1]) in MAY_WAIT_API_KEYS
                             if may_wait or pending.bytes > reserved_bytes:
                                 if pending.bytes > reserved_bytes:
@@ -435,6 +443,7 @@ class BrokerServer:
             )
         finally:
             metrics.connections_open -= 1
+            self.state.quotas.forget(connection_id)
             budget.close(account)
             del self._open[connection_id]
             writer.close()
@@ -626,6 +635,7 @@ class BrokerServer:
         started = time.perf_counter()
         if received is None:
             received = started
+        busy_until: float | None = None  # when a handler that waited first suspended
         if before_wait is None:
             response = await handler.handle(context, request)
         else:
@@ -638,6 +648,7 @@ class BrokerServer:
             except StopIteration as finished:
                 response = finished.value
             else:
+                busy_until = time.perf_counter()
                 try:
                     before_wait()
                 except BaseException:
@@ -652,9 +663,59 @@ class BrokerServer:
             )
         if response is None:
             request_metrics.observe(received, started, ended, times.remote_s, ended, ended)
+            if state.quotas.active:  # acks=0 produce: no answer, but the mute still applies
+                self._charge_quotas(context, len(frame), None, 0, ended - started, False)
             return None
         times.unsent.append((request_metrics, received, started, ended, times.remote_s))
-        return encode_response_buffers(correlation_id, api_key, version, response)
+        answer = encode_response_buffers(correlation_id, api_key, version, response)
+        if state.quotas.active and self._charge_quotas(
+            context,
+            len(frame),
+            response,
+            _FRAME_SIZE.unpack_from(answer[0])[0],
+            (busy_until or ended) - started,
+            name == FETCH_FOLLOWER,
+        ):
+            answer = encode_response_buffers(correlation_id, api_key, version, response)  # throttled
+        return answer
+
+    def _charge_quotas(
+        self,
+        context: RequestContext,
+        request_bytes: int,
+        response: Any,
+        answer_bytes: int,
+        busy_s: float,
+        follower: bool,
+    ) -> bool:
+        """Charge a request to its client's quotas (``broker/quotas.py``). Over quota, the connection
+        is muted for the throttle time (KIP-219) and the answer carries it: True when ``response``
+        was changed so."""
+        quotas = self.state.quotas
+        throttle_ms = quotas.charge(
+            context.principal.name,
+            context.client_id,
+            context.api_key,
+            request_bytes,
+            answer_bytes,
+            busy_s,
+            follower,
+        )
+        if not throttle_ms:
+            return False
+        quotas.mute(context.connection_id, throttle_ms)
+        return set_throttle_time(response, throttle_ms)
+
+    async def _quota_mute(self, connection_id: int, account: ConnectionAccount) -> None:
+        """Wait out the connection's quota mute: it is not read and none of its requests is handled."""
+        quotas = self.state.quotas
+        handling = account.handling
+        account.handling = True  # neither idle nor a slow request while muted
+        try:
+            while (left_ms := quotas.mute_left_ms(connection_id)) > 0:
+                await asyncio.sleep(left_ms / 1000)
+        finally:
+            account.handling = handling
 
     def _unsupported(self, api_key: int, version: int, correlation_id: int) -> list[Blob]:
         """Answer an API or version we do not implement the way Kafka does.

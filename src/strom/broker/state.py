@@ -35,6 +35,7 @@ from strom.broker.fetch_sessions import FetchSessionCache
 from strom.broker.groups import GroupService
 from strom.broker.metrics import BrokerMetrics, add_remote_wait
 from strom.broker.produce_validation import ProduceValidation
+from strom.broker.quotas import BrokerQuotas
 from strom.broker.registry import HANDLERS, Handler
 from strom.broker.replication import Replication, SingleNode
 from strom.broker.transactions import LocalMarkers, TransactionService
@@ -108,6 +109,8 @@ class BrokerState:
         self.budget = FileBudget.from_open_files_limit(current_open_files_limit())
         self.logs = LogManager(config.data_dir, config.log_defaults(), clock, self.budget)
         self.producer_ids = ProducerIdAllocator(config.data_dir / "producer_ids.json")
+        # Client quotas (seed 003 §2.9): kept in the data directory, charged by the connection loop.
+        self.quotas = BrokerQuotas(config, clock)
         # Fetches waiting for records to read: consumers (woken when what they may read grows),
         # and followers (woken by appends). The same map on a single node, where the two are one;
         # a broker in a cluster gives followers their own (``separate_replica_waits``).
@@ -182,6 +185,7 @@ class BrokerState:
     def load(self) -> None:
         for line in self._config_messages:
             log.warning("%s", line)
+        self.quotas.load()
         log.info("%s", self.budget.describe())
         started = time.perf_counter()
         if self.acls is not None:

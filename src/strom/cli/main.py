@@ -14,7 +14,19 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import strom
-from strom.cli import acls, bench, cluster, configs, consume, groups, log_dump, produce, topics, transactions
+from strom.cli import (
+    acls,
+    bench,
+    cluster,
+    configs,
+    consume,
+    groups,
+    log_dump,
+    produce,
+    quotas,
+    topics,
+    transactions,
+)
 from strom.cli.errors import describe_kafka_error
 from strom.cli.output import CliError, UsageError
 from strom.cli.pipeline import add_pipeline_parser
@@ -157,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         topics,
         configs,
         acls,
+        quotas,
         produce,
         consume,
         groups,

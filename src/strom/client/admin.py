@@ -36,6 +36,7 @@ from strom.client.offsets import (
 )
 from strom.client.transport import LoopThread, Transport
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.alter_client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
 from strom.protocol.messages.alter_configs import AlterConfigsRequest
 from strom.protocol.messages.create_acls import CreateAclsRequest
 from strom.protocol.messages.create_partitions import CreatePartitionsRequest
@@ -45,6 +46,10 @@ from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGro
 from strom.protocol.messages.delete_records import DeleteRecordsRequest
 from strom.protocol.messages.delete_topics import DeleteTopicsRequest
 from strom.protocol.messages.describe_acls import DescribeAclsRequest
+from strom.protocol.messages.describe_client_quotas import (
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
 from strom.protocol.messages.describe_cluster import DescribeClusterRequest
 from strom.protocol.messages.describe_configs import DescribeConfigsRequest
 from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
@@ -96,6 +101,29 @@ T = TypeVar("T")
 class ConfigResourceType(IntEnum):
     TOPIC = 2
     BROKER = 4
+
+
+# -- client quotas: entities and filters -------------------------------------------------------------
+
+# A quota entity: (entity type, name) pairs sorted by type ("client-id", "user"); None names the default.
+QuotaEntityKey = tuple[tuple[str, str | None], ...]
+
+
+def quota_entity_key(parts: Iterable[tuple[str, str | None]]) -> QuotaEntityKey:
+    return tuple(sorted(parts, key=lambda part: part[0]))
+
+
+class QuotaMatch(IntEnum):
+    EXACT = 0  # the entity named by ``match``
+    DEFAULT = 1  # the default entity of the type
+    ANY = 2  # any named entity of the type (not the default)
+
+
+@dataclass(frozen=True)
+class QuotaFilterComponent:
+    entity_type: str  # "user" or "client-id"
+    match_type: QuotaMatch = QuotaMatch.EXACT
+    match: str | None = None
 
 
 class AlterConfigOperation(IntEnum):
@@ -1229,3 +1257,56 @@ class Admin:
             )
 
         return self._on_coordinator(transactional_id, describe, TRANSACTION_KEY_TYPE)
+
+    # -- client quotas (seed 003 §2.9; Kafka's DescribeClientQuotas / AlterClientQuotas) ----------
+
+    def describe_client_quotas(
+        self, components: Iterable[QuotaFilterComponent] = (), strict: bool = False
+    ) -> dict[QuotaEntityKey, dict[str, float]]:
+        """The quotas of every entity the filter matches (no components: every entity; ``strict``:
+        only entities with no entity type the filter does not name). An entity is a sorted tuple of
+        (entity type, name) pairs, ``None`` naming the default: ``(("user", "alice"),)``."""
+        request = DescribeClientQuotasRequest(
+            components=[
+                DescribeClientQuotasRequest.ComponentData(
+                    entity_type=component.entity_type,
+                    match_type=int(component.match_type),
+                    match=component.match,
+                )
+                for component in components
+            ],
+            strict=strict,
+        )
+        response: DescribeClientQuotasResponse = self._run(self._transport.send_any(request))
+        _raise_for(response.error_code, response.error_message, "describe client quotas")
+        return {
+            quota_entity_key((part.entity_type, part.entity_name) for part in entry.entity): {
+                value.key: value.value for value in entry.values
+            }
+            for entry in response.entries or []
+        }
+
+    def alter_client_quotas(
+        self, alterations: Mapping[QuotaEntityKey, Mapping[str, float | None]], validate_only: bool = False
+    ) -> None:
+        """Set (a value) or remove (``None``) quota keys of each entity; raises the first entry's error."""
+        request = AlterClientQuotasRequest(
+            entries=[
+                AlterClientQuotasRequest.EntryData(
+                    entity=[
+                        AlterClientQuotasRequest.EntityData(entity_type=entity_type, entity_name=name)
+                        for entity_type, name in entity
+                    ],
+                    ops=[
+                        AlterClientQuotasRequest.OpData(key=key, value=value or 0.0, remove=value is None)
+                        for key, value in ops.items()
+                    ],
+                )
+                for entity, ops in alterations.items()
+            ],
+            validate_only=validate_only,
+        )
+        response: AlterClientQuotasResponse = self._run(self._transport.send_any(request))
+        for entry in response.entries:
+            entity = quota_entity_key((part.entity_type, part.entity_name) for part in entry.entity)
+            _raise_for(entry.error_code, entry.error_message, f"alter client quotas of {entity}")

@@ -99,6 +99,10 @@ class NodeOutputs:
     acls: Callable[[Mapping[znodes.AclResourceKey, frozenset[znodes.AclEntryText]], bool], None] = (
         lambda acls, whole: None
     )
+    # Client quotas changed in ZooKeeper: every entity's quotas now.
+    client_quotas: Callable[[Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]]], None] = (
+        lambda quotas: None
+    )
 
 
 class ClusterNode:
@@ -390,6 +394,8 @@ class ClusterNode:
                 self._config_changes_seen, watch=self._watch(CONFIG_CHANGES_WATCH)
             )
             self._config_changes_seen = changes.last
+            if changes.quotas:
+                self._outputs.client_quotas(self.zk.read_client_quotas())
             if not changes.topics:
                 return
             configs = self.zk.read_topic_configs(list(changes.topics))

@@ -14,7 +14,9 @@ The formats are Kafka's, so an operator who knows Kafka's tree knows strom's::
     /brokers/topics/T/partitions/P/state        {"version":1,"leader":1,"leader_epoch":4,
                                                  "isr":[1,2,3],"controller_epoch":7}
     /config/topics/T                            {"version":1,"config":{"min.insync.replicas":"2"}}
-    /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/T"}
+    /config/users/U[/clients/C]                 {"version":1,"config":{"producer_byte_rate":"1048576.0"}}
+    /config/clients/C                           (client quotas; U and C URL-encoded, <default> the default)
+    /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/T"} (or users/U/clients/C)
     /admin/delete_topics/T                      (no data)
     /latest_producer_id_block                   {"version":1,"broker":1,"block_start":"0",
                                                  "block_end":"999"}
@@ -26,9 +28,11 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote, unquote
 
 from strom.base import limits
 from strom.cluster.model import BrokerRegistration, Endpoint, LeaderAndIsr, TopicAssignment
@@ -40,6 +44,10 @@ BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_USERS_PATH = "/config/users"
+CONFIG_CLIENTS_PATH = "/config/clients"
+QUOTA_DEFAULT_NAME = "<default>"
+QUOTA_ENTITY_KINDS = {"user": "users", "client-id": "clients"}
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
@@ -50,6 +58,8 @@ PERSISTENT_PATHS = (
     TOPICS_PATH,
     CONFIG_TOPICS_PATH,
     CONFIG_CHANGES_PATH,
+    CONFIG_USERS_PATH,
+    CONFIG_CLIENTS_PATH,
     DELETE_TOPICS_PATH,
     "/cluster",
 )
@@ -333,6 +343,72 @@ def encode_config_change(topic: str) -> bytes:
     return _encode(
         CONFIG_CHANGES_PATH, {"version": CONFIG_CHANGE_FORMAT_VERSION, "entity_path": f"topics/{topic}"}
     )
+
+
+# -- client quotas ----------------------------------------------------------------------------------
+
+# A client quota entity: (entity type, name) pairs sorted by type ("client-id" before "user"), a
+# None name being the default; as ``strom.security.quotas.QuotaEntity.parts``.
+QuotaEntityParts = tuple[tuple[str, str | None], ...]
+
+
+def _quota_name(name: str | None) -> str:
+    """Kafka's sanitized form of an entity name in a path: URL-encoded, the default ``<default>``."""
+    return QUOTA_DEFAULT_NAME if name is None else quote(name, safe="")
+
+
+def client_quota_entity_path(parts: QuotaEntityParts) -> str:
+    """``users/U/clients/C``, ``users/U`` or ``clients/C``: the path under /config and the
+    ``entity_path`` of its change notification."""
+    names = dict(parts)
+    steps = []
+    if "user" in names:
+        steps.append(f"users/{_quota_name(names['user'])}")
+    if "client-id" in names:
+        steps.append(f"clients/{_quota_name(names['client-id'])}")
+    assert steps and set(names) <= set(QUOTA_ENTITY_KINDS), parts
+    return "/".join(steps)
+
+
+def quota_entity_name(text: str) -> str | None:
+    return None if text == QUOTA_DEFAULT_NAME else unquote(text)
+
+
+def encode_client_quota(entity_path: str, values: Mapping[str, float]) -> bytes:
+    # Kafka keeps quota values as strings of doubles.
+    config = {key: repr(float(value)) for key, value in sorted(values.items())}
+    return _encode(f"/config/{entity_path}", {"version": CONFIG_FORMAT_VERSION, "config": config})
+
+
+def decode_client_quota(path: str, data: bytes) -> dict[str, float]:
+    """The quotas a /config/users or /config/clients znode holds (none: a parent with no data)."""
+    if not data:
+        return {}
+    config = _object(path, data).get("config", {})
+    if not isinstance(config, dict):
+        raise ZnodeFormatError(path, "'config' must be an object")
+    values: dict[str, float] = {}
+    for key, text in config.items():
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise ZnodeFormatError(path, f"quota {key!r} is not a number: {text!r}") from None
+        if not math.isfinite(value):
+            raise ZnodeFormatError(path, f"quota {key!r} is not a finite number: {text!r}")
+        values[str(key)] = value
+    return values
+
+
+def encode_entity_change(entity_path: str) -> bytes:
+    return _encode(CONFIG_CHANGES_PATH, {"version": CONFIG_CHANGE_FORMAT_VERSION, "entity_path": entity_path})
+
+
+def config_change_entity(path: str, data: bytes) -> str:
+    """The ``entity_path`` a config change notification names (``topics/T``, ``users/U``, ...)."""
+    entity = _object(path, data).get("entity_path")
+    if not isinstance(entity, str):
+        raise ZnodeFormatError(path, "no 'entity_path'")
+    return entity
 
 
 def decode_config_change(path: str, data: bytes) -> str | None:

@@ -82,6 +82,7 @@ class ControllerMovedError(Exception):
 class ConfigChanges:
     topics: tuple[str, ...]  # whose config to read again
     last: str | None  # the newest notification seen: pass it as ``after`` next time
+    quotas: bool = False  # a client quota changed: read them all again
 
 
 @dataclass(frozen=True)
@@ -495,13 +496,75 @@ class ClusterZooKeeper:
         newer = [child for child in children if after is None or child > after]
         found = self.store.get_many([f"{znodes.CONFIG_CHANGES_PATH}/{child}" for child in newer])
         topics: list[str] = []
+        quotas = False
         for child, entry in zip(newer, found, strict=True):
             if entry is None:
                 continue
-            topic = znodes.decode_config_change(f"{znodes.CONFIG_CHANGES_PATH}/{child}", entry[0])
+            path = f"{znodes.CONFIG_CHANGES_PATH}/{child}"
+            topic = znodes.decode_config_change(path, entry[0])
             if topic is not None and topic not in topics:
                 topics.append(topic)
-        return ConfigChanges(tuple(topics), newer[-1] if newer else after)
+            elif topic is None:
+                kind = znodes.config_change_entity(path, entry[0]).partition("/")[0]
+                quotas = quotas or kind in ("users", "clients")
+        return ConfigChanges(tuple(topics), newer[-1] if newer else after, quotas)
+
+    def set_client_quota(self, parts: znodes.QuotaEntityParts, values: Mapping[str, float]) -> None:
+        """Replace an entity's client quotas (none: an empty config, as Kafka leaves it) and tell
+        every broker (a sequential change znode naming the entity)."""
+        entity_path = znodes.client_quota_entity_path(parts)
+        path = f"/config/{entity_path}"
+        data = znodes.encode_client_quota(entity_path, values)
+        try:
+            self.store.set(path, data)
+        except NoNodeError:
+            self.store.ensure_path(path.rsplit("/", 1)[0])
+            try:
+                self.store.create(path, data)
+            except NodeExistsError:  # another broker created it meanwhile
+                self.store.set(path, data)
+        self.store.create(
+            f"{znodes.CONFIG_CHANGES_PATH}/{znodes.CONFIG_CHANGE_PREFIX}",
+            znodes.encode_entity_change(entity_path),
+            sequence=True,
+        )
+
+    def read_client_quotas(self) -> dict[znodes.QuotaEntityParts, dict[str, float]]:
+        """Every client quota entity with quotas set, from /config/users and /config/clients."""
+        entities: list[tuple[znodes.QuotaEntityParts, str]] = []
+        for user in self._children(znodes.CONFIG_USERS_PATH):
+            user_name = znodes.quota_entity_name(user)
+            user_path = f"{znodes.CONFIG_USERS_PATH}/{user}"
+            entities.append(((("user", user_name),), user_path))
+            for client in self._children(f"{user_path}/clients"):
+                pair: znodes.QuotaEntityParts = (
+                    ("client-id", znodes.quota_entity_name(client)),
+                    ("user", user_name),
+                )
+                entities.append((pair, f"{user_path}/clients/{client}"))
+        for client in self._children(znodes.CONFIG_CLIENTS_PATH):
+            entities.append(
+                ((("client-id", znodes.quota_entity_name(client)),), f"{znodes.CONFIG_CLIENTS_PATH}/{client}")
+            )
+        found = self.store.get_many([path for _, path in entities])
+        quotas: dict[znodes.QuotaEntityParts, dict[str, float]] = {}
+        for (parts, path), entry in zip(entities, found, strict=True):
+            if entry is None:
+                continue
+            try:
+                values = znodes.decode_client_quota(path, entry[0])
+            except znodes.ZnodeFormatError as error:  # not strom's (nor Kafka's): the others still apply
+                log.warning("ignoring a client quota znode: %s", error)
+                continue
+            if values:
+                quotas[parts] = values
+        return quotas
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self.store.get_children(path))
+        except NoNodeError:
+            return []
 
     # ---- ACLs in Kafka's layout (``strom.cluster.znodes``): read, changed one resource at a time
     # (read, change, write conditional on the version read, again if another broker got there
@@ -518,12 +581,6 @@ class ClusterZooKeeper:
                     (resource_type, name, pattern) for name in self._children(f"{base}/{resource_type}")
                 )
         return {key: entries for key, entries in self.read_acls(keys).items() if entries}
-
-    def _children(self, path: str) -> list[str]:
-        try:
-            return sorted(self.store.get_children(path))
-        except NoNodeError:
-            return []
 
     def read_acls(
         self, keys: Sequence[znodes.AclResourceKey]

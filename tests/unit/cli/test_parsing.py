@@ -31,6 +31,8 @@ COMMANDS = [
     ["topics", "delete-records"],
     ["configs", "describe"],
     ["configs", "alter"],
+    ["quotas", "describe"],
+    ["quotas", "alter"],
     ["groups", "delete-offsets"],
 ]
 

@@ -39,6 +39,7 @@ from strom.broker.cluster.peer import PeerConnection, PeerError
 from strom.broker.cluster.senders import ControllerSenders
 from strom.broker.config import BrokerConfig
 from strom.broker.groups import OFFSETS_TOPIC_CONFIG
+from strom.broker.quotas import QuotaStoreError
 from strom.broker.refused import Refused
 from strom.broker.replication import BrokerView, PartitionView, ReadAccess, TopicView
 from strom.broker.transactions import transaction_state_topic_config
@@ -74,7 +75,7 @@ from strom.cluster.node import ClusterNode, NodeOutputs
 from strom.cluster.placement import PlacementError, assign_replicas, validate_assignment
 from strom.cluster.replica import fence_leader_epoch
 from strom.cluster.zk_store import ConnectionLossError, ZkError, zk_error_text
-from strom.cluster.znodes import AclEntryText, AclResourceKey
+from strom.cluster.znodes import AclEntryText, AclResourceKey, QuotaEntityParts
 from strom.cluster.zookeeper import ClusterZooKeeper, ConcurrentChangeError
 from strom.cluster.zookeeper import TopicExistsError as ZkTopicExistsError
 from strom.coordinator import OFFSETS_TOPIC, partition_for_group
@@ -82,6 +83,7 @@ from strom.coordinator.transactions import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_partition import AlterPartitionResponse
 from strom.protocol.messages.controlled_shutdown import ControlledShutdownResponse
+from strom.security.quotas import QuotaEntity
 from strom.storage import (
     TOPIC_CONFIG_KEYS,
     ConfigError,
@@ -326,6 +328,7 @@ class ClusterReplication:
                 live_brokers=on_loop(self.senders.keep_only),
                 registered=on_loop(self._on_registered),
                 topic_configs=on_loop(self._on_topic_configs),
+                client_quotas=on_loop(self._on_client_quotas),
                 unclean_election=on_loop(self.unclean_elections.append),
                 acls=on_loop(self._on_acls),
             ),
@@ -336,11 +339,15 @@ class ClusterReplication:
         try:
             cluster_id = await asyncio.to_thread(node.join)
             check_meta_properties(self._state.config.data_dir, cluster_id, self.node_id)
+            client_quotas = await asyncio.to_thread(node.zk.read_client_quotas)
         except BaseException:
             await asyncio.to_thread(node.stop)
             raise
         self.node = node
         self.registration = node.registration
+        # Client quotas live in ZooKeeper (not the data directory) and every change is read again.
+        self._state.quotas.store = ClusterQuotaStore(self)
+        self._on_client_quotas(client_quotas)
         self.control.broker_epoch = node.registration.epoch
         self._joined.set()
         self._state.cluster_id = cluster_id
@@ -493,6 +500,9 @@ class ClusterReplication:
     ) -> None:
         """Change one resource's ACLs in ZooKeeper (every broker hears of it)."""
         await self._zookeeper(lambda zk: zk.change_acls(key, added, removed))
+
+    def _on_client_quotas(self, quotas: Mapping[QuotaEntityParts, Mapping[str, float]]) -> None:
+        self._state.quotas.replace_all({QuotaEntity(parts): dict(values) for parts, values in quotas.items()})
 
     def _on_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
         for topic, overrides in configs.items():
@@ -1255,6 +1265,23 @@ class ClusterReplication:
                 )
             self._producer_ids = (following + 1, last)
             return following
+
+
+class ClusterQuotaStore:
+    """Client quotas kept in ZooKeeper as Kafka keeps them; every broker reads them again on the
+    change notification a save leaves (``ClusterZooKeeper.set_client_quota``)."""
+
+    def __init__(self, cluster: ClusterReplication) -> None:
+        self._cluster = cluster
+
+    def load(self) -> dict[QuotaEntity, dict[str, float]]:
+        raise AssertionError("a cluster's quotas are read when the broker joins, not loaded")
+
+    async def save(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+        try:
+            await self._cluster._zookeeper(lambda zk: zk.set_client_quota(entity.parts, values))
+        except ZkError as error:
+            raise QuotaStoreError(f"ZooKeeper: {zk_error_text(error)}") from None
 
 
 def _view(broker: BrokerRegistration, listener: str) -> BrokerView:

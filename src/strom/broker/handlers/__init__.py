@@ -11,6 +11,7 @@ def register_all() -> None:
     """Import every handler module (each registers itself once, at import)."""
     from strom.broker.handlers import (  # noqa: F401
         acls,
+        client_quotas,
         cluster,
         configs,
         fetch,
