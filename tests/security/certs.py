@@ -29,9 +29,27 @@ def _openssl(*arguments: str | Path, cwd: Path) -> None:
     subprocess.run(["openssl", *map(str, arguments)], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-def _signed(directory: Path, name: str, subject: str, ca: str, extensions: str | None = None) -> tuple[Path, Path]:
-    key, request, certificate = directory / f"{name}.key", directory / f"{name}.csr", directory / f"{name}.pem"
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-subj", subject, "-out", request, cwd=directory)
+def _signed(
+    directory: Path, name: str, subject: str, ca: str, extensions: str | None = None
+) -> tuple[Path, Path]:
+    key, request, certificate = (
+        directory / f"{name}.key",
+        directory / f"{name}.csr",
+        directory / f"{name}.pem",
+    )
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        key,
+        "-subj",
+        subject,
+        "-out",
+        request,
+        cwd=directory,
+    )
     arguments: list[str | Path] = [
         "x509", "-req", "-in", request, "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
         "-days", "2", "-out", certificate, "-sha256",

@@ -68,7 +68,9 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 
 
 @pytest.fixture(scope="module")
-def secure_broker(tmp_path_factory: pytest.TempPathFactory, certificates: Certificates) -> Iterator[SecureBroker]:
+def secure_broker(
+    tmp_path_factory: pytest.TempPathFactory, certificates: Certificates
+) -> Iterator[SecureBroker]:
     ports = (free_port(), free_port(), free_port())
     work_dir: Path = tmp_path_factory.mktemp("secure-broker")
     process = BrokerProcess(
