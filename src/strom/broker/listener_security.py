@@ -158,10 +158,11 @@ def sasl_settings(
                 f" listener.name.{listener.lower()}.plain.sasl.jaas.config (or sasl.jaas.config) to"
                 ' org.apache.kafka.common.security.plain.PlainLoginModule required user_NAME="PASSWORD" ...;'
             )
-        try:
-            plain = plain_users(jaas)
-        except JaasError as error:
-            raise BrokerConfigError(f"listener {listener}: sasl.jaas.config: {error}") from None
+        else:
+            try:
+                plain = plain_users(jaas)
+            except JaasError as error:
+                raise BrokerConfigError(f"listener {listener}: sasl.jaas.config: {error}") from None
     try:
         return SaslSettings(
             mechanisms=mechanisms,
