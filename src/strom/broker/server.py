@@ -42,7 +42,7 @@ from strom.broker.connection_budget import (
     OverdueReason,
 )
 from strom.broker.context import RequestContext
-from strom.broker.listener_security import ListenerSecurity, listener_security
+from strom.broker.listener_security import ListenerSecurity, check_cluster_listener, listener_security
 from strom.broker.listeners import format_listener
 from strom.broker.loop_lag import LoopLagMonitor
 from strom.broker.metrics import (
@@ -226,6 +226,7 @@ class BrokerServer:
         self.scram_store = FileScramStore(config.data_dir)
         self.state.scram_credentials = self.scram_store
         self._security: dict[str, ListenerSecurity] = {}
+        check_cluster_listener(config)
         for endpoint in config.listeners():
             security = listener_security(config, endpoint, self.scram_store.credential)
             if security is not None:

@@ -94,3 +94,12 @@ def test_the_default_mechanisms_leave_plain_out_without_users(tmp_path: Path) ->
     security = listener_security(broker, broker.listeners()[0], no_credentials)
     assert security is not None and security.sasl is not None
     assert security.sasl.mechanisms == ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def test_a_cluster_broker_needs_a_plaintext_first_listener(tmp_path: Path) -> None:
+    values = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "zookeeper.connect": "127.0.0.1:2181",
+    }
+    with pytest.raises(BrokerConfigError, match="put a PLAINTEXT listener"):
+        check_listener_security(BrokerConfig(data_dir=tmp_path, values=values))
