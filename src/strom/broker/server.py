@@ -24,6 +24,7 @@ import functools
 import itertools
 import logging
 import signal
+import ssl
 import struct
 import time
 import types
@@ -734,13 +735,19 @@ class BrokerServer:
 
     # -- TLS and SASL ----------------------------------------------------------------------------------
 
-    def _handshake_failed(self, listener: str, client_host: str, error: str) -> None:
+    def _handshake_failed(self, listener: str, client_host: str, error: BaseException) -> None:
+        """A rate-limited line: a warning when the peer spoke something else than TLS or showed no
+        acceptable certificate, information when it just went away during the handshake."""
         self.metrics.connections_closed_total["tls_handshake_failed"] += 1
-        peer_log.warning(
+        level = (
+            logging.INFO if isinstance(error, (ConnectionResetError, ssl.SSLEOFError)) else logging.WARNING
+        )
+        peer_log.log(
+            level,
             "closing a connection from %s: TLS handshake on listener %s failed: %s",
             client_host,
             listener,
-            error,
+            str(error) or type(error).__name__,
         )
 
     @staticmethod
