@@ -52,6 +52,26 @@ def test_quotas_are_kept_in_zookeeper_as_kafka_keeps_them(backend: Backend) -> N
     assert not zk.read_config_changes(after=removal.last).quotas
 
 
+def test_a_users_quotas_and_scram_credentials_share_its_znode_and_keep_each_other(backend: Backend) -> None:
+    zk = ClusterZooKeeper(backend.connect(TEST_SESSION_TIMEOUT_MS), SystemClock())
+    zk.ensure_layout()
+    # A client quota of bob's makes /config/users/bob as a parent with no data: credentials still read.
+    zk.set_client_quota((("client-id", "app"), ("user", "bob")), {"producer_byte_rate": 1024.0})
+    assert zk.read_user_configs() == {"bob": {}}
+    credential = "salt=c2FsdA==,stored_key=a2V5,server_key=a2V5,iterations=4096"
+    zk.update_user_config("bob", {"SCRAM-SHA-512": credential})
+    zk.set_client_quota((("user", "bob"),), {"consumer_byte_rate": 2048.0})
+    assert zk.read_user_configs()["bob"] == {"SCRAM-SHA-512": credential, "consumer_byte_rate": "2048.0"}
+    zk.update_user_config("bob", {"SCRAM-SHA-256": credential})
+    zk.set_client_quota((("user", "bob"),), {})
+    assert zk.read_user_configs()["bob"] == {"SCRAM-SHA-512": credential, "SCRAM-SHA-256": credential}
+    zk.set_client_quota((("user", "bob"),), {"request_percentage": 50.0})
+    assert zk.read_client_quotas() == {
+        (("client-id", "app"), ("user", "bob")): {"producer_byte_rate": 1024.0},
+        (("user", "bob"),): {"request_percentage": 50.0},
+    }
+
+
 def _describe(port: int) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
     with WireClient(port) as client:
         response = client.round_trip(DescribeClientQuotasRequest(), DescribeClientQuotasResponse, 1)

@@ -16,7 +16,11 @@ The formats are Kafka's, so an operator who knows Kafka's tree knows strom's::
     /config/topics/T                            {"version":1,"config":{"min.insync.replicas":"2"}}
     /config/users/U[/clients/C]                 {"version":1,"config":{"producer_byte_rate":"1048576.0"}}
     /config/clients/C                           (client quotas; U and C URL-encoded, <default> the default)
-    /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/T"} (or users/U/clients/C)
+    /config/users/U                             {"version":1,"config":{"SCRAM-SHA-512":"salt=..,
+                                                 stored_key=..,server_key=..,iterations=4096"}}
+                                                (SCRAM credentials and quotas of user U side by side)
+    /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/T"} (or users/U,
+                                                 users/U/clients/C, clients/C)
     /admin/delete_topics/T                      (no data)
     /latest_producer_id_block                   {"version":1,"broker":1,"block_start":"0",
                                                  "block_end":"999"}
@@ -340,9 +344,31 @@ def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
 
 
 def encode_config_change(topic: str) -> bytes:
-    return _encode(
-        CONFIG_CHANGES_PATH, {"version": CONFIG_CHANGE_FORMAT_VERSION, "entity_path": f"topics/{topic}"}
-    )
+    return encode_entity_change(f"topics/{topic}")
+
+
+def encode_entity_change(entity_path: str) -> bytes:
+    """A change notification for any entity (``topics/T``, ``users/U``)."""
+    return _encode(CONFIG_CHANGES_PATH, {"version": CONFIG_CHANGE_FORMAT_VERSION, "entity_path": entity_path})
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS_PATH}/{user}"
+
+
+def encode_user_config(user: str, config: Mapping[str, str]) -> bytes:
+    """A user's configs as Kafka keeps them: SCRAM credentials and quotas side by side."""
+    return _encode(user_config_path(user), {"version": CONFIG_FORMAT_VERSION, "config": dict(config)})
+
+
+def decode_user_config(user: str, data: bytes) -> dict[str, str]:
+    path = user_config_path(user)
+    if not data:
+        return {}  # made as the parent of users/U/clients/C: no config of its own yet
+    config = _object(path, data).get("config", {})
+    if not isinstance(config, dict) or not all(isinstance(v, str) for v in config.values()):
+        raise ZnodeFormatError(path, "'config' must be an object of strings")
+    return dict(config)
 
 
 # -- client quotas ----------------------------------------------------------------------------------
@@ -374,10 +400,34 @@ def quota_entity_name(text: str) -> str | None:
     return None if text == QUOTA_DEFAULT_NAME else unquote(text)
 
 
-def encode_client_quota(entity_path: str, values: Mapping[str, float]) -> bytes:
+# The configs of a /config/users or /config/clients znode that are client quotas; a user's znode
+# also holds its SCRAM credentials, which quota reads skip and quota writes keep.
+QUOTA_CONFIG_KEYS = frozenset(
+    {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
+)
+
+
+def encode_client_quota(
+    entity_path: str, values: Mapping[str, float], others: Mapping[str, object] | None = None
+) -> bytes:
+    """An entity's quotas, beside ``others`` (the znode's configs that are not quotas: a user's
+    SCRAM credentials), which are kept as they are."""
     # Kafka keeps quota values as strings of doubles.
-    config = {key: repr(float(value)) for key, value in sorted(values.items())}
+    config: dict[str, object] = {
+        key: value for key, value in (others or {}).items() if key not in QUOTA_CONFIG_KEYS
+    }
+    config.update({key: repr(float(value)) for key, value in sorted(values.items())})
     return _encode(f"/config/{entity_path}", {"version": CONFIG_FORMAT_VERSION, "config": config})
+
+
+def decode_entity_config(path: str, data: bytes) -> dict[str, object]:
+    """Every config of a /config/users or /config/clients znode (none: a parent with no data)."""
+    if not data:
+        return {}
+    config = _object(path, data).get("config", {})
+    if not isinstance(config, dict):
+        raise ZnodeFormatError(path, "'config' must be an object")
+    return dict(config)
 
 
 def decode_client_quota(path: str, data: bytes) -> dict[str, float]:
@@ -389,6 +439,8 @@ def decode_client_quota(path: str, data: bytes) -> dict[str, float]:
         raise ZnodeFormatError(path, "'config' must be an object")
     values: dict[str, float] = {}
     for key, text in config.items():
+        if key not in QUOTA_CONFIG_KEYS:
+            continue  # a user's SCRAM credentials live beside its quotas
         try:
             value = float(text)
         except (TypeError, ValueError):
@@ -397,10 +449,6 @@ def decode_client_quota(path: str, data: bytes) -> dict[str, float]:
             raise ZnodeFormatError(path, f"quota {key!r} is not a finite number: {text!r}")
         values[str(key)] = value
     return values
-
-
-def encode_entity_change(entity_path: str) -> bytes:
-    return _encode(CONFIG_CHANGES_PATH, {"version": CONFIG_CHANGE_FORMAT_VERSION, "entity_path": entity_path})
 
 
 def config_change_entity(path: str, data: bytes) -> str:

@@ -24,6 +24,8 @@ def register_all() -> None:
         producers,
         records,
         replication,
+        sasl,
+        scram_credentials,
         topics,
         transactions,
     )
