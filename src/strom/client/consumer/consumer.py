@@ -408,6 +408,10 @@ class Consumer:
             if error is not None:
                 self._fetcher.pending_error = None
                 raise error
+            if self._transport.authentication_error is not None:
+                # Raised once; the fetcher's next attempt sets it again if the login still fails.
+                error, self._transport.authentication_error = self._transport.authentication_error, None
+                raise error
             records = subscriptions.take(limit)
             if records:
                 if subscriptions.held_back:
