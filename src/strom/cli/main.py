@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import strom
-from strom.cli import bench, cluster, configs, consume, groups, log_dump, produce, topics, transactions
+from strom.cli import bench, cluster, configs, consume, groups, log_dump, produce, topics, transactions, users
 from strom.cli.errors import describe_kafka_error
 from strom.cli.output import CliError, UsageError
 from strom.cli.pipeline import add_pipeline_parser
@@ -155,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(run=_broker)
     for command_group in (topics, configs, produce, consume, groups, transactions, bench, log_dump, cluster):
         command_group.register(commands)
+    users.register(commands)
     add_pipeline_parser(commands)
     return parser
 

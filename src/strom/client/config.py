@@ -10,7 +10,9 @@ Security (docs/security.md) takes the names Kafka and librdkafka use: ``security
 (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), ``ssl.ca.location``, ``ssl.certificate.location``,
 ``ssl.key.location``, ``ssl.key.password``, ``ssl.endpoint.identification.algorithm`` (https or
 none), ``sasl.mechanism`` (librdkafka's ``sasl.mechanisms`` too: PLAIN, SCRAM-SHA-256,
-SCRAM-SHA-512), ``sasl.username`` and ``sasl.password``.
+SCRAM-SHA-512), ``sasl.username`` and ``sasl.password``. The Java client's ``sasl.jaas.config``
+(``...LoginModule required username="alice" password="...";``) gives the user name and password
+too, so a properties file written for Kafka's tools works unchanged.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
@@ -130,6 +133,8 @@ class ClientConfig:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = dataclasses.field(default=None, repr=False)
+    # The Java client's way to give them: only its username and password options are read.
+    sasl_jaas_config: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def key_of(cls, field_name: str) -> str:
@@ -169,6 +174,7 @@ class ClientConfig:
                 aliases_seen.add(field_name)
             values[field_name] = converted
         cls._fill_defaults(values)
+        _take_jaas_credentials(values)
         instance = cls(**values)
         instance.validate()
         return instance
@@ -233,7 +239,7 @@ class ClientConfig:
         else:
             given = [
                 self.key_of(name)
-                for name in ("sasl_mechanism", "sasl_username", "sasl_password")
+                for name in ("sasl_mechanism", "sasl_username", "sasl_password", "sasl_jaas_config")
                 if getattr(self, name) is not None
             ]
             if given:
@@ -380,6 +386,31 @@ class ConsumerConfig(ClientConfig):
 @dataclass
 class AdminConfig(ClientConfig):
     pass
+
+
+# One option of a JAAS login module line: name="quoted value" (backslash escapes) or name=word.
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))')
+
+
+def _take_jaas_credentials(values: dict[str, Any]) -> None:
+    """``sasl.jaas.config``'s username and password, where sasl.username/sasl.password are not
+    given; given both ways, they must agree."""
+    jaas = values.get("sasl_jaas_config")
+    if jaas is None:
+        return
+    options = {
+        match.group(1): re.sub(r"\\(.)", r"\1", match.group(2))
+        if match.group(2) is not None
+        else match.group(3)
+        for match in _JAAS_OPTION.finditer(jaas)
+    }
+    for option, field_name in (("username", "sasl_username"), ("password", "sasl_password")):
+        if option not in options:
+            continue
+        if values.get(field_name) is None:
+            values[field_name] = options[option]
+        elif values[field_name] != options[option]:
+            raise ConfigError(f"sasl.jaas.config's {option} differs from {ClientConfig.key_of(field_name)}")
 
 
 def parse_bootstrap(bootstrap_servers: str) -> list[tuple[str, int]]:

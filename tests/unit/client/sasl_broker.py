@@ -8,13 +8,23 @@ broker does. Each connection's requests are recorded by API key, so tests can te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from strom.protocol.errors import ErrorCode
 from strom.protocol.headers import decode_request_body, decode_request_header, encode_response
+from strom.protocol.messages.alter_user_scram_credentials import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+)
 from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from strom.protocol.messages.describe_user_scram_credentials import (
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 from strom.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from strom.protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
 from strom.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
@@ -24,6 +34,9 @@ API_VERSIONS = ApiVersionsRequest.API_KEY
 METADATA = MetadataRequest.API_KEY
 SASL_HANDSHAKE = SaslHandshakeRequest.API_KEY
 SASL_AUTHENTICATE = SaslAuthenticateRequest.API_KEY
+DESCRIBE_SCRAM = DescribeUserScramCredentialsRequest.API_KEY
+ALTER_SCRAM = AlterUserScramCredentialsRequest.API_KEY
+MECHANISM_NAMES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 FRAME_BYTES_MAX = 1 << 20
 
 
@@ -44,6 +57,8 @@ class ScriptedBroker:
     # Per connection, the API keys received, in order.
     requests: list[list[int]] = field(default_factory=list)
     authentications: int = 0
+    # Every AlterUserScramCredentials request received, as decoded.
+    alterations: list[AlterUserScramCredentialsRequest] = field(default_factory=list)
     port: int = 0
     _server: asyncio.Server | None = None
     _credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
@@ -118,6 +133,14 @@ class ScriptedBroker:
                         controller_id=0,
                         topics=[],
                     )
+                elif key == DESCRIBE_SCRAM and (authenticated or not self.require_authentication):
+                    request, _ = decode_request_body(
+                        DescribeUserScramCredentialsRequest, frame, offset, version
+                    )
+                    response = self._describe_scram(request)
+                elif key == ALTER_SCRAM and (authenticated or not self.require_authentication):
+                    request, _ = decode_request_body(AlterUserScramCredentialsRequest, frame, offset, version)
+                    response = self._alter_scram(request)
                 else:
                     return  # out of turn: close, as Kafka does before authentication
                 writer.write(
@@ -137,11 +160,54 @@ class ScriptedBroker:
             METADATA: (0, 12),
             SASL_HANDSHAKE: (0, self.handshake_max_version),
             SASL_AUTHENTICATE: (0, 2),
+            DESCRIBE_SCRAM: (0, 0),
+            ALTER_SCRAM: (0, 0),
         }
         return ApiVersionsResponse(
             api_keys=[
                 ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
                 for key, (low, high) in ranges.items()
+            ]
+        )
+
+    def _describe_scram(
+        self, request: DescribeUserScramCredentialsRequest
+    ) -> DescribeUserScramCredentialsResponse:
+        known = sorted({user for _, user in self._credentials})
+        wanted = known if not request.users else [user.name for user in request.users]
+        results = []
+        for user in wanted:
+            infos = [
+                DescribeUserScramCredentialsResponse.CredentialInfo(
+                    mechanism=code, iterations=self._credentials[(name, user)].iterations
+                )
+                for code, name in MECHANISM_NAMES.items()
+                if (name, user) in self._credentials
+            ]
+            code = ErrorCode.NONE if infos else ErrorCode.RESOURCE_NOT_FOUND
+            results.append(
+                DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult(
+                    user=user, error_code=code, credential_infos=infos
+                )
+            )
+        return DescribeUserScramCredentialsResponse(results=results)
+
+    def _alter_scram(self, request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse:
+        self.alterations.append(request)
+        errors: dict[str, ErrorCode] = {}
+        for deletion in request.deletions:
+            found = self._credentials.pop((MECHANISM_NAMES[deletion.mechanism], deletion.name), None)
+            errors.setdefault(deletion.name, ErrorCode.NONE if found else ErrorCode.RESOURCE_NOT_FOUND)
+        for upsertion in request.upsertions:
+            mechanism = MECHANISM_NAMES[upsertion.mechanism]
+            self._credentials[(mechanism, upsertion.name)] = ScramCredential.from_salted_password(
+                mechanism, bytes(upsertion.salted_password), bytes(upsertion.salt), upsertion.iterations
+            )
+            errors.setdefault(upsertion.name, ErrorCode.NONE)
+        return AlterUserScramCredentialsResponse(
+            results=[
+                AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult(user=user, error_code=code)
+                for user, code in errors.items()
             ]
         )
 
@@ -177,3 +243,21 @@ class ScriptedBroker:
         if self.tamper_server_final is not None:
             final = self.tamper_server_final(final)
         return accepted(final, True)
+
+
+@contextlib.contextmanager
+def running_in_thread(broker: ScriptedBroker) -> Iterator[ScriptedBroker]:
+    """``broker`` serving from a loop of its own (the synchronous clients block their thread)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="scripted-broker", daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(broker.__aenter__(), loop).result(10)
+        try:
+            yield broker
+        finally:
+            asyncio.run_coroutine_threadsafe(broker.__aexit__(), loop).result(10)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +30,7 @@ from tests.unit.client.sasl_broker import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     ScriptedBroker,
+    running_in_thread,
 )
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -282,19 +282,8 @@ def test_a_failed_reauthentication_closes_the_channel() -> None:
 
 @pytest.fixture
 def broker_in_thread() -> Iterator[ScriptedBroker]:
-    """A scripted broker on a loop of its own (the clients block their calling thread)."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="scripted-broker", daemon=True)
-    thread.start()
-    broker = ScriptedBroker(passwords=dict(USERS))
-    asyncio.run_coroutine_threadsafe(broker.__aenter__(), loop).result(10)
-    try:
+    with running_in_thread(ScriptedBroker(passwords=dict(USERS))) as broker:
         yield broker
-    finally:
-        asyncio.run_coroutine_threadsafe(broker.__aexit__(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 def refused_settings(broker: ScriptedBroker) -> dict[str, Any]:
