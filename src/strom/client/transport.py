@@ -230,7 +230,7 @@ class BrokerChannel(asyncio.BufferedProtocol):
         try:
             request: Any = authenticator.start()
             while request is not None:
-                response = await self._send(request, expect_response=True)
+                response = await self._exchange(request)
                 request = authenticator.receive(response)
         except UnsupportedVersionError as error:
             raise AuthenticationError(
@@ -281,9 +281,6 @@ class BrokerChannel(asyncio.BufferedProtocol):
         """Send ``request`` and wait for its response (None when ``expect_response`` is False)."""
         if self._reauthenticating is not None:
             await asyncio.shield(self._reauthenticating)
-        return await self._send(request, expect_response=expect_response)
-
-    async def _send(self, request: Any, *, expect_response: bool) -> Any:
         if self.closed or self._transport is None:
             raise KafkaConnectionError(f"connection to broker {self.node_id} is closed")
         if not self._writable.is_set():
@@ -293,6 +290,15 @@ class BrokerChannel(asyncio.BufferedProtocol):
         self._transport.write(frame)
         if not expect_response:
             return None
+        return await future
+
+    async def _exchange(self, request: Any) -> Any:
+        """One request of a SASL exchange: past the gate that holds other requests back while the
+        channel re-authenticates (``request`` stays one coroutine, with no extra layer)."""
+        if self.closed or self._transport is None:
+            raise KafkaConnectionError(f"connection to broker {self.node_id} is closed")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._transport.write(self.connection.send(request, future))
         return await future
 
     def close(self) -> None:
