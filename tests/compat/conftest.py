@@ -43,11 +43,14 @@ class BrokerStartError(RuntimeError):
 class BrokerProcess:
     """One ``strom broker`` subprocess on a fixed port and data dir, restartable."""
 
-    def __init__(self, work_dir: Path, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, work_dir: Path, settings: dict[str, str] | None = None, arguments: list[str] | None = None
+    ) -> None:
         self.work_dir = work_dir
         self.data_dir = work_dir / "data"
         self.log_path = work_dir / "broker.log"
         self.settings = dict(settings or {})
+        self.arguments = list(arguments or [])  # more options of ``strom broker`` (--add-scram)
         self.port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: object | None = None
@@ -81,7 +84,7 @@ class BrokerProcess:
         ]
         for key, value in self.settings.items():
             command += ["--set", f"{key}={value}"]
-        return command
+        return command + self.arguments
 
     def start(self) -> None:
         assert not self.running, "broker already running"

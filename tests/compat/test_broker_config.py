@@ -289,7 +289,7 @@ def test_port_zero_advertises_the_port_the_listener_got(tmp_path: Path) -> None:
         (["--set", "listeners=PLAINTEXT://127.0.0.1:65536"], "port 65536 is out of range"),
         (
             ["--set", "listeners=SSL://127.0.0.1:19093"],
-            "SSL://127.0.0.1:19093 (SSL): strom serves PLAINTEXT listeners only (TLS and SASL are not implemented yet)",
+            "listener SSL needs the broker's certificate and key: ssl.keystore.location",
         ),
         (["--set", "listeners=127.0.0.1:19093"], "is not NAME://HOST:PORT"),
         (

@@ -205,3 +205,8 @@ loop_stall_warning_ms = 50
 # logs stalled all clients for ~150 ms). Freezing also keeps whatever cyclic garbage exists at that
 # moment forever, so small creates, whose collection costs little, do not freeze.
 partitions_frozen_from_collector_min = 256
+
+# A TLS client must finish its handshake within this long (SSL and SASL_SSL listeners): a peer that
+# connects and stalls (or speaks plaintext and waits for an answer) holds a socket no longer.
+# Kafka has no such bound of its own (its idle timeout applies); 10 s is ample on any network.
+tls_handshake_ms_max = 10_000

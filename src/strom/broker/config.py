@@ -68,7 +68,7 @@ _KEYS = [
         "string",
         "",
         "Where to listen: NAME://HOST:PORT[,...] (PLAINTEXT://127.0.0.1:9092; an empty host is every"
-        " interface, port 0 any free port). Only PLAINTEXT listeners can be served. --host/--port"
+        " interface, port 0 any free port); PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL (docs/security.md). --host/--port"
         " replace the first listener's host/port. Unset: 127.0.0.1:9092 (or host.name/port).",
     ),
     ConfigKey(
@@ -380,6 +380,79 @@ _KEYS = [
     ),
 ]
 
+# ---- TLS and SASL (docs/security.md). Each may be given per listener as
+# listener.name.<listener lower-case>.<key>, which wins (strom.broker.listener_security).
+_KEYS += [
+    ConfigKey(
+        "ssl.keystore.type",
+        "string",
+        "PEM",
+        "Format of the keystore: PEM only (Kafka's default JKS is not read).",
+    ),
+    ConfigKey(
+        "ssl.keystore.location",
+        "string",
+        "",
+        "PEM file holding the broker's certificate chain and its private key (SSL, SASL_SSL listeners).",
+    ),
+    ConfigKey(
+        "ssl.keystore.certificate.chain",
+        "string",
+        "",
+        "The broker's certificate chain as inline PEM (with ssl.keystore.key; instead of ssl.keystore.location).",
+    ),
+    ConfigKey("ssl.keystore.key", "string", "", "The broker's private key as inline PEM."),
+    ConfigKey("ssl.key.password", "string", "", "Password of an encrypted private key."),
+    ConfigKey("ssl.truststore.type", "string", "PEM", "Format of the truststore: PEM only."),
+    ConfigKey(
+        "ssl.truststore.location",
+        "string",
+        "",
+        "PEM file of the CA certificates client certificates are checked against (ssl.client.auth).",
+    ),
+    ConfigKey("ssl.truststore.certificates", "string", "", "The CA certificates as inline PEM."),
+    ConfigKey(
+        "ssl.client.auth",
+        "string",
+        "none",
+        "none, requested or required: ask TLS clients for a certificate; on an SSL listener its subject"
+        " (RFC 2253) is the principal, User:CN=...; without one the principal is User:ANONYMOUS.",
+    ),
+    ConfigKey(
+        "ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions accepted (TLSv1.2, TLSv1.3)."
+    ),
+    ConfigKey(
+        "ssl.protocol", "string", "TLSv1.3", "Accepted for compatibility; ssl.enabled.protocols decides."
+    ),
+    ConfigKey(
+        "sasl.enabled.mechanisms",
+        "list",
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners (GSSAPI and OAUTHBEARER are not"
+        " offered). PLAIN is left out of the default when no JAAS configuration names its users.",
+    ),
+    ConfigKey(
+        "sasl.jaas.config",
+        "string",
+        "",
+        "PLAIN's users: org.apache.kafka.common.security.plain.PlainLoginModule required"
+        ' user_alice="alice-secret" ...; (or listener.name.<l>.plain.sasl.jaas.config).',
+    ),
+    ConfigKey(
+        "connections.max.reauth.ms",
+        "long",
+        "0",
+        "A SASL session lasts this long (told to clients in SaslAuthenticate); a connection that did not"
+        " re-authenticate by then is closed at its next request. 0: sessions do not expire.",
+    ),
+    ConfigKey(
+        "connection.failed.authentication.delay.ms",
+        "int",
+        "100",
+        "A failed SASL authentication is answered after this delay, then the connection is closed.",
+    ),
+]
+
 BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 
 # The keys an operator may change while the broker runs (AlterConfigs / IncrementalAlterConfigs on
@@ -422,8 +495,8 @@ class ConfigLayer(enum.IntEnum):
 # Where the broker listens when neither listeners, host.name/port nor --host/--port say.
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9092
-# The security protocols strom serves (TLS and SASL are not implemented yet).
-SERVED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
+# The security protocols strom serves.
+SERVED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 # Up to this many names are suggested for a key that is not known.
 SUGGESTIONS_MAX = 3
 
@@ -446,6 +519,14 @@ def _unknown_keys_error(unknown: list[str]) -> BrokerConfigError:
         + ". strom broker --help-config lists the keys strom uses; Kafka's other broker keys are"
         " accepted and ignored"
     )
+
+
+def _is_listener_override(name: str) -> bool:
+    """``listener.name.<listener>.<key>`` (or ``.<mechanism>.<key>``) of a key strom uses."""
+    if not name.startswith("listener.name."):
+        return False
+    rest = name[len("listener.name.") :].partition(".")[2]
+    return any(rest == key or rest.endswith("." + key) for key in BROKER_CONFIG_KEYS)
 
 
 def _parse(key: ConfigKey, raw: str) -> int | bool | str:
@@ -509,7 +590,9 @@ class BrokerConfig:
 
     def unused_kafka_keys(self) -> list[str]:
         """Keys given that Kafka knows and strom does not use (accepted; the broker warns about them)."""
-        return sorted(name for name in self.values if name not in BROKER_CONFIG_KEYS)
+        return sorted(
+            name for name in self.values if name not in BROKER_CONFIG_KEYS and not _is_listener_override(name)
+        )
 
     def raw(self, name: str) -> str:
         """The key's value as text, from the highest layer that sets it."""
@@ -609,7 +692,7 @@ class BrokerConfig:
                 raise ListenerError(
                     "listeners: "
                     + ", ".join(f"{format_listener(e)} ({e.security_protocol})" for e in refused)
-                    + ": strom serves PLAINTEXT listeners only (TLS and SASL are not implemented yet)"
+                    + ": strom serves PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL listeners"
                 )
             if self.host is not None or self.port is not None:
                 first = served[0]

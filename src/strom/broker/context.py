@@ -9,6 +9,7 @@ from strom.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from strom.broker.state import BrokerState
+    from strom.security.sasl import SaslAuthenticator
 
 
 class RequestContext(NamedTuple):
@@ -28,3 +29,6 @@ class RequestContext(NamedTuple):
     listener: str = "PLAINTEXT"
     # Who the connection authenticated as (SASL, or a TLS client certificate); ACLs and quotas ask.
     principal: KafkaPrincipal = ANONYMOUS
+    # The connection's SASL state on a SASL_PLAINTEXT or SASL_SSL listener (SaslHandshake and
+    # SaslAuthenticate drive it); None on PLAINTEXT and SSL listeners.
+    sasl: SaslAuthenticator | None = None

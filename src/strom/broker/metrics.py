@@ -917,9 +917,10 @@ class BrokerMetrics:
         family(
             "strom_connections_closed_total",
             "counter",
-            "Connections the broker closed because they were idle or sent a request too slowly.",
+            "Connections the broker closed because they were idle, sent a request too slowly or failed"
+            " their TLS handshake.",
         )
-        for reason in ("idle", "slow_request"):
+        for reason in ("idle", "slow_request", "tls_handshake_failed"):
             lines.append(
                 f'strom_connections_closed_total{{reason="{reason}"}} {self.connections_closed_total[reason]}'
             )

@@ -6,7 +6,8 @@ import logging
 import resource
 from pathlib import Path
 
-from strom.broker.config import BrokerConfig
+from strom.broker.config import BrokerConfig, BrokerConfigError
+from strom.broker.scram_store import ScramStoreError
 from strom.broker.server import BrokerServer
 from strom.storage.lock import DataDirectoryLockedError
 
@@ -40,7 +41,11 @@ def raise_open_files_limit() -> int:
     return raised
 
 
-def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
+def run_broker(
+    config: BrokerConfig,
+    metrics_port: int | None = None,
+    add_scram: list[tuple[str, str, str, int]] | None = None,
+) -> int:
     import uvloop
 
     raise_open_files_limit()
@@ -51,6 +56,7 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
 
     async def main() -> None:
         server = BrokerServer(config, metrics_port=metrics_port)
+        server.add_scram = list(add_scram or [])
         await server.serve_until_signalled()
 
     from strom.broker.cluster.runtime import ClusterStartError
@@ -63,7 +69,7 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
     except DataDirectoryLockedError as error:
         log.error("cannot start the broker: %s", error)
         return 1
-    except OSError as error:
+    except (OSError, BrokerConfigError, ScramStoreError) as error:
         log.error("cannot start the broker: %s", error)
         return 1
     except (ZkError, BrokerIdInUseError, ClusterStartError, ZooKeeperConnectError) as error:

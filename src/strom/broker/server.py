@@ -42,6 +42,7 @@ from strom.broker.connection_budget import (
     OverdueReason,
 )
 from strom.broker.context import RequestContext
+from strom.broker.listener_security import ListenerSecurity, listener_security
 from strom.broker.listeners import format_listener
 from strom.broker.loop_lag import LoopLagMonitor
 from strom.broker.metrics import (
@@ -54,7 +55,9 @@ from strom.broker.metrics import (
     bind_connection_times,
 )
 from strom.broker.registry import handler_table
+from strom.broker.scram_store import FileScramStore
 from strom.broker.state import BrokerState
+from strom.broker.tls_server import TlsServer
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameDecoder, FrameTooLargeError
 from strom.protocol.headers import (
@@ -65,6 +68,9 @@ from strom.protocol.headers import (
 )
 from strom.protocol.messages.api_versions import ApiVersionsRequest
 from strom.protocol.primitives import Blob, DecodeError
+from strom.security.principal import ANONYMOUS, KafkaPrincipal
+from strom.security.sasl import SaslAuthenticator, SaslState
+from strom.security.x500 import certificate_principal
 
 if TYPE_CHECKING:
     from asyncio import Transport
@@ -97,6 +103,32 @@ QUIET_API_KEYS = frozenset({0, 1})
 
 class CloseConnection(Exception):
     """The peer sent something we cannot answer; the connection is closed (after a log line)."""
+
+
+class CloseAfterAnswer(Exception):
+    """The request is answered, then the connection is closed (a failed SASL authentication)."""
+
+    def __init__(self, answer: list[Blob], reason: str) -> None:
+        super().__init__(reason)
+        self.answer = answer
+
+
+# The first bytes of a TLS record carrying a handshake (content type 22, version 3.x), read as a
+# frame's size prefix: what a TLS client sends first to a plaintext listener.
+_TLS_HANDSHAKE_PREFIX = 0x1603
+
+
+class _ConnectionSecurity:
+    """A connection of an SSL, SASL_PLAINTEXT or SASL_SSL listener: who it is, its SASL state."""
+
+    __slots__ = ("principal", "sasl", "security")
+
+    def __init__(
+        self, security: ListenerSecurity, principal: KafkaPrincipal, sasl: SaslAuthenticator | None
+    ) -> None:
+        self.security = security
+        self.principal = principal
+        self.sasl = sasl
 
 
 class _PendingAnswers:
@@ -189,6 +221,16 @@ class BrokerServer:
         # A broker of a cluster (--zookeeper): replication for real, and the cluster's own APIs.
         self.cluster = join_cluster(self.state) if config.is_set("zookeeper.connect") else None
         self.handlers = handler_table(self.cluster is not None)
+        # SCRAM credentials (loaded at start) and what each non-PLAINTEXT listener asks of its
+        # connections; a missing or unreadable keystore stops the broker here.
+        self.scram_store = FileScramStore(config.data_dir)
+        self.state.scram_credentials = self.scram_store
+        self._security: dict[str, ListenerSecurity] = {}
+        for endpoint in config.listeners():
+            security = listener_security(config, endpoint, self.scram_store.credential)
+            if security is not None:
+                self._security[endpoint.listener] = security
+        self.add_scram: list[tuple[str, str, str, int]] = []  # strom broker --add-scram, applied at start
         self.state.handlers = self.handlers
         self.metrics = self.state.metrics
         # The metrics page listens on the host of the first listener (every interface if it has none).
@@ -197,7 +239,7 @@ class BrokerServer:
             if metrics_port is not None
             else None
         )
-        self._servers: list[asyncio.Server] = []
+        self._servers: list[Any] = []  # asyncio.Server, or TlsServer for SSL and SASL_SSL listeners
         self._connection_ids = itertools.count(1)
         self._connections: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -209,16 +251,31 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.state.load()
+        self.scram_store.load()
+        for mechanism, user, password, iterations in self.add_scram:
+            self.scram_store.add_password(mechanism, user, password, iterations)
+            log.info("stored %s credentials of user %s (--add-scram)", mechanism, user)
         bound_ports: dict[str, int] = {}
         try:
             for listener in self.config.listeners():
-                server = await asyncio.start_server(
-                    functools.partial(self._serve_connection, listener=listener.listener),
-                    listener.host or None,  # an empty host: every interface
-                    listener.port,
-                    reuse_address=True,
-                )
-                self._servers.append(server)
+                security = self._security.get(listener.listener)
+                server: Any
+                if security is not None and security.ssl_context is not None:
+                    server = TlsServer(
+                        functools.partial(self._serve_connection, listener=listener.listener),
+                        security.ssl_context,
+                        functools.partial(self._handshake_failed, listener.listener),
+                    )
+                    self._servers.append(server)
+                    await server.start(listener.host or None, listener.port)
+                else:
+                    server = await asyncio.start_server(
+                        functools.partial(self._serve_connection, listener=listener.listener),
+                        listener.host or None,  # an empty host: every interface
+                        listener.port,
+                        reuse_address=True,
+                    )
+                    self._servers.append(server)
                 sockets: list[Any] = list(server.sockets or [])
                 bound_ports[listener.listener] = int(sockets[0].getsockname()[1])
         except OSError:
@@ -333,6 +390,11 @@ class BrokerServer:
         connection_id = next(self._connection_ids)
         peer = writer.get_extra_info("peername")
         client_host = str(peer[0]) if peer else "?"
+        dispatch: Callable[..., Coroutine[Any, Any, list[Blob] | None]] = self._dispatch
+        security = self._security.get(listener)
+        if security is not None:
+            secured = self._secure(writer, security)
+            dispatch = functools.partial(self._dispatch_secured, secured)
         decoder = FrameDecoder(self.config.frame_bytes_max)
         metrics = self.metrics
         budget = self._budget
@@ -400,7 +462,7 @@ class BrokerServer:
                                         self._send_answers(writer, pending, times)
                                     await self._drain(writer, account)
                                 allowance = budget.response_allowance(account)
-                            response = await self._dispatch(
+                            response = await dispatch(
                                 frame,
                                 client_host,
                                 connection_id,
@@ -413,6 +475,10 @@ class BrokerServer:
                             if response is not None:
                                 pending.answers.extend(response)
                                 pending.bytes += _FRAME_SIZE.unpack_from(response[0])[0] + _FRAME_SIZE_BYTES
+                    except CloseAfterAnswer as closing:
+                        pending.answers.extend(closing.answer)
+                        pending.bytes += sum(len(blob) for blob in closing.answer)
+                        raise CloseConnection(str(closing)) from None
                     finally:
                         # Requests answered before one that closes the connection still get their answers.
                         if pending.answers:
@@ -448,6 +514,11 @@ class BrokerServer:
         try:
             return decoder.feed(data, frames_max)
         except FrameTooLargeError as error:
+            if error.size_bytes >> 16 == _TLS_HANDSHAKE_PREFIX:
+                raise CloseConnection(
+                    "a TLS handshake on a listener without TLS (the client uses SSL or SASL_SSL, the"
+                    " listener does not)"
+                ) from None
             raise CloseConnection(str(error)) from None
         except DecodeError as error:
             raise CloseConnection(f"malformed frame: {error}") from None
@@ -571,6 +642,8 @@ class BrokerServer:
         received: float | None = None,
         times: ConnectionTimes | None = None,
         before_wait: Callable[[], None] | None = None,
+        principal: KafkaPrincipal = ANONYMOUS,
+        sasl: SaslAuthenticator | None = None,
     ) -> list[Blob] | None:
         """Handle one request frame; the response frame as buffers, or None when there is none.
         ``received`` is when the read that completed the frame returned; the request's times are
@@ -607,6 +680,8 @@ class BrokerServer:
             connection_id,
             response_bytes_max,
             listener,
+            principal,
+            sasl,
         )
         state = self.state
         name = handler.name
@@ -655,6 +730,76 @@ class BrokerServer:
             return None
         times.unsent.append((request_metrics, received, started, ended, times.remote_s))
         return encode_response_buffers(correlation_id, api_key, version, response)
+
+    # -- TLS and SASL ----------------------------------------------------------------------------------
+
+    def _handshake_failed(self, listener: str, client_host: str, error: str) -> None:
+        self.metrics.connections_closed_total["tls_handshake_failed"] += 1
+        peer_log.warning(
+            "closing a connection from %s: TLS handshake on listener %s failed: %s",
+            client_host,
+            listener,
+            error,
+        )
+
+    @staticmethod
+    def _secure(writer: asyncio.StreamWriter, security: ListenerSecurity) -> _ConnectionSecurity:
+        """The identity a connection of a secured listener starts with: on an SSL listener the
+        subject of the client certificate it showed (User:ANONYMOUS without one); on a SASL
+        listener none until it authenticates."""
+        principal = ANONYMOUS
+        if security.ssl_context is not None and security.sasl is None:
+            ssl_object: Any = writer.get_extra_info("ssl_object")
+            certificate = ssl_object.getpeercert() if ssl_object is not None else None
+            subject = certificate.get("subject") if certificate else None
+            principal = certificate_principal(subject) or ANONYMOUS
+        sasl = SaslAuthenticator(security.sasl) if security.sasl is not None else None
+        return _ConnectionSecurity(security, principal, sasl)
+
+    async def _dispatch_secured(
+        self,
+        secured: _ConnectionSecurity,
+        frame: bytes | bytearray | memoryview,
+        client_host: str,
+        connection_id: int,
+        response_bytes_max: int = limits.connection_unsent_bytes_max,
+        listener: str = "PLAINTEXT",
+        received: float | None = None,
+        times: ConnectionTimes | None = None,
+        before_wait: Callable[[], None] | None = None,
+    ) -> list[Blob] | None:
+        """``_dispatch`` for a connection of a secured listener: SASL's gate before the request
+        (only ApiVersions, SaslHandshake and SaslAuthenticate before authentication; nothing once
+        the session expired), the connection's principal in the request's context."""
+        sasl = secured.sasl
+        if sasl is None:
+            return await self._dispatch(
+                frame, client_host, connection_id, response_bytes_max, listener, received, times,
+                before_wait, secured.principal,
+            )  # fmt: skip
+        if sasl.expects_raw_tokens:
+            return await self._raw_sasl_token(secured, sasl, frame)
+        refusal = sasl.refusal(frame[0] << 8 | frame[1], self.state.clock.monotonic_ms())
+        if refusal is not None:
+            raise CloseConnection(refusal)
+        response = await self._dispatch(
+            frame, client_host, connection_id, response_bytes_max, listener, received, times,
+            before_wait, sasl.principal or ANONYMOUS, sasl,
+        )  # fmt: skip
+        if sasl.state is SaslState.FAILED:
+            raise CloseAfterAnswer(response or [], f"SASL authentication failed ({sasl.failure})")
+        return response
+
+    async def _raw_sasl_token(
+        self, secured: _ConnectionSecurity, sasl: SaslAuthenticator, frame: bytes | bytearray | memoryview
+    ) -> list[Blob]:
+        """After SaslHandshake v0 the frames are bare SASL tokens, answered with bare tokens; a
+        failure closes the connection after connection.failed.authentication.delay.ms."""
+        answer = sasl.authenticate(bytes(frame), self.state.clock.monotonic_ms())
+        if answer.failed:
+            await asyncio.sleep(secured.security.failed_authentication_delay_ms / 1000)
+            raise CloseConnection(f"SASL authentication failed ({answer.failure})")
+        return [_FRAME_SIZE.pack(len(answer.token)) + answer.token]
 
     def _unsupported(self, api_key: int, version: int, correlation_id: int) -> list[Blob]:
         """Answer an API or version we do not implement the way Kafka does.

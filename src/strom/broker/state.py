@@ -40,6 +40,7 @@ from strom.broker.transactions import LocalMarkers, TransactionService
 from strom.cluster.model import Endpoint
 from strom.coordinator import OFFSETS_TOPIC
 from strom.coordinator.transactions import TRANSACTION_STATE_TOPIC
+from strom.security.credentials import CredentialTableStore, ScramCredentialStore
 from strom.storage import LogFileError, LogManager, PartitionLog, TopicMetadata
 from strom.storage.budget import FileBudget
 from strom.storage.compaction import run_compaction
@@ -126,6 +127,9 @@ class BrokerState:
         # Produced records too large to check on the loop are checked in its threads.
         self.produce_validation = ProduceValidation()
         self.fetch_sessions = FetchSessionCache()
+        # SCRAM credentials (Describe/AlterUserScramCredentials, SASL SCRAM logins): the server sets
+        # its store here before it starts.
+        self.scram_credentials: ScramCredentialStore = CredentialTableStore()
         self._topic_locks = _KeyedLocks()
         self._stopping = threading.Event()
         self._collector_holds = 0

@@ -48,7 +48,12 @@ def _broker(arguments: argparse.Namespace) -> int:
         config = BrokerConfig(
             host=arguments.host, port=arguments.port, data_dir=Path(data_dir), values=values
         )
-    except (BrokerConfigError, OSError) as error:
+        from strom.broker.listener_security import check_listener_security
+        from strom.security.credentials import parse_add_scram
+
+        check_listener_security(config)  # keystores and JAAS users, before anything is created
+        add_scram = [parse_add_scram(text) for text in arguments.add_scram or []]
+    except (BrokerConfigError, OSError, ValueError) as error:
         print(f"strom broker: {error}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -57,7 +62,7 @@ def _broker(arguments: argparse.Namespace) -> int:
     )
     from strom.broker.run import run_broker
 
-    return run_broker(config, metrics_port=arguments.metrics_port)
+    return run_broker(config, metrics_port=arguments.metrics_port, add_scram=add_scram)
 
 
 def _port_number(text: str) -> int:
@@ -93,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Run a strom broker that speaks the Kafka protocol: a single node, or with --zookeeper one "
             "broker of a replicated cluster. Stops cleanly on SIGTERM or SIGINT (in a cluster it first "
             "moves its leaderships to other brokers). "
-            "It listens where `listeners` says (--config FILE or --set; PLAINTEXT only), else on 127.0.0.1:9092; "
+            "It listens where `listeners` says (--config FILE or --set; PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL: "
+            "docs/security.md), else on 127.0.0.1:9092; "
             "--host and --port replace the host and port of the first listener. Kafka settings strom does "
             "not use are accepted with a warning; unknown keys are refused. It locks its data directory "
             "(a second broker on the same directory exits, naming the first one's PID) and raises its "
@@ -144,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (off unless given; 0 picks a free port)",
+    )
+    broker.add_argument(
+        "--add-scram",
+        action="append",
+        metavar="MECHANISM=[name=USER,password=PASSWORD]",
+        help="store SCRAM credentials of a user at start, in kafka-storage's form, e.g."
+        " 'SCRAM-SHA-512=[name=admin,password=admin-secret]' (repeatable; iterations=N optional)",
     )
     broker.add_argument("--help-config", action="store_true", help="list every configuration key and exit")
     broker.add_argument(

@@ -165,21 +165,6 @@ def test_controller_listeners_are_not_opened() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        (
-            {"listeners": "SSL://127.0.0.1:9093"},
-            r"SSL://127.0.0.1:9093 \(SSL\): strom serves PLAINTEXT listeners only",
-        ),
-        (
-            {"listeners": "PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9093"},
-            r"SASL_SSL://127.0.0.1:9093 \(SASL_SSL\)",
-        ),
-        (
-            {
-                "listeners": "EXTERNAL://127.0.0.1:9093",
-                "listener.security.protocol.map": "EXTERNAL:SASL_PLAINTEXT",
-            },
-            "TLS and SASL are not implemented yet",
-        ),
         ({"listeners": ","}, "names no listener"),
         (
             {"listeners": "PLAINTEXT://127.0.0.1:9092", "advertised.listeners": "OTHER://h:1"},

@@ -4,6 +4,8 @@ hostile or mistaken client can cause."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 
 import pytest
 
@@ -70,10 +72,29 @@ def test_wrong_password_unknown_user_and_wrong_nonce_fail_alike() -> None:
     server = _server("SCRAM-SHA-256", credential)
     client = ScramClient("SCRAM-SHA-256", "user", "right")
     client_final = client.final(server.first(client.first()))
-    forged = client_final.replace(b",r=", b",r=X", 1)
+    forged = client_final.replace(b",p=", b"X,p=", 1)  # the server's part of the nonce altered
     with pytest.raises(ScramError, match="Invalid nonce"):
         server.final(forged)
     assert server.username is None
+
+
+def test_a_client_nonce_repeated_before_the_combined_one_is_accepted_as_kafka_does() -> None:
+    """librdkafka's client-final carries r=<client nonce><client nonce + server nonce>; Kafka's
+    server checks only that the nonce ends with the one it sent, and the proof covers the rest."""
+    credential = ScramCredential.from_password("SCRAM-SHA-512", "right")
+    server = _server("SCRAM-SHA-512", credential)
+    client_first = b"n,,n=user,r=abc"
+    server_first = server.first(client_first).decode()
+    combined = server_first.split(",")[0][2:]
+    salt = base64.b64decode(server_first.split(",s=")[1].split(",")[0])
+    without_proof = f"c=biws,r=abc{combined}"
+    auth_message = f"n=user,r=abc,{server_first},{without_proof}".encode()
+    salted = hashlib.pbkdf2_hmac("sha512", b"right", salt, 4096)
+    client_key = hmac.digest(salted, b"Client Key", "sha512")
+    signature = hmac.digest(hashlib.sha512(client_key).digest(), auth_message, "sha512")
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server.final(f"{without_proof},p={base64.b64encode(proof).decode()}".encode())
+    assert server.username == "user"
 
 
 @pytest.mark.parametrize(

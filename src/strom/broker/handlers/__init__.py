@@ -22,6 +22,8 @@ def register_all() -> None:
         producers,
         records,
         replication,
+        sasl,
+        scram_credentials,
         topics,
         transactions,
     )

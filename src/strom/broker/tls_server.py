@@ -1,0 +1,110 @@
+"""A listener that accepts TLS connections and hands each one to the broker once its handshake
+succeeded, logging (rate-limited) the ones that fail: a plaintext client on a TLS port, an unknown
+or missing client certificate, a peer that stalls.
+
+``asyncio.start_server(ssl=...)`` would do the accepting, but a failed handshake there ends in
+silence (the event loop logs it only in debug mode), and a handshake started later on an accepted
+stream (``StreamWriter.start_tls``) stalls under uvloop; so this server accepts sockets itself and
+runs each handshake with ``loop.connect_accepted_socket``, which raises when it fails. It offers
+what the broker uses of ``asyncio.Server``: ``sockets``, ``close()``, ``wait_closed()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+
+from strom.base import limits
+
+Connected = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+# asyncio.start_server's default: how much a connection's StreamReader buffers before it stops reading.
+_STREAM_LIMIT_BYTES = 64 * 1024
+_LISTEN_BACKLOG = 100
+# After an accept fails for want of descriptors (EMFILE), wait this long before accepting again.
+_ACCEPT_RETRY_S = 0.1
+
+
+class TlsServer:
+    def __init__(
+        self,
+        connected: Connected,
+        context: ssl.SSLContext,
+        on_handshake_failed: Callable[[str, str], None],
+    ) -> None:
+        self._connected = connected
+        self._context = context
+        self._on_handshake_failed = on_handshake_failed
+        self.sockets: list[socket.socket] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._acceptors: list[asyncio.Task[None]] = []
+
+    async def start(self, host: str | None, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        try:
+            for family, kind, protocol, _, address in dict.fromkeys(infos):
+                listening = socket.socket(family, kind, protocol)
+                self.sockets.append(listening)
+                listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                # Every address of the listener on the one port the first got (for port 0).
+                bound_port = self.sockets[0].getsockname()[1] if len(self.sockets) > 1 else port
+                listening.bind((address[0], bound_port, *address[2:]))
+                listening.listen(_LISTEN_BACKLOG)
+                listening.setblocking(False)
+        except OSError:
+            self.close()
+            raise
+        self._acceptors = [asyncio.create_task(self._accept(listening)) for listening in self.sockets]
+
+    async def _accept(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                connection, address = await loop.sock_accept(listening)
+            except OSError as error:
+                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    await asyncio.sleep(_ACCEPT_RETRY_S)
+                    continue
+                if error.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EAGAIN):
+                    continue
+                raise
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = asyncio.create_task(self._handshake(connection, str(address[0])))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _handshake(self, connection: socket.socket, client_host: str) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=_STREAM_LIMIT_BYTES)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol,
+                connection,
+                ssl=self._context,
+                ssl_handshake_timeout=limits.tls_handshake_ms_max / 1000,
+            )
+        except (OSError, ssl.SSLError, TimeoutError) as error:
+            with contextlib.suppress(OSError):
+                connection.close()
+            self._on_handshake_failed(client_host, str(error) or type(error).__name__)
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._connected(reader, writer)
+
+    def close(self) -> None:
+        for task in [*self._acceptors, *self._tasks]:
+            task.cancel()
+        for listening in self.sockets:
+            with contextlib.suppress(OSError):
+                listening.close()
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(*self._acceptors, *self._tasks, return_exceptions=True)
+        self._acceptors = []
