@@ -120,6 +120,9 @@ class LoopThread:
 # read, a large allocation (and page faults) per small answer that showed in the client's profile.
 _RECEIVE_BUFFER_BYTES = 256 * 1024
 
+# How long closing a client waits for its TLS connections' close_notify exchange before dropping them.
+_TLS_CLOSE_WAIT_S = 1.0
+
 # When to re-authenticate, as a fraction of the session lifetime the broker gave (KIP-368): a
 # random point in this range, so the connections of many clients do not all re-authenticate at once.
 _REAUTHENTICATE_AT_LIFETIME_FRACTION = (0.85, 0.95)
@@ -149,6 +152,8 @@ class BrokerChannel(asyncio.BufferedProtocol):
         self._reauthentication_task: asyncio.Task[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Resolved when asyncio reports the socket gone (a TLS close ends after its close_notify).
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed = False
         self._writable = asyncio.Event()
         self._writable.set()
@@ -179,6 +184,8 @@ class BrokerChannel(asyncio.BufferedProtocol):
             self._ready.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
         if self.config.uses_tls and not self._ready.done() and (exc is None or isinstance(exc, ssl.SSLError)):
             # In TLS 1.3 the client's side of the handshake ends before the broker has checked
             # the client's certificate: a broker refusing it (or its absence) closes the
@@ -308,6 +315,11 @@ class BrokerChannel(asyncio.BufferedProtocol):
         if self._reauthentication_task is not None:
             self._reauthentication_task.cancel()
 
+    def abort(self) -> None:
+        """Drop the socket now (a TLS close that is still waiting for the broker's close_notify)."""
+        if self._transport is not None and not self.lost.done():
+            self._transport.abort()
+
     def _deliver(self, completions: list[Completion]) -> None:
         for completion in completions:
             future = completion.token
@@ -370,6 +382,8 @@ class Transport:
         # The last refused login or failed TLS handshake, until a connection succeeds: a consumer's
         # poll() raises it (its fetches and metadata run on the loop, away from the caller).
         self.authentication_error: AuthenticationError | None = None
+        # TLS connections whose socket is not gone yet: close() waits for their close_notify.
+        self._tls_channels: set[BrokerChannel] = set()
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -444,6 +458,8 @@ class Transport:
                         server_hostname=host,
                         ssl_handshake_timeout=timeout_s,
                     )
+                    self._tls_channels.add(channel)
+                    channel.lost.add_done_callback(functools.partial(self._tls_closed, channel))
                 await channel.wait_ready()
         except BaseException as error:
             # Connected but never ready (the setup timed out, the attempt was cancelled, the
@@ -497,6 +513,9 @@ class Transport:
         self._retry_at_ms.pop(node_id, None)
         self._channels[node_id] = channel
         return channel
+
+    def _tls_closed(self, channel: BrokerChannel, lost: asyncio.Future[None]) -> None:
+        self._tls_channels.discard(channel)
 
     def _closed_in_tls_handshake(self, error: BaseException) -> bool:
         """A TCP connection that TLS could not start on: a reset or an early close, not a refusal."""
@@ -650,6 +669,16 @@ class Transport:
         self.closed = True
         for task in list(self._connecting.values()):
             task.cancel()
-        for channel in list(self._channels.values()):
+        channels = list(self._channels.values())
+        for channel in channels:
             channel.close()
         self._channels.clear()
+        if self._tls_channels:
+            # A TLS connection closes by exchanging close_notify, on the loop: the client's loop
+            # stops after this, so wait for it (briefly) rather than leave sockets half closed.
+            # Connections that failed to set up (a refused login) are among them.
+            closing = list(self._tls_channels)
+            _, pending = await asyncio.wait([channel.lost for channel in closing], timeout=_TLS_CLOSE_WAIT_S)
+            for channel in closing:
+                if channel.lost in pending:
+                    channel.abort()
