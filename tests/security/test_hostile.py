@@ -70,11 +70,14 @@ def test_handshake_v0_takes_bare_tokens(secure_broker: SecureBroker) -> None:
         assert client.round_trip(MetadataRequest(topics=[]), MetadataResponse, 1).brokers
 
 
-def test_an_unknown_mechanism_gets_the_enabled_list(secure_broker: SecureBroker) -> None:
+def test_an_unknown_mechanism_gets_the_enabled_list_then_the_connection_closes(
+    secure_broker: SecureBroker,
+) -> None:
     with WireClient(secure_broker.sasl_plaintext_port) as client:
         answer = handshake(client, "GSSAPI")
         assert answer.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
         assert answer.mechanisms == ["PLAIN", "SCRAM-SHA-512"]
+        assert client.closed_by_peer()  # as Kafka: the answer, then the connection is closed
 
 
 def test_a_produce_before_authentication_closes_the_connection(secure_broker: SecureBroker) -> None:

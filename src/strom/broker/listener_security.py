@@ -158,10 +158,11 @@ def sasl_settings(
                 f" listener.name.{listener.lower()}.plain.sasl.jaas.config (or sasl.jaas.config) to"
                 ' org.apache.kafka.common.security.plain.PlainLoginModule required user_NAME="PASSWORD" ...;'
             )
-        try:
-            plain = plain_users(jaas)
-        except JaasError as error:
-            raise BrokerConfigError(f"listener {listener}: sasl.jaas.config: {error}") from None
+        else:
+            try:
+                plain = plain_users(jaas)
+            except JaasError as error:
+                raise BrokerConfigError(f"listener {listener}: sasl.jaas.config: {error}") from None
     try:
         return SaslSettings(
             mechanisms=mechanisms,
@@ -199,13 +200,29 @@ def listener_security(
 def check_listener_security(config: BrokerConfig) -> None:
     """Raise BrokerConfigError now for what would stop the broker at start (a missing keystore,
     unusable JAAS users), so ``strom broker`` exits before it creates anything."""
+    check_cluster_listener(config)
     for endpoint in config.listeners():
         listener_security(config, endpoint, lambda _user, _mechanism: None)
+
+
+def check_cluster_listener(config: BrokerConfig) -> None:
+    """Brokers of a cluster reach one another at each one's first listener, without TLS or SASL
+    (strom's replica connections speak plaintext only): there it must be PLAINTEXT."""
+    if not config.is_set("zookeeper.connect"):
+        return
+    first = config.listeners()[0]
+    if first.security_protocol != "PLAINTEXT":
+        raise BrokerConfigError(
+            f"listeners: in a cluster other brokers connect to the first listener, {first.listener}"
+            f" ({first.security_protocol}), and strom's broker-to-broker connections are plaintext"
+            " only: put a PLAINTEXT listener (on a private interface) first"
+        )
 
 
 __all__ = [
     "DEFAULT_MECHANISMS",
     "ListenerSecurity",
+    "check_cluster_listener",
     "check_listener_security",
     "listener_security",
     "listener_value",

@@ -65,7 +65,9 @@ class FileScramStore:
     def describe(self, users: list[str] | None) -> list[DescribedUser]:
         return self.table.describe(users)
 
-    def alter(self, upsertions: list[Upsertion], deletions: list[Deletion]) -> list[UserResult]:
+    async def alter(self, upsertions: list[Upsertion], deletions: list[Deletion]) -> list[UserResult]:
+        # Written on the loop, before the answer: a small file, and a rare admin request (as
+        # AlterConfigs writes the dynamic broker configs).
         results, changed = self.table.alter(upsertions, deletions)
         if changed:
             self.save()

@@ -24,6 +24,7 @@ import functools
 import itertools
 import logging
 import signal
+import ssl
 import struct
 import time
 import types
@@ -42,7 +43,7 @@ from strom.broker.connection_budget import (
     OverdueReason,
 )
 from strom.broker.context import RequestContext
-from strom.broker.listener_security import ListenerSecurity, listener_security
+from strom.broker.listener_security import ListenerSecurity, check_cluster_listener, listener_security
 from strom.broker.listeners import format_listener
 from strom.broker.loop_lag import LoopLagMonitor
 from strom.broker.metrics import (
@@ -226,6 +227,7 @@ class BrokerServer:
         self.scram_store = FileScramStore(config.data_dir)
         self.state.scram_credentials = self.scram_store
         self._security: dict[str, ListenerSecurity] = {}
+        check_cluster_listener(config)
         for endpoint in config.listeners():
             security = listener_security(config, endpoint, self.scram_store.credential)
             if security is not None:
@@ -733,13 +735,19 @@ class BrokerServer:
 
     # -- TLS and SASL ----------------------------------------------------------------------------------
 
-    def _handshake_failed(self, listener: str, client_host: str, error: str) -> None:
+    def _handshake_failed(self, listener: str, client_host: str, error: BaseException) -> None:
+        """A rate-limited line: a warning when the peer spoke something else than TLS or showed no
+        acceptable certificate, information when it just went away during the handshake."""
         self.metrics.connections_closed_total["tls_handshake_failed"] += 1
-        peer_log.warning(
+        level = (
+            logging.INFO if isinstance(error, (ConnectionResetError, ssl.SSLEOFError)) else logging.WARNING
+        )
+        peer_log.log(
+            level,
             "closing a connection from %s: TLS handshake on listener %s failed: %s",
             client_host,
             listener,
-            error,
+            str(error) or type(error).__name__,
         )
 
     @staticmethod

@@ -33,7 +33,7 @@ class TlsServer:
         self,
         connected: Connected,
         context: ssl.SSLContext,
-        on_handshake_failed: Callable[[str, str], None],
+        on_handshake_failed: Callable[[str, BaseException], None],
     ) -> None:
         self._connected = connected
         self._context = context
@@ -93,7 +93,7 @@ class TlsServer:
         except (OSError, ssl.SSLError, TimeoutError) as error:
             with contextlib.suppress(OSError):
                 connection.close()
-            self._on_handshake_failed(client_host, str(error) or type(error).__name__)
+            self._on_handshake_failed(client_host, error)
             return
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         await self._connected(reader, writer)

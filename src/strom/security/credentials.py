@@ -60,11 +60,14 @@ class DescribedUser:
 
 
 class ScramCredentialStore(Protocol):
+    """``credential`` and ``describe`` answer from memory (a login must not wait on storage);
+    ``alter`` is a coroutine so that a store kept elsewhere (ZooKeeper) can write before it answers."""
+
     def credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
     def describe(self, users: list[str] | None) -> list[DescribedUser]: ...
 
-    def alter(self, upsertions: list[Upsertion], deletions: list[Deletion]) -> list[UserResult]: ...
+    async def alter(self, upsertions: list[Upsertion], deletions: list[Deletion]) -> list[UserResult]: ...
 
 
 class CredentialTable:
@@ -232,7 +235,7 @@ class CredentialTableStore:
     def describe(self, users: list[str] | None) -> list[DescribedUser]:
         return self.table.describe(users)
 
-    def alter(self, upsertions: list[Upsertion], deletions: list[Deletion]) -> list[UserResult]:
+    async def alter(self, upsertions: list[Upsertion], deletions: list[Deletion]) -> list[UserResult]:
         return self.table.alter(upsertions, deletions)[0]
 
 

@@ -7,7 +7,7 @@ may be served. States (``SaslState``):
 ``HANDSHAKE``      the connection is new. ApiVersions and SaslHandshake are served; anything else
                    (SaslAuthenticate included) closes the connection. SaslHandshake with an enabled
                    mechanism moves to ``AUTHENTICATE`` (v1) or ``RAW_TOKENS`` (v0); an unknown one
-                   is answered UNSUPPORTED_SASL_MECHANISM with the enabled list and stays here.
+                   is answered UNSUPPORTED_SASL_MECHANISM with the enabled list, then ``FAILED``.
 ``AUTHENTICATE``   only SaslAuthenticate is served; it carries the mechanism's tokens. Success moves
                    to ``AUTHENTICATED``, failure to ``FAILED``.
 ``RAW_TOKENS``     SaslHandshake v0: the next frames are bare SASL tokens (no Kafka header), each
@@ -183,14 +183,21 @@ class SaslAuthenticator:
         enabled = list(self.settings.mechanisms)
         state = self.state
         if state is SaslState.AUTHENTICATED:
-            if mechanism != self.mechanism:
+            if mechanism != self.mechanism:  # a re-authentication keeps the mechanism
+                self.state = SaslState.FAILED
+                self.failure = f"re-authentication with {mechanism[:100]!r} instead of {self.mechanism}"
                 return HandshakeAnswer(UNSUPPORTED_SASL_MECHANISM, [self.mechanism or ""])
             self._server = self.settings.server(mechanism)
             self.state = SaslState.REAUTHENTICATE
             return HandshakeAnswer(NONE, enabled)
         if state is not SaslState.HANDSHAKE:
+            self.state = SaslState.FAILED
+            self.failure = "SaslHandshake during an authentication"
             return HandshakeAnswer(ILLEGAL_SASL_STATE, enabled)
         if mechanism not in enabled:
+            # As Kafka: answered with the enabled mechanisms, then the connection is closed.
+            self.state = SaslState.FAILED
+            self.failure = f"unsupported SASL mechanism {mechanism[:100]!r}"
             return HandshakeAnswer(UNSUPPORTED_SASL_MECHANISM, enabled)
         self.mechanism = mechanism
         self._server = self.settings.server(mechanism)

@@ -53,13 +53,13 @@ def test_before_authentication_only_api_versions_and_the_handshake_are_served() 
     assert sasl.refusal(PRODUCE, 0) is not None
 
 
-def test_an_unknown_mechanism_is_refused_with_the_enabled_list_and_may_be_retried() -> None:
+def test_an_unknown_mechanism_is_refused_with_the_enabled_list_then_closed() -> None:
     sasl = SaslAuthenticator(settings())
     answer = sasl.handshake("GSSAPI", 1)
     assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
     assert answer.mechanisms == ["PLAIN", "SCRAM-SHA-512"]
-    assert sasl.state is SaslState.HANDSHAKE
-    assert plain_login(sasl) == NONE
+    assert sasl.state is SaslState.FAILED
+    assert sasl.refusal(API_VERSIONS, 0) is not None
 
 
 def test_plain_login_sets_the_principal() -> None:
@@ -133,7 +133,7 @@ def test_reauthentication_may_not_change_the_principal_or_the_mechanism() -> Non
     sasl = SaslAuthenticator(settings())
     assert plain_login(sasl) == NONE
     assert sasl.handshake("SCRAM-SHA-512", 1).error_code == UNSUPPORTED_SASL_MECHANISM
-    sasl.handshake("PLAIN", 1)
+    assert sasl.state is SaslState.FAILED
     settings_with_two = SaslAuthenticator(
         SaslSettings(("PLAIN",), {"bob": "b", "carol": "c"}, lambda _u, _m: None)
     )
@@ -155,6 +155,7 @@ def test_a_second_handshake_during_authentication_is_an_illegal_state() -> None:
     sasl = SaslAuthenticator(settings())
     sasl.handshake("PLAIN", 1)
     assert sasl.handshake("PLAIN", 1).error_code == ILLEGAL_SASL_STATE
+    assert sasl.state is SaslState.FAILED
 
 
 def test_settings_refuse_mechanisms_strom_does_not_offer() -> None:

@@ -3,9 +3,9 @@
 and SASL_SSL listeners and handed in ``context.sasl``).
 
 On a PLAINTEXT or SSL listener there is nothing to authenticate: both are answered
-ILLEGAL_SASL_STATE, as Kafka does. A failed authentication is answered SASL_AUTHENTICATION_FAILED
-after connection.failed.authentication.delay.ms (the loop keeps serving everyone else meanwhile);
-the server then closes the connection.
+ILLEGAL_SASL_STATE, as Kafka does. A failed authentication (and a mechanism not enabled) is
+answered after connection.failed.authentication.delay.ms (the loop keeps serving everyone else
+meanwhile); the server then closes the connection.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ async def handle_sasl_handshake(
     if sasl is None:
         return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
     answer = sasl.handshake(request.mechanism, context.api_version)
+    if answer.error_code:  # the connection is closed after this answer: delayed as a failed login
+        await asyncio.sleep(sasl.settings.failed_authentication_delay_ms / 1000)
     return SaslHandshakeResponse(error_code=answer.error_code, mechanisms=answer.mechanisms)
 
 

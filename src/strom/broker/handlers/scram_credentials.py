@@ -50,7 +50,7 @@ async def handle_describe_user_scram_credentials(
 async def handle_alter_user_scram_credentials(
     context: RequestContext, request: AlterUserScramCredentialsRequest
 ) -> AlterUserScramCredentialsResponse:
-    results = context.broker.scram_credentials.alter(
+    results = await context.broker.scram_credentials.alter(
         [
             Upsertion(
                 item.name, item.mechanism, item.iterations, bytes(item.salt), bytes(item.salted_password)
