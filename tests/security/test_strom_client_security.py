@@ -6,6 +6,7 @@ before ``connections.max.reauth.ms`` runs out."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -302,3 +303,22 @@ def test_the_client_reauthenticates_before_the_session_expires(
     finally:
         consumer.close()
     assert received == sent
+
+
+@pytest.mark.parametrize("client", ["strom", "confluent"])
+def test_strom_bench_end_to_end_over_sasl_ssl(
+    secure_broker: SecureBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str], client: str
+) -> None:
+    """The bench's producer, consumer and admin clients (strom's or librdkafka's) all take the file."""
+    config = properties(tmp_path / "bench.properties", strom_config(secure_broker, "sasl_ssl_scram"))
+    code = main(
+        [
+            *("bench", "end-to-end", "--client", client, "--records", "300", "--record-size", "64"),
+            *("--topic", f"bench-{client}-{uuid.uuid4().hex[:8]}", "--output", "json"),
+            *("--bootstrap-server", secure_broker.bootstrap(secure_broker.sasl_ssl_port)),
+            *("--command-config", str(config)),
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["records"] == 300

@@ -29,6 +29,7 @@ __all__ = [
     "check_reachable",
     "client_settings",
     "common_client_config",
+    "given_client_config",
     "open_admin",
     "parse_key_value",
     "read_client_properties",
@@ -130,7 +131,7 @@ def _split_property(line: str) -> tuple[str, str]:
     return line.strip(), ""
 
 
-def _given_client_config(arguments: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+def given_client_config(arguments: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``--command-config`` file's settings and the ``-X`` settings, each by key."""
     path = getattr(arguments, "command_config", None)
     from_file: dict[str, Any] = {} if path is None else read_client_properties(path)
@@ -153,7 +154,7 @@ def client_settings(arguments: argparse.Namespace, *, passthrough: bool = False)
     all (see ``check_reachable``)."""
     if arguments.request_timeout_ms <= 0:
         raise UsageError(f"--request-timeout-ms must be positive, not {arguments.request_timeout_ms}")
-    from_file, extra = _given_client_config(arguments)
+    from_file, extra = given_client_config(arguments)
     settings: dict[str, Any] = {}
     settings.update(from_file if passthrough else _common_keys(from_file))
     settings.update(
@@ -183,7 +184,7 @@ def _common_keys(settings: dict[str, Any]) -> dict[str, Any]:
 
 def common_client_config(arguments: argparse.Namespace) -> dict[str, Any]:
     """The ``--command-config`` and ``-X`` settings every client takes (``-X`` winning)."""
-    from_file, extra = _given_client_config(arguments)
+    from_file, extra = given_client_config(arguments)
     return _common_keys({**from_file, **extra})
 
 
@@ -192,7 +193,7 @@ def check_client_config(arguments: argparse.Namespace, config_class: type[Client
     error before connecting."""
     from strom.client.errors import ConfigError
 
-    from_file, extra = _given_client_config(arguments)
+    from_file, extra = given_client_config(arguments)
     if not from_file and not extra:
         return
     given = "-X" if not from_file else "--command-config" if not extra else "--command-config/-X"
