@@ -128,3 +128,29 @@ def test_an_empty_endpoint_identification_algorithm_turns_the_check_off_as_in_ja
 def test_secrets_stay_out_of_repr() -> None:
     text = repr(AdminConfig.from_settings({**SCRAM, "sasl.password": "hunter2"}))
     assert "hunter2" not in text and "alice" in text
+
+
+JAAS = (
+    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+    'username="alice" password="a \\"quoted\\" secret;";'
+)
+
+
+def test_the_java_clients_jaas_config_gives_the_credentials() -> None:
+    config = AdminConfig.from_settings(
+        {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": JAAS}
+    )
+    assert (config.sasl_username, config.sasl_password) == ("alice", 'a "quoted" secret;')
+    unquoted = "org.apache.kafka.common.security.plain.PlainLoginModule required username=bob password=x;"
+    config = AdminConfig.from_settings(
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.jaas.config": unquoted}
+    )
+    assert (config.sasl_username, config.sasl_password) == ("bob", "x")
+    assert "secret" not in repr(config)
+
+
+def test_jaas_credentials_must_agree_with_sasl_username() -> None:
+    with pytest.raises(ConfigError, match=r"sasl\.jaas\.config's username differs from sasl\.username"):
+        AdminConfig.from_settings({**SCRAM, "sasl.jaas.config": JAAS.replace("alice", "mallory")})
+    with pytest.raises(ConfigError, match=r"sasl\.jaas\.config are set but security\.protocol is PLAINTEXT"):
+        AdminConfig.from_settings({"sasl.jaas.config": JAAS})
