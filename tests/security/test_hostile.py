@@ -6,10 +6,11 @@ round trips fast throughout."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import statistics
 import struct
-import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -137,31 +138,40 @@ def test_scram_with_a_wrong_nonce_fails_and_closes(secure_broker: SecureBroker) 
         assert client.closed_by_peer()
 
 
-class Canary:
-    """ApiVersions round trips on the plaintext listener, timed, in a thread of its own."""
-
-    def __init__(self, port: int) -> None:
-        self.client = WireClient(port)
-        self.round_trips_ms: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
+def _canary(port: int, stop: Any, results: Any) -> None:
+    client = WireClient(port)
+    round_trips_ms: list[float] = []
+    try:
+        while not stop.is_set():
             started = time.perf_counter()
-            response = self.client.round_trip(ApiVersionsRequest(), ApiVersionsResponse, 0)
-            self.round_trips_ms.append((time.perf_counter() - started) * 1000)
+            response = client.round_trip(ApiVersionsRequest(), ApiVersionsResponse, 0)
+            round_trips_ms.append((time.perf_counter() - started) * 1000)
             assert response.error_code == 0
             time.sleep(0.005)
+    finally:
+        client.close()
+        results.put(round_trips_ms)
+
+
+class Canary:
+    """ApiVersions round trips on the plaintext listener, timed, in a process of its own (in a
+    thread of the test's process it would wait for the storm's interpreter lock, not the broker)."""
+
+    def __init__(self, port: int) -> None:
+        self._stop = multiprocessing.Event()
+        self._results: Any = multiprocessing.Queue()
+        self._process = multiprocessing.Process(target=_canary, args=(port, self._stop, self._results))
+        self.round_trips_ms: list[float] = []
 
     def __enter__(self) -> Canary:
-        self._thread.start()
+        self._process.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
-        self._thread.join(10)
-        self.client.close()
+        self.round_trips_ms = self._results.get(timeout=30)
+        self._process.join(30)
+        assert self._process.exitcode == 0
 
 
 async def failed_login(port: int, index: int) -> tuple[int, bool]:
@@ -204,8 +214,9 @@ def test_a_thousand_failed_logins_neither_crash_nor_slow_down_others(secure_brok
         outcomes = asyncio.run(storm())
         elapsed_s = time.monotonic() - started
     assert outcomes == [(ErrorCode.SASL_AUTHENTICATION_FAILED, True)] * FAILED_LOGINS
-    # 100 at a time, each delayed 100 ms without blocking the loop: about 1 s of delays in all.
-    assert elapsed_s < 60
+    # 100 at a time, each answered after connection.failed.authentication.delay.ms (100 ms) without
+    # blocking the loop: at least 1 s in all, and not much more.
+    assert FAILED_LOGINS / CONCURRENT_LOGINS * 0.1 <= elapsed_s < 60
     assert len(canary.round_trips_ms) >= 10
     median_ms = statistics.median(canary.round_trips_ms)
     worst_ms = max(canary.round_trips_ms)

@@ -1,0 +1,174 @@
+"""Produce and consume throughput over TLS and SASL beside plaintext, on one broker.
+
+``python -m benchmarks.security [--records N] [--rounds R] [--output BENCHMARKS.md] [--no-write]``
+
+One ``strom broker`` opens four listeners (PLAINTEXT, SASL_SSL with SCRAM-SHA-512, SSL with client
+certificates, SASL_PLAINTEXT with PLAIN; certificates made with ``openssl`` as the tests make them).
+For each listener, in turn and ``--rounds`` times in alternating order, one confluent-kafka producer
+process sends N records of 100 B (N/4 of 1 KiB) (acks=1, linger 5 ms, 1 MiB batches) to a fresh topic of
+one partition and flushes; then one consumer process reads them back from offset 0. The table gives
+the median rate of each listener and its ratio to plaintext (the issue's bar: >= 0.70 over TLS and
+SASL_SSL). Broker CPU per record (user + system time of the broker process) is beside it: on a
+shared machine it is the figure that survives the noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import multiprocessing
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from benchmarks.harness import Broker, cpu_seconds, free_port
+from benchmarks.report import replace_section
+from tests.security.certs import Certificates, make_certificates
+
+LISTENERS = ("PLAINTEXT", "SASL_SSL", "SSL", "SASL_PLAINTEXT")
+RECORD_SIZES_BYTES = (100, 1024)
+USER, PASSWORD = "bench", "bench-secret"
+CASE_TIMEOUT_S = 300.0
+
+
+def client_config(listener: str, port: int, certificates: Certificates) -> dict[str, Any]:
+    config: dict[str, Any] = {"bootstrap.servers": f"127.0.0.1:{port}"}
+    if listener == "SASL_SSL":
+        config |= {"security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
+                   "sasl.username": USER, "sasl.password": PASSWORD, "ssl.ca.location": str(certificates.ca)}  # fmt: skip
+    elif listener == "SSL":
+        config |= {"security.protocol": "SSL", "ssl.ca.location": str(certificates.ca),
+                   "ssl.certificate.location": str(certificates.client_certificate),
+                   "ssl.key.location": str(certificates.client_key)}  # fmt: skip
+    elif listener == "SASL_PLAINTEXT":
+        config |= {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                   "sasl.username": USER, "sasl.password": PASSWORD}  # fmt: skip
+    return config
+
+
+def produce(config: dict[str, Any], topic: str, records: int, size: int, result: Any) -> None:
+    producer = Producer(
+        config | {"linger.ms": 5, "batch.size": 1_048_576, "queue.buffering.max.messages": 2_000_000}
+    )
+    producer.list_topics(timeout=30)
+    value = b"x" * size
+    started = time.perf_counter()
+    for index in range(records):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if index % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(CASE_TIMEOUT_S) == 0
+    result.put(time.perf_counter() - started)
+
+
+def consume(config: dict[str, Any], topic: str, records: int, result: Any) -> None:
+    consumer = Consumer(config | {"group.id": topic, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    read = 0
+    started = time.perf_counter()
+    while read < records:
+        wanted = min(100_000, records - read)  # consume() waits its timeout out for more than are left
+        read += sum(1 for message in consumer.consume(wanted, 1.0) if message.error() is None)
+    result.put(time.perf_counter() - started)
+    consumer.close()
+
+
+def timed(target: Any, *arguments: Any) -> float:
+    result: Any = multiprocessing.Queue()
+    process = multiprocessing.Process(target=target, args=(*arguments, result))
+    process.start()
+    seconds = float(result.get(timeout=CASE_TIMEOUT_S))
+    process.join(CASE_TIMEOUT_S)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--records", type=int, default=300_000, help="records of 100 B per case (1 KiB: a quarter)"
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--output", type=Path, default=Path("BENCHMARKS.md"))
+    parser.add_argument("--no-write", action="store_true")
+    arguments = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="strom-security-bench-"))
+    certificates = make_certificates(work / "certificates")
+    jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{USER}="{PASSWORD}";'
+    ports = {name: free_port() for name in LISTENERS[1:]}
+    settings = {
+        "listeners": "PLAINTEXT://127.0.0.1:0," + ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "ssl.keystore.location": str(certificates.broker_keystore),
+        "ssl.truststore.location": str(certificates.ca),
+        "listener.name.ssl.ssl.client.auth": "required",
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+    }
+    broker = Broker(
+        work, settings, arguments=["--add-scram", f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]"]
+    )
+    ports["PLAINTEXT"] = broker.port
+    rates: dict[tuple[int, str], dict[str, list[float]]] = {}
+    try:
+        for size in RECORD_SIZES_BYTES:
+            records = arguments.records if size == 100 else arguments.records // 4
+            for round_index in range(arguments.rounds):
+                order = LISTENERS if round_index % 2 == 0 else tuple(reversed(LISTENERS))
+                for listener in order:
+                    config = client_config(listener, ports[listener], certificates)
+                    topic = f"bench-{listener.lower()}-{size}-{round_index}"
+                    entry = rates.setdefault(
+                        (size, listener), {"produce": [], "consume": [], "cpu_p": [], "cpu_c": []}
+                    )
+                    cpu = cpu_seconds(broker.process.pid)
+                    entry["produce"].append(records / timed(produce, config, topic, records, size))
+                    entry["cpu_p"].append((cpu_seconds(broker.process.pid) - cpu) / records * 1e6)
+                    cpu = cpu_seconds(broker.process.pid)
+                    entry["consume"].append(records / timed(consume, config, topic, records))
+                    entry["cpu_c"].append((cpu_seconds(broker.process.pid) - cpu) / records * 1e6)
+    finally:
+        broker.stop()
+    lines = [
+        "## TLS and SASL beside plaintext (`python -m benchmarks.security`)",
+        "",
+        f"Run: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC with `python -m benchmarks.security"
+        f" --records {arguments.records} --rounds {arguments.rounds}`.",
+        f"Machine: {platform.processor() or platform.machine()}, {multiprocessing.cpu_count()} CPUs,"
+        f" Python {platform.python_version()}; one producer and one consumer process (confluent-kafka),"
+        " one partition; medians of the rounds, listeners in alternating order.",
+        "",
+        "| records | listener | produce rec/s | / plaintext | consume rec/s | / plaintext |"
+        " broker CPU µs/record produce | consume |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size in RECORD_SIZES_BYTES:
+        base = rates[(size, "PLAINTEXT")]
+        for listener in LISTENERS:
+            entry = rates[(size, listener)]
+            produce_rate, consume_rate = (
+                statistics.median(entry["produce"]),
+                statistics.median(entry["consume"]),
+            )
+            lines.append(
+                f"| {size} B | {listener} | {produce_rate:,.0f} | {produce_rate / statistics.median(base['produce']):.2f}"
+                f" | {consume_rate:,.0f} | {consume_rate / statistics.median(base['consume']):.2f}"
+                f" | {statistics.median(entry['cpu_p']):.2f} | {statistics.median(entry['cpu_c']):.2f} |"
+            )
+    section = "\n".join(lines)
+    print(section)
+    if not arguments.no_write:
+        replace_section(arguments.output, "security", section)
+
+
+if __name__ == "__main__":
+    main()
