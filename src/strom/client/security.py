@@ -103,6 +103,12 @@ class SaslAuthenticator:
         # From the last SaslAuthenticate answer (v1+): re-authenticate before it runs out; 0: never.
         self.session_lifetime_ms = 0
 
+    @property
+    def hashes_next(self) -> bool:
+        """The next ``receive`` salts the password (SCRAM's server-first message): PBKDF2 with
+        4096-16384 iterations, 10-30 ms of CPU that the caller may run off its event loop."""
+        return self._scram is not None and self._step == 1
+
     def start(self) -> SaslHandshakeRequest:
         return SaslHandshakeRequest(mechanism=self.mechanism)
 

@@ -238,7 +238,14 @@ class BrokerChannel(asyncio.BufferedProtocol):
             request: Any = authenticator.start()
             while request is not None:
                 response = await self._exchange(request)
-                request = authenticator.receive(response)
+                if authenticator.hashes_next:
+                    # PBKDF2 releases the interpreter lock: in a worker thread it leaves the loop
+                    # free to serve the client's other connections meanwhile.
+                    request = await asyncio.get_running_loop().run_in_executor(
+                        None, authenticator.receive, response
+                    )
+                else:
+                    request = authenticator.receive(response)
         except UnsupportedVersionError as error:
             raise AuthenticationError(
                 f"broker {self.node_id} ({self.host}:{self.port}) cannot authenticate this client: {error} "

@@ -322,3 +322,13 @@ def test_admin_producer_and_consumer_raise_a_refused_login_at_once(broker_in_thr
         group_consumer.close()
     # Four clients, each told within moments, not after its 20 s timeouts.
     assert time.monotonic() - started < 10
+
+
+def test_only_scrams_salting_step_is_marked_slow() -> None:
+    scram = SaslAuthenticator("SCRAM-SHA-512", "alice", "x")
+    assert not scram.hashes_next
+    scram.receive(SaslHandshakeResponse())
+    assert scram.hashes_next  # the server-first message comes next: the password is salted then
+    plain = SaslAuthenticator("PLAIN", "alice", "x")
+    plain.receive(SaslHandshakeResponse())
+    assert not plain.hashes_next
