@@ -486,7 +486,7 @@ class Admin:
     def __init__(self, config: Mapping[str, Any] | None = None, /, **settings: Any) -> None:
         self.config = AdminConfig.from_settings(config, **settings)
         self._loop_thread = LoopThread(f"strom-admin-{self.config.client_id}")
-        self._transport: Transport = self._run(self._make_transport())
+        self._transport: Transport = self._loop_thread.run_or_stop(self._make_transport())
         self._closed = False
 
     async def _make_transport(self) -> Transport:

@@ -105,6 +105,15 @@ class LoopThread:
                 f"operation did not complete within {time.monotonic() - started:.1f} s"
             ) from None
 
+    def run_or_stop(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """``run``, stopping the thread if the coroutine fails: a client whose constructor fails
+        (a certificate that does not load) leaves no loop thread behind."""
+        try:
+            return self.run(coroutine, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
     def call_soon(self, callback: Callable[..., object], *args: object) -> None:
         self.loop.call_soon_threadsafe(callback, *args)
 

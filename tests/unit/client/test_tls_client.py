@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,27 @@ def test_a_tls_client_on_a_plaintext_port_fails_at_once(tls: TlsFiles) -> None:
             assert "during the TLS handshake (is it a TLS listener?" in str(error) and elapsed_s < QUICK_S
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("client", ["admin", "producer", "consumer"])
+def test_a_client_whose_certificate_does_not_load_leaves_no_thread_behind(tls: TlsFiles, client: str) -> None:
+    from strom.client.admin import Admin
+    from strom.client.consumer import Consumer
+    from strom.client.producer import Producer
+
+    settings = {
+        "bootstrap.servers": "127.0.0.1:9",
+        "client.id": f"bad-key-{client}",
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(tls.ca),
+        "ssl.certificate.location": str(tls.client_certificate),
+        "ssl.key.location": str(tls.client_key_encrypted),
+        "ssl.key.password": "wrong",
+    }
+    make = {"admin": Admin, "producer": Producer, "consumer": Consumer}[client]
+    with pytest.raises(ConfigError, match="cannot load the client certificate"):
+        make(settings)
+    deadline = time.monotonic() + QUICK_S
+    while any(f"bad-key-{client}" in thread.name for thread in threading.enumerate()):
+        assert time.monotonic() < deadline, "the client's loop thread is still running"
+        time.sleep(0.01)

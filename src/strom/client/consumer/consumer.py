@@ -124,7 +124,7 @@ class Consumer:
                 _monotonic_ms(),
             )
         self._loop_thread = LoopThread(f"strom-consumer-{self.config.client_id}")
-        self._loop_thread.run(self._start())
+        self._loop_thread.run_or_stop(self._start())
 
     async def _start(self) -> None:
         self._transport = Transport(self.config)
