@@ -175,10 +175,11 @@ def client_settings(arguments: argparse.Namespace, *, passthrough: bool = False)
 
 def _common_keys(settings: dict[str, Any]) -> dict[str, Any]:
     """The settings every client takes (security's among them), for a command's helper clients."""
-    from strom.client.config import ClientConfig
+    from strom.client.config import KEY_ALIASES, ClientConfig
 
-    aliases = {"sasl.mechanisms"}
-    common = {ClientConfig.key_of(field.name) for field in dataclasses.fields(ClientConfig)} | aliases
+    common = {ClientConfig.key_of(field.name) for field in dataclasses.fields(ClientConfig)} | set(
+        KEY_ALIASES
+    )
     return {key: value for key, value in settings.items() if key in common}
 
 

@@ -28,6 +28,7 @@ from typing import Any, Self
 from strom.client.errors import ConfigError
 
 __all__ = [
+    "KEY_ALIASES",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
     "AdminConfig",
@@ -45,8 +46,10 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # ``https``: the broker's certificate must name the host connected to; ``none``: any name (the
 # chain is still verified). Kafka's Java client spells "none" as the empty string.
 _ENDPOINT_IDENTIFICATION = ("https", "none")
-# Other names for a field (the key with dots as underscores): librdkafka says sasl.mechanisms.
-_ALIASES = {"sasl_mechanisms": "sasl_mechanism"}
+# Other names of a setting: librdkafka says sasl.mechanisms.
+KEY_ALIASES = {"sasl.mechanisms": "sasl.mechanism"}
+# The same by field name (the key with dots as underscores).
+_ALIASES = {alias.replace(".", "_"): key.replace(".", "_") for alias, key in KEY_ALIASES.items()}
 # Settings whose values are upper or lower case as Kafka prints them, whatever case they came in.
 _UPPER_CASE_FIELDS = frozenset({"security_protocol", "sasl_mechanism"})
 _SSL_FILE_FIELDS = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")

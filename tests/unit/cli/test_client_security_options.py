@@ -288,3 +288,12 @@ def test_users_usage_errors_exit_2_without_connecting(
         code = int(exit_info.code or 0)
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_librdkafkas_sasl_mechanisms_is_a_known_client_setting_everywhere() -> None:
+    from strom.client.config import ConsumerConfig
+    from strom.spark.options import client_setting_names, option_warnings
+
+    assert "sasl.mechanisms" in client_setting_names(ConsumerConfig)
+    options = {"kafka.sasl.mechanisms": "PLAIN", "kafka.security.protocol": "SASL_SSL"}
+    assert option_warnings(options, side="read", client_keys=client_setting_names(ConsumerConfig)) == []
