@@ -1,28 +1,43 @@
-"""SCRAM credentials of a single node, kept in ``scram-credentials.json`` of its data directory.
+"""Where the broker keeps SCRAM credentials: salted credentials only, never a password.
 
-The file holds Kafka's per-user documents (``{"<user>": {"version": 1, "config": {"SCRAM-SHA-512":
-"salt=...,stored_key=...,server_key=...,iterations=4096"}}}``): salted credentials only, never a
-password. It is rewritten atomically (temporary file, fsync, rename, fsync of the directory)
-before an alteration is answered, and read once at start. A broker of a cluster would keep the
-same documents in ZooKeeper under ``/config/users/<user>``; that store is not written yet, so a
-cluster's brokers each keep their own file (see docs/security.md).
+A single node (``FileScramStore``): ``scram-credentials.json`` of its data directory, Kafka's
+per-user documents (``{"<user>": {"version": 1, "config": {"SCRAM-SHA-512": "salt=...,stored_key=...,
+server_key=...,iterations=4096"}}}``), rewritten atomically (temporary file, fsync, rename, fsync of
+the directory) before an alteration is answered, and read once at start.
+
+A broker of a cluster (``ZooKeeperScramStore``): ZooKeeper, as Kafka keeps them, in
+``/config/users/<user>`` (``{"version":1,"config":{"SCRAM-SHA-512":"salt=..."}}``; other keys of a
+user, its quotas, are kept as they are). An alteration is written there before it is answered
+(with a ``users/<user>`` change notification, as Kafka writes) and applies on this broker at once;
+every broker reads the whole table at start and again every ``scram_credentials_refresh_ms``, so a
+user created through one broker can log in on the others within that.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from strom.base import limits
+from strom.broker.refused import Refused
+from strom.protocol.errors import ErrorCode
 from strom.security.credentials import (
+    MECHANISM_TO_CODE,
     CredentialTable,
     Deletion,
     DescribedUser,
     Upsertion,
     UserResult,
 )
-from strom.security.scram import ScramCredential
+from strom.security.scram import MECHANISMS, SALT_BYTES, ScramCredential, salted_password
 from strom.storage.files import write_file_atomically
+
+if TYPE_CHECKING:
+    from strom.broker.cluster.runtime import ClusterReplication
 
 log = logging.getLogger("strom.broker")
 
@@ -59,6 +74,9 @@ class FileScramStore:
             self.path, json.dumps(self.table.documents(), indent=1, sort_keys=True).encode()
         )
 
+    async def wait_loaded(self) -> None:
+        """Loaded before the listeners open."""
+
     def credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.table.credential(user, mechanism)
 
@@ -73,7 +91,91 @@ class FileScramStore:
             self.save()
         return results
 
-    def add_password(self, mechanism: str, user: str, password: str, iterations: int) -> None:
+    async def add_password(self, mechanism: str, user: str, password: str, iterations: int) -> None:
         """The bootstrap path (``strom broker --add-scram``), saved at once."""
         self.table.set_password(user, mechanism, password, iterations)
         self.save()
+
+
+def password_upsertion(mechanism: str, user: str, password: str, iterations: int) -> Upsertion:
+    """What AlterUserScramCredentials would carry for this password (a fresh salt)."""
+    salt = os.urandom(SALT_BYTES)
+    return Upsertion(
+        user,
+        MECHANISM_TO_CODE[mechanism],
+        iterations,
+        salt,
+        salted_password(mechanism, password, salt, iterations),
+    )
+
+
+class ZooKeeperScramStore:
+    """The credentials of a cluster's brokers, in ZooKeeper (see the module's docstring)."""
+
+    def __init__(self, cluster: ClusterReplication) -> None:
+        self._cluster = cluster
+        self.table = CredentialTable()
+        self._loaded = asyncio.Event()
+
+    async def wait_loaded(self) -> None:
+        """Logins that come between the listeners' opening and the first read of ZooKeeper wait for it."""
+        await self._loaded.wait()
+
+    async def load(self) -> None:
+        configs = await self._cluster.zookeeper(lambda zk: zk.read_user_configs(), read=True)
+        table = CredentialTable()
+        for user, config in configs.items():
+            try:
+                table.load_user_document(user, {"config": config})
+            except ValueError as error:
+                log.warning("ignoring the SCRAM credentials of user %r in ZooKeeper: %s", user, error)
+        self.table = table
+        self._loaded.set()
+
+    async def refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(limits.scram_credentials_refresh_ms / 1000)
+            try:
+                await self.load()
+            except Refused as refused:
+                if refused.error != ErrorCode.BROKER_NOT_AVAILABLE:  # not stopping: worth a line
+                    log.warning(
+                        "reading the SCRAM credentials from ZooKeeper failed (%s); will retry", refused
+                    )
+
+    def credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.table.credential(user, mechanism)
+
+    def describe(self, users: list[str] | None) -> list[DescribedUser]:
+        return self.table.describe(users)
+
+    async def alter(self, upsertions: list[Upsertion], deletions: list[Deletion]) -> list[UserResult]:
+        trial = CredentialTable(self.table.users)
+        results, changed = trial.alter(upsertions, deletions)
+        failed: dict[str, Refused] = {}
+        for user in sorted(changed):
+            changes = {
+                mechanism: credential.to_text() if (credential := trial.credential(user, mechanism)) else None
+                for mechanism in MECHANISMS
+            }
+            try:
+                await self._cluster.zookeeper(lambda zk, u=user, c=changes: zk.update_user_config(u, c))  # type: ignore[misc]
+            except Refused as refused:
+                failed[user] = refused
+        for user in changed - failed.keys():
+            credentials = trial.users.get(user)
+            if credentials:
+                self.table.users[user] = credentials
+            else:
+                self.table.users.pop(user, None)
+        return [
+            UserResult(result.user, int(failed[result.user].error), str(failed[result.user]))
+            if result.user in failed
+            else result
+            for result in results
+        ]
+
+    async def add_password(self, mechanism: str, user: str, password: str, iterations: int) -> None:
+        [result] = await self.alter([password_upsertion(mechanism, user, password, iterations)], [])
+        if result.error_code:
+            raise ScramStoreError(f"--add-scram {mechanism} for {user}: {result.error_message}")

@@ -56,7 +56,7 @@ from strom.broker.metrics import (
     bind_connection_times,
 )
 from strom.broker.registry import handler_table
-from strom.broker.scram_store import FileScramStore
+from strom.broker.scram_store import FileScramStore, ZooKeeperScramStore
 from strom.broker.state import BrokerState
 from strom.broker.tls_server import TlsServer
 from strom.protocol.errors import ErrorCode
@@ -224,7 +224,9 @@ class BrokerServer:
         self.handlers = handler_table(self.cluster is not None)
         # SCRAM credentials (loaded at start) and what each non-PLAINTEXT listener asks of its
         # connections; a missing or unreadable keystore stops the broker here.
-        self.scram_store = FileScramStore(config.data_dir)
+        self.scram_store: FileScramStore | ZooKeeperScramStore = (
+            FileScramStore(config.data_dir) if self.cluster is None else ZooKeeperScramStore(self.cluster)
+        )
         self.state.scram_credentials = self.scram_store
         self._security: dict[str, ListenerSecurity] = {}
         check_cluster_listener(config)
@@ -253,10 +255,9 @@ class BrokerServer:
 
     async def start(self) -> None:
         self.state.load()
-        self.scram_store.load()
-        for mechanism, user, password, iterations in self.add_scram:
-            self.scram_store.add_password(mechanism, user, password, iterations)
-            log.info("stored %s credentials of user %s (--add-scram)", mechanism, user)
+        if isinstance(self.scram_store, FileScramStore):
+            self.scram_store.load()
+            await self._add_scram()
         bound_ports: dict[str, int] = {}
         try:
             for listener in self.config.listeners():
@@ -306,6 +307,10 @@ class BrokerServer:
                 self._servers.clear()
                 self.state.close()
                 raise
+        if isinstance(self.scram_store, ZooKeeperScramStore):
+            await self.scram_store.load()
+            await self._add_scram()
+            self._background.append(asyncio.create_task(self.scram_store.refresh_loop()))
         self.state.groups.start(load=self.cluster is None)
         self.state.transactions.start(load=self.cluster is None)
         if self._metrics_server is not None:
@@ -313,6 +318,11 @@ class BrokerServer:
         self._background.append(asyncio.create_task(self._housekeeping_loop()))
         self._background.append(asyncio.create_task(self._flush_loop()))
         self._background.append(asyncio.create_task(self.loop_lag.run()))
+
+    async def _add_scram(self) -> None:
+        for mechanism, user, password, iterations in self.add_scram:
+            await self.scram_store.add_password(mechanism, user, password, iterations)
+            log.info("stored %s credentials of user %s (--add-scram)", mechanism, user)
 
     @property
     def port(self) -> int:
@@ -803,6 +813,7 @@ class BrokerServer:
     ) -> list[Blob]:
         """After SaslHandshake v0 the frames are bare SASL tokens, answered with bare tokens; a
         failure closes the connection after connection.failed.authentication.delay.ms."""
+        await self.state.scram_credentials.wait_loaded()
         answer = sasl.authenticate(bytes(frame), self.state.clock.monotonic_ms())
         if answer.failed:
             await asyncio.sleep(secured.security.failed_authentication_delay_ms / 1000)

@@ -14,7 +14,9 @@ The formats are Kafka's, so an operator who knows Kafka's tree knows strom's::
     /brokers/topics/T/partitions/P/state        {"version":1,"leader":1,"leader_epoch":4,
                                                  "isr":[1,2,3],"controller_epoch":7}
     /config/topics/T                            {"version":1,"config":{"min.insync.replicas":"2"}}
-    /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/T"}
+    /config/users/U                             {"version":1,"config":{"SCRAM-SHA-512":"salt=..,
+                                                 stored_key=..,server_key=..,iterations=4096"}}
+    /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/T"} (or users/U)
     /admin/delete_topics/T                      (no data)
     /latest_producer_id_block                   {"version":1,"broker":1,"block_start":"0",
                                                  "block_end":"999"}
@@ -40,6 +42,7 @@ BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_USERS_PATH = "/config/users"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
@@ -50,6 +53,7 @@ PERSISTENT_PATHS = (
     TOPICS_PATH,
     CONFIG_TOPICS_PATH,
     CONFIG_CHANGES_PATH,
+    CONFIG_USERS_PATH,
     DELETE_TOPICS_PATH,
     "/cluster",
 )
@@ -330,9 +334,29 @@ def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
 
 
 def encode_config_change(topic: str) -> bytes:
-    return _encode(
-        CONFIG_CHANGES_PATH, {"version": CONFIG_CHANGE_FORMAT_VERSION, "entity_path": f"topics/{topic}"}
-    )
+    return encode_entity_change(f"topics/{topic}")
+
+
+def encode_entity_change(entity_path: str) -> bytes:
+    """A change notification for any entity (``topics/T``, ``users/U``)."""
+    return _encode(CONFIG_CHANGES_PATH, {"version": CONFIG_CHANGE_FORMAT_VERSION, "entity_path": entity_path})
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS_PATH}/{user}"
+
+
+def encode_user_config(user: str, config: Mapping[str, str]) -> bytes:
+    """A user's configs as Kafka keeps them: SCRAM credentials and quotas side by side."""
+    return _encode(user_config_path(user), {"version": CONFIG_FORMAT_VERSION, "config": dict(config)})
+
+
+def decode_user_config(user: str, data: bytes) -> dict[str, str]:
+    path = user_config_path(user)
+    config = _object(path, data).get("config", {})
+    if not isinstance(config, dict) or not all(isinstance(v, str) for v in config.values()):
+        raise ZnodeFormatError(path, "'config' must be an object of strings")
+    return dict(config)
 
 
 def decode_config_change(path: str, data: bytes) -> str | None:

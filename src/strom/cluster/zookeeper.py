@@ -455,6 +455,51 @@ class ClusterZooKeeper:
             sequence=True,
         )
 
+    def read_user_configs(self) -> dict[str, dict[str, str]]:
+        """Every user's configs under ``/config/users`` (SCRAM credentials, quotas)."""
+        try:
+            users = sorted(self.store.get_children(znodes.CONFIG_USERS_PATH))
+        except NoNodeError:
+            return {}
+        found = self.store.get_many([znodes.user_config_path(user) for user in users])
+        return {
+            user: znodes.decode_user_config(user, entry[0])
+            for user, entry in zip(users, found, strict=True)
+            if entry is not None
+        }
+
+    def update_user_config(self, user: str, changes: Mapping[str, str | None]) -> None:
+        """Set (or, for None, remove) some of a user's configs, keeping the others (a user's quotas
+        live beside its credentials); conditional on the version read, repeated when another
+        writer got there first. Every broker is told by a change notification ``users/<user>``."""
+        path = znodes.user_config_path(user)
+        while True:
+            try:
+                data, stat = self.store.get(path)
+            except NoNodeError:
+                config = {key: value for key, value in changes.items() if value is not None}
+                try:
+                    self.store.create(path, znodes.encode_user_config(user, config))
+                except NodeExistsError:
+                    continue
+                break
+            config = znodes.decode_user_config(user, data)
+            for key, value in changes.items():
+                if value is None:
+                    config.pop(key, None)
+                else:
+                    config[key] = value
+            try:
+                self.store.set(path, znodes.encode_user_config(user, config), stat.version)
+            except BadVersionError:
+                continue
+            break
+        self.store.create(
+            f"{znodes.CONFIG_CHANGES_PATH}/{znodes.CONFIG_CHANGE_PREFIX}",
+            znodes.encode_entity_change(f"users/{user}"),
+            sequence=True,
+        )
+
     def allocate_producer_ids(self, node_id: int, block_size: int) -> tuple[int, int]:
         """Take the next block of producer ids for this broker: ``(first, last)`` inclusive.
 

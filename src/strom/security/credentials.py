@@ -2,9 +2,9 @@
 
 ``ScramCredentialStore`` is what the broker holds: a lookup for authentication and two operations
 for the admin APIs. Where the credentials live is the store's business: a single node keeps them in
-a JSON file of its data directory (``strom.broker.scram_store``); a store kept in ZooKeeper the way
-Kafka keeps them (``/config/users/<user>``: ``{"version":1,"config":{"SCRAM-SHA-512":
-"salt=...,stored_key=...,server_key=...,iterations=4096"}}``) fits the same interface.
+a JSON file of its data directory, a broker of a cluster in ZooKeeper the way Kafka keeps them
+(``/config/users/<user>``: ``{"version":1,"config":{"SCRAM-SHA-512":
+"salt=...,stored_key=...,server_key=...,iterations=4096"}}``); both in ``strom.broker.scram_store``.
 ``CredentialTable`` is the pure part both use: the table, the validation of an alteration with
 Kafka's errors, and the per-user document in Kafka's form.
 """
@@ -62,6 +62,9 @@ class DescribedUser:
 class ScramCredentialStore(Protocol):
     """``credential`` and ``describe`` answer from memory (a login must not wait on storage);
     ``alter`` is a coroutine so that a store kept elsewhere (ZooKeeper) can write before it answers."""
+
+    async def wait_loaded(self) -> None:
+        """Returns once the store has been read (a login waits for it rather than fail)."""
 
     def credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
@@ -228,6 +231,9 @@ class CredentialTableStore:
 
     def __init__(self, table: CredentialTable | None = None) -> None:
         self.table = table or CredentialTable()
+
+    async def wait_loaded(self) -> None:
+        """Always loaded."""
 
     def credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.table.credential(user, mechanism)

@@ -705,6 +705,10 @@ class ClusterReplication:
         self._topic_overrides[topic] = overrides
         return overrides
 
+    async def zookeeper(self, work: Callable[[ClusterZooKeeper], T], *, read: bool = False) -> T:
+        """``_zookeeper`` for the broker's other parts (the SCRAM credential store)."""
+        return await self._zookeeper(work, read=read)
+
     async def _zookeeper(self, work: Callable[[ClusterZooKeeper], T], *, read: bool = False) -> T:
         """``work`` done on the cluster thread. A ``read`` (nothing written, safe to repeat) is
         asked again when the connection drops under it: the session may well live on, and the

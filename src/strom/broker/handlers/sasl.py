@@ -43,6 +43,7 @@ async def handle_sasl_authenticate(
             error_message="SaslAuthenticate on a listener without SASL",
             auth_bytes=b"",
         )
+    await context.broker.scram_credentials.wait_loaded()  # a cluster's first read of ZooKeeper
     answer = sasl.authenticate(request.auth_bytes, context.broker.clock.monotonic_ms())
     if answer.failed:
         await asyncio.sleep(sasl.settings.failed_authentication_delay_ms / 1000)
