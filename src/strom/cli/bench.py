@@ -34,7 +34,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from strom.cli.bench_stats import BenchSummary, LatencySummary, ThroughputTimeline, format_rate_line
-from strom.cli.common import add_command, add_command_group, check_client_config, client_settings, open_admin
+from strom.cli.common import (
+    add_command,
+    add_command_group,
+    check_client_config,
+    client_settings,
+    common_client_config,
+    given_client_config,
+    open_admin,
+)
 from strom.cli.output import CliError, Report, Table, UsageError, write_report
 from strom.cli.produce import ACKS_CHOICES, COMPRESSION_CHOICES, acks_setting
 
@@ -643,6 +651,8 @@ def _producer_settings(arguments: argparse.Namespace) -> dict[str, Any]:
             "compression.type": arguments.compression,
             "linger.ms": arguments.linger_ms,
         }
+        # librdkafka takes the same names (security's among them): the file's settings as they are.
+        settings.update(given_client_config(arguments)[0])
     else:
         settings = client_settings(arguments)
         settings.update(acks_setting(arguments.acks))
@@ -662,6 +672,7 @@ def _consumer_settings(arguments: argparse.Namespace) -> dict[str, Any]:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
         }
+        settings.update(given_client_config(arguments)[0])
     else:
         settings = client_settings(arguments)
         settings["auto.offset.reset"] = "earliest"
@@ -843,7 +854,14 @@ def _bench_consume(arguments: argparse.Namespace) -> int:
 def _bench_end_to_end(arguments: argparse.Namespace) -> int:
     _check(arguments, minimum_record_bytes=E2E_HEADER.size)
     producer_settings = _producer_settings(arguments)
-    consumer_arguments = argparse.Namespace(**{**vars(arguments), "client_config": []})
+    # -X settings are the producer's; the consumer takes those every client knows (security's).
+    consumer_arguments = argparse.Namespace(
+        **{
+            **vars(arguments),
+            "client_config": list(common_client_config(arguments).items()),
+            "command_config": None,
+        }
+    )
     consumer_settings = _consumer_settings(consumer_arguments)
     _ensure_topic(arguments)
     # Start where the log ends now, so earlier records are not counted and none of ours is missed.

@@ -1,4 +1,9 @@
-"""Options every client command shares and the clients built from them."""
+"""Options every client command shares and the clients built from them.
+
+Client settings, security's included, come in by Kafka's key names from ``--command-config FILE``
+(a properties file, as Kafka's tools take it) and ``-X KEY=VALUE`` (as kcat takes them), on every
+command that talks to a broker: ``-X`` wins over the command's own options, which win over the file.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +28,11 @@ __all__ = [
     "check_client_config",
     "check_reachable",
     "client_settings",
+    "common_client_config",
+    "given_client_config",
     "open_admin",
     "parse_key_value",
+    "read_client_properties",
 ]
 
 DEFAULT_BOOTSTRAP_SERVER = "localhost:9092"
@@ -54,6 +62,7 @@ _EXAMPLE_SETTINGS = {
     "producer": "linger.ms=20",
     "consumer": "fetch.max.wait.ms=100",
     "admin": "retry.backoff.ms=200",
+    "pipeline": "client.id=archiver",
 }
 
 
@@ -65,9 +74,68 @@ def add_client_config_argument(parser: argparse.ArgumentParser, client: str) -> 
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"a {client} client setting by its Kafka name, such as -X {_EXAMPLE_SETTINGS[client]} "
-        "(repeatable; wins over the options above; docs/client.md lists the keys)",
+        help=f"{'an' if client[0] in 'aeiou' else 'a'} {client} client setting by its Kafka name, such as -X {_EXAMPLE_SETTINGS[client]} or "
+        "-X security.protocol=SASL_SSL (repeatable; wins over the options above and --command-config; "
+        "docs/client.md and docs/security.md list the keys)",
     )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        default=None,
+        help="a properties file of client settings by their Kafka names (key=value lines, # comments), "
+        "as Kafka's tools take it: the place for security.protocol, ssl.ca.location, sasl.mechanism, "
+        "sasl.username, sasl.password and the like (docs/security.md)",
+    )
+
+
+def read_client_properties(path: str) -> dict[str, str]:
+    """A Java-style properties file: ``key=value``, ``key: value`` or ``key value`` lines, ``#``
+    and ``!`` comments, a trailing backslash continuing a line; keys and values trimmed."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
+    except OSError as error:
+        raise UsageError(f"--command-config: cannot read {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--command-config: {path} is not UTF-8 text") from None
+    settings: dict[str, str] = {}
+    logical = ""
+    for raw_line in text.splitlines():
+        line = raw_line.strip() if not logical else raw_line.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        key, value = _split_property(logical)
+        logical = ""
+        if not key:
+            raise UsageError(f"--command-config: {path}: a line without a key: {raw_line.strip()!r}")
+        settings[key] = value
+    if logical:
+        key, value = _split_property(logical)
+        settings[key] = value
+    return settings
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    for index, char in enumerate(line):
+        if char in "=:":
+            return line[:index].strip(), line[index + 1 :].strip()
+        if char.isspace():
+            rest = line[index:].lstrip()
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:]
+            return line[:index].strip(), rest.strip()
+    return line.strip(), ""
+
+
+def given_client_config(arguments: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``--command-config`` file's settings and the ``-X`` settings, each by key."""
+    path = getattr(arguments, "command_config", None)
+    from_file: dict[str, Any] = {} if path is None else read_client_properties(path)
+    return from_file, dict(getattr(arguments, "client_config", None) or [])
 
 
 def add_output_argument(parser: argparse.ArgumentParser) -> None:
@@ -86,38 +154,54 @@ def client_settings(arguments: argparse.Namespace, *, passthrough: bool = False)
     all (see ``check_reachable``)."""
     if arguments.request_timeout_ms <= 0:
         raise UsageError(f"--request-timeout-ms must be positive, not {arguments.request_timeout_ms}")
-    settings: dict[str, Any] = {
-        "bootstrap.servers": arguments.bootstrap_server,
-        "request.timeout.ms": arguments.request_timeout_ms,
-        # A connection that is not set up within the request timeout will not help this command.
-        "socket.connection.setup.timeout.ms": arguments.request_timeout_ms,
-        "client.id": "strom-cli",
-    }
-    extra = dict(getattr(arguments, "client_config", None) or [])
-    if passthrough:
-        settings.update(extra)
-    else:
-        from strom.client.config import ClientConfig
-
-        common = {ClientConfig.key_of(field.name) for field in dataclasses.fields(ClientConfig)}
-        settings.update({key: value for key, value in extra.items() if key in common})
+    from_file, extra = given_client_config(arguments)
+    settings: dict[str, Any] = {}
+    settings.update(from_file if passthrough else _common_keys(from_file))
+    settings.update(
+        {
+            "bootstrap.servers": arguments.bootstrap_server,
+            "request.timeout.ms": arguments.request_timeout_ms,
+            # A connection that is not set up within the request timeout will not help this command.
+            "socket.connection.setup.timeout.ms": arguments.request_timeout_ms,
+            "client.id": "strom-cli",
+        }
+    )
+    settings.update(extra if passthrough else _common_keys(extra))
     if not getattr(arguments, "reachable_checked", False):
         check_reachable(settings["bootstrap.servers"], arguments.request_timeout_ms)
         arguments.reachable_checked = True
     return settings
 
 
+def _common_keys(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings every client takes (security's among them), for a command's helper clients."""
+    from strom.client.config import KEY_ALIASES, ClientConfig
+
+    common = {ClientConfig.key_of(field.name) for field in dataclasses.fields(ClientConfig)} | set(
+        KEY_ALIASES
+    )
+    return {key: value for key, value in settings.items() if key in common}
+
+
+def common_client_config(arguments: argparse.Namespace) -> dict[str, Any]:
+    """The ``--command-config`` and ``-X`` settings every client takes (``-X`` winning)."""
+    from_file, extra = given_client_config(arguments)
+    return _common_keys({**from_file, **extra})
+
+
 def check_client_config(arguments: argparse.Namespace, config_class: type[ClientConfig]) -> None:
-    """Refuse ``-X`` keys or values the client would refuse, as a usage error before connecting."""
+    """Refuse ``--command-config`` and ``-X`` keys or values the client would refuse, as a usage
+    error before connecting."""
     from strom.client.errors import ConfigError
 
-    extra = dict(getattr(arguments, "client_config", None) or [])
-    if not extra:
+    from_file, extra = given_client_config(arguments)
+    if not from_file and not extra:
         return
+    given = "-X" if not from_file else "--command-config" if not extra else "--command-config/-X"
     try:
-        config_class.from_settings(extra)
+        config_class.from_settings({**from_file, **extra})
     except ConfigError as error:
-        raise UsageError(f"-X: {error}") from None
+        raise UsageError(f"{given}: {error}") from None
 
 
 def check_reachable(bootstrap_servers: str, timeout_ms: int) -> None:

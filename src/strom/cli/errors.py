@@ -33,6 +33,8 @@ ADVICE: dict[ErrorCode, str] = {
     ErrorCode.POLICY_VIOLATION: "the broker's policy forbids this change",
     ErrorCode.NOT_ENOUGH_REPLICAS: "wait for the replicas to catch up, or lower min.insync.replicas",
     ErrorCode.UNKNOWN_SERVER_ERROR: "the broker's log says what went wrong",
+    ErrorCode.SASL_AUTHENTICATION_FAILED: "check sasl.username and sasl.password "
+    "(--command-config FILE or -X; docs/security.md)",
 }
 
 

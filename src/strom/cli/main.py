@@ -26,6 +26,7 @@ from strom.cli import (
     quotas,
     topics,
     transactions,
+    users,
 )
 from strom.cli.errors import describe_kafka_error
 from strom.cli.output import CliError, UsageError
@@ -192,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         cluster,
     ):
         command_group.register(commands)
+    users.register(commands)
     add_pipeline_parser(commands)
     return parser
 

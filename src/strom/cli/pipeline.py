@@ -26,7 +26,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from strom.cli.common import client_settings, parse_key_value
+from strom.cli.common import (
+    add_client_config_argument,
+    client_settings,
+    common_client_config,
+    parse_key_value,
+)
 from strom.cli.output import CliError, UsageError
 
 log = logging.getLogger("strom.cli.pipeline")
@@ -64,6 +69,9 @@ def _common(parser: argparse.ArgumentParser, *, spark: bool) -> None:
         metavar="HOST:PORT",
         help=f"default {DEFAULT_BOOTSTRAP}; on a Spark cluster every executor must reach it",
     )
+    # Security settings and the like, for the pipeline's own clients and (as kafka.* options) for
+    # the clients Spark's tasks run; file paths in them must hold on every executor.
+    add_client_config_argument(parser, "pipeline")
     parser.add_argument(
         "--request-timeout-ms",
         type=int,
@@ -200,6 +208,13 @@ def _check_topics_exist(arguments: argparse.Namespace, topics: list[str]) -> Non
 def _source_options(arguments: argparse.Namespace) -> dict[str, str]:
     """``--option`` settings, with the request timeout for the pipeline's own clients."""
     options = {"kafka.request.timeout.ms": str(arguments.request_timeout_ms)}
+    options.update(
+        {
+            f"kafka.{key}": str(value)
+            for key, value in common_client_config(arguments).items()
+            if key != "bootstrap.servers"
+        }
+    )
     options.update(dict(arguments.source_options))
     return options
 

@@ -5,7 +5,8 @@ consumer assignments decoded), delete, and the group's committed offsets (list, 
 earliest/latest/a timestamp/given offsets, delete). Requests are built for the version the broker
 negotiated by small pure functions below, so they are tested without a broker. Transactions are
 listed from every broker (ListTransactions) and described by each id's transaction coordinator
-(DescribeTransactions), found with FindCoordinator too.
+(DescribeTransactions), found with FindCoordinator too. SCRAM credentials (strom users) are
+described and altered with the pieces of ``strom.client.scram_credentials``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ from strom.client.offsets import (
     OffsetAndTimestamp,
     list_offsets,
     timestamp_spec,
+)
+from strom.client.scram_credentials import (
+    ScramCredentialInfo,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+    alter_user_scram_credentials_request,
+    describe_user_scram_credentials_request,
+    raise_for_alter,
+    user_scram_credentials_from,
 )
 from strom.client.transport import LoopThread, Transport
 from strom.protocol.errors import ErrorCode
@@ -90,9 +100,12 @@ __all__ = [
     "NewTopic",
     "OffsetAndMetadata",
     "PartitionDescription",
+    "ScramCredentialInfo",
     "TopicDescription",
     "TransactionDescription",
     "TransactionListing",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
 ]
 
 T = TypeVar("T")
@@ -515,7 +528,7 @@ class Admin:
     def __init__(self, config: Mapping[str, Any] | None = None, /, **settings: Any) -> None:
         self.config = AdminConfig.from_settings(config, **settings)
         self._loop_thread = LoopThread(f"strom-admin-{self.config.client_id}")
-        self._transport: Transport = self._run(self._make_transport())
+        self._transport: Transport = self._loop_thread.run_or_stop(self._make_transport())
         self._closed = False
 
     async def _make_transport(self) -> Transport:
@@ -853,6 +866,28 @@ class Admin:
         response = self._run(self._transport.send_any(request))
         for result in response.responses:
             _raise_for(result.error_code, result.error_message, f"alter configs of {result.resource_name!r}")
+
+    # -- users (SCRAM credentials, KIP-554) ------------------------------------------------------
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, list[ScramCredentialInfo]]:
+        """Each user's SCRAM mechanisms and iteration counts (``users`` None: every user with a
+        credential). A named user without any maps to an empty list."""
+        request = describe_user_scram_credentials_request(users)
+        return user_scram_credentials_from(self._run(self._transport.send_any(request)))
+
+    def alter_user_scram_credentials(
+        self, alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion]
+    ) -> None:
+        """Add, replace or delete credentials. An upsertion's password is salted and hashed here,
+        with a random salt: the broker gets the salted password, never the password."""
+        alterations = list(alterations)
+        if not alterations:
+            return
+        request = alter_user_scram_credentials_request(alterations)
+        response = self._run(self._to_controller(request))
+        raise_for_alter(response, [alteration.user for alteration in alterations])
 
     # -- records and offsets -------------------------------------------------------------------
 

@@ -5,21 +5,54 @@ keyword arguments with the dots written as underscores (``linger_ms=5``). A conf
 dataclass whose field names are the keys with dots as underscores; values given as strings (as
 they come from property files) are converted to the field's type. Unknown keys are refused with
 the closest known names in the message.
+
+Security (docs/security.md) takes the names Kafka and librdkafka use: ``security.protocol``
+(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), ``ssl.ca.location``, ``ssl.certificate.location``,
+``ssl.key.location``, ``ssl.key.password``, ``ssl.endpoint.identification.algorithm`` (https or
+none), ``sasl.mechanism`` (librdkafka's ``sasl.mechanisms`` too: PLAIN, SCRAM-SHA-256,
+SCRAM-SHA-512), ``sasl.username`` and ``sasl.password``. The Java client's ``sasl.jaas.config``
+(``...LoginModule required username="alice" password="...";``) gives the user name and password
+too, so a properties file written for Kafka's tools works unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
 from strom.client.errors import ConfigError
 
-__all__ = ["AdminConfig", "ClientConfig", "ConsumerConfig", "ProducerConfig", "parse_bootstrap"]
+__all__ = [
+    "KEY_ALIASES",
+    "SASL_MECHANISMS",
+    "SECURITY_PROTOCOLS",
+    "AdminConfig",
+    "ClientConfig",
+    "ConsumerConfig",
+    "ProducerConfig",
+    "parse_bootstrap",
+]
 
 _COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# What strom's client can do; GSSAPI (Kerberos) and OAUTHBEARER are Kafka mechanisms it has not.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# ``https``: the broker's certificate must name the host connected to; ``none``: any name (the
+# chain is still verified). Kafka's Java client spells "none" as the empty string.
+_ENDPOINT_IDENTIFICATION = ("https", "none")
+# Other names of a setting: librdkafka says sasl.mechanisms.
+KEY_ALIASES = {"sasl.mechanisms": "sasl.mechanism"}
+# The same by field name (the key with dots as underscores).
+_ALIASES = {alias.replace(".", "_"): key.replace(".", "_") for alias, key in KEY_ALIASES.items()}
+# Settings whose values are upper or lower case as Kafka prints them, whatever case they came in.
+_UPPER_CASE_FIELDS = frozenset({"security_protocol", "sasl_mechanism"})
+_SSL_FILE_FIELDS = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
 
 
 def _to_bool(key: str, value: object) -> bool:
@@ -90,6 +123,21 @@ class ClientConfig:
     connections_max_idle_ms: int = 540_000
     # The largest response frame accepted from a broker.
     receive_message_max_bytes: int = 100_000_000
+    # -- security (docs/security.md) --
+    security_protocol: str = "PLAINTEXT"
+    # PEM files. Without a CA file the system's trusted CAs verify the broker.
+    ssl_ca_location: str | None = None
+    # The client's own certificate (mutual TLS); its key in ssl.key.location or in the same file.
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    # Secrets stay out of repr() (and so out of logs and tracebacks).
+    ssl_key_password: str | None = dataclasses.field(default=None, repr=False)
+    ssl_endpoint_identification_algorithm: str = "https"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = dataclasses.field(default=None, repr=False)
+    # The Java client's way to give them: only its username and password options are read.
+    sasl_jaas_config: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def key_of(cls, field_name: str) -> str:
@@ -101,10 +149,13 @@ class ClientConfig:
         values: dict[str, Any] = {}
         given = dict(config or {})
         given.update(settings)
+        aliases_seen: set[str] = set()
         for raw_key, value in given.items():
             if not isinstance(raw_key, str):
                 raise ConfigError(f"config keys are strings, not {raw_key!r}")
             field_name = raw_key.replace(".", "_")
+            aliased = field_name in _ALIASES
+            field_name = _ALIASES.get(field_name, field_name)
             key = cls.key_of(field_name)
             field = fields.get(field_name)
             if field is None:
@@ -112,8 +163,21 @@ class ClientConfig:
                 close = difflib.get_close_matches(key, known, n=3)
                 hint = f" (did you mean {', '.join(close)}?)" if close else ""
                 raise ConfigError(f"unknown {cls.__name__} key {key!r}{hint}")
-            values[field_name] = cls._convert(key, field_name, str(field.type), value)
+            converted = cls._convert(key, field_name, str(field.type), value)
+            if (
+                field_name in values
+                and (aliased or field_name in aliases_seen)
+                and values[field_name] != converted
+            ):
+                other = next(cls.key_of(alias) for alias, name in _ALIASES.items() if name == field_name)
+                raise ConfigError(
+                    f"configs {key!r} and {other!r} (the same setting) differ: give one of them"
+                )
+            if aliased:
+                aliases_seen.add(field_name)
+            values[field_name] = converted
         cls._fill_defaults(values)
+        _take_jaas_credentials(values)
         instance = cls(**values)
         instance.validate()
         return instance
@@ -128,6 +192,11 @@ class ClientConfig:
             return _to_acks(key, value)
         if field_name in ("bootstrap_servers",):
             return _to_str_or_list(key, value)
+        if field_name in _UPPER_CASE_FIELDS:
+            return _to_str(key, value).strip().upper()
+        if field_name == "ssl_endpoint_identification_algorithm":
+            # Kafka's Java client disables the check with an empty value, librdkafka with "none".
+            return _to_str(key, value).strip().lower() or "none"
         return _CONVERTERS[type_name](key, value)
 
     def validate(self) -> None:
@@ -137,6 +206,72 @@ class ClientConfig:
             value = getattr(self, field.name)
             if field.name.endswith(("_ms", "_bytes")) and isinstance(value, int) and value < 0:
                 raise ConfigError(f"config {self.key_of(field.name)!r} must not be negative, not {value}")
+        self._validate_security()
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def _validate_security(self) -> None:
+        """Combinations that cannot work are refused here, before any connection, naming the fix."""
+        self._require_choice("security_protocol", SECURITY_PROTOCOLS)
+        self._require_choice("ssl_endpoint_identification_algorithm", _ENDPOINT_IDENTIFICATION)
+        protocol = self.security_protocol
+        if self.uses_sasl:
+            if self.sasl_mechanism is None:
+                raise ConfigError(
+                    f"security.protocol={protocol} needs sasl.mechanism: one of {', '.join(SASL_MECHANISMS)}"
+                )
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                raise ConfigError(
+                    f"config 'sasl.mechanism' must be one of {', '.join(SASL_MECHANISMS)}, "
+                    f"not {self.sasl_mechanism!r} (strom's client has no GSSAPI or OAUTHBEARER)"
+                )
+            if not self.sasl_username:
+                raise ConfigError(
+                    f"security.protocol={protocol} with {self.sasl_mechanism} needs sasl.username"
+                )
+            if self.sasl_password is None:
+                raise ConfigError(
+                    f"security.protocol={protocol} with {self.sasl_mechanism} needs sasl.password"
+                )
+        else:
+            given = [
+                self.key_of(name)
+                for name in ("sasl_mechanism", "sasl_username", "sasl_password", "sasl_jaas_config")
+                if getattr(self, name) is not None
+            ]
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} set but security.protocol is "
+                    f"{protocol}, which does not authenticate: use SASL_PLAINTEXT or SASL_SSL"
+                )
+        if self.uses_tls:
+            for name in _SSL_FILE_FIELDS:
+                path = getattr(self, name)
+                if path is not None and not os.path.isfile(path):
+                    raise ConfigError(f"config {self.key_of(name)!r}: no such file {path!r}")
+            if self.ssl_key_location is not None and self.ssl_certificate_location is None:
+                raise ConfigError(
+                    "ssl.key.location is set without ssl.certificate.location (the key's certificate)"
+                )
+            if self.ssl_key_password is not None and self.ssl_certificate_location is None:
+                raise ConfigError("ssl.key.password is set but there is no key: set ssl.certificate.location")
+        else:
+            given = [
+                self.key_of(name)
+                for name in (*_SSL_FILE_FIELDS, "ssl_key_password")
+                if getattr(self, name) is not None
+            ]
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} set but security.protocol is "
+                    f"{protocol}, which does not use TLS: use SSL or SASL_SSL"
+                )
 
     def _require_choice(self, field_name: str, choices: tuple[str, ...]) -> None:
         value = getattr(self, field_name)
@@ -254,6 +389,31 @@ class ConsumerConfig(ClientConfig):
 @dataclass
 class AdminConfig(ClientConfig):
     pass
+
+
+# One option of a JAAS login module line: name="quoted value" (backslash escapes) or name=word.
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))')
+
+
+def _take_jaas_credentials(values: dict[str, Any]) -> None:
+    """``sasl.jaas.config``'s username and password, where sasl.username/sasl.password are not
+    given; given both ways, they must agree."""
+    jaas = values.get("sasl_jaas_config")
+    if jaas is None:
+        return
+    options = {
+        match.group(1): re.sub(r"\\(.)", r"\1", match.group(2))
+        if match.group(2) is not None
+        else match.group(3)
+        for match in _JAAS_OPTION.finditer(jaas)
+    }
+    for option, field_name in (("username", "sasl_username"), ("password", "sasl_password")):
+        if option not in options:
+            continue
+        if values.get(field_name) is None:
+            values[field_name] = options[option]
+        elif values[field_name] != options[option]:
+            raise ConfigError(f"sasl.jaas.config's {option} differs from {ClientConfig.key_of(field_name)}")
 
 
 def parse_bootstrap(bootstrap_servers: str) -> list[tuple[str, int]]:

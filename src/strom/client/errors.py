@@ -10,6 +10,7 @@ from __future__ import annotations
 from strom.protocol.errors import ErrorCode
 
 __all__ = [
+    "AuthenticationError",
     "BrokerResponseError",
     "ClientClosedError",
     "CommitFailedError",
@@ -67,6 +68,17 @@ class KafkaConnectionError(KafkaError, ConnectionError):
     @property
     def retriable(self) -> bool:
         return True
+
+
+class AuthenticationError(KafkaError):
+    """The broker refused this client's credentials (SASL), or the TLS handshake failed (an
+    untrusted or mismatched certificate, a TLS client on a plaintext port). Not retriable: the
+    same credentials fail again, so the caller hears it at once instead of after a timeout.
+    The message is the broker's own where it sent one."""
+
+    @property
+    def retriable(self) -> bool:
+        return False
 
 
 class ProtocolError(KafkaError):

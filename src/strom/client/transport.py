@@ -1,6 +1,13 @@
 """The I/O shell: one background thread per client object running an asyncio event loop that
 owns every socket, the broker channels on top of the sans-I/O ``Connection``, and the metadata
 refresh. Public client methods stay synchronous and hand work to the loop with ``LoopThread``.
+
+Security (docs/security.md): with security.protocol SSL or SASL_SSL the connection is TLS (one
+``ssl.SSLContext`` per client, from ``strom.client.security``); with SASL_PLAINTEXT or SASL_SSL the
+channel authenticates after ApiVersions and before it is handed out, and again before the session
+lifetime the broker gave runs out. A refused login or a failed TLS handshake is an
+``AuthenticationError``: not retried within the call, so the caller hears it at once. A plaintext
+client pays nothing for any of this per request.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import contextlib
 import functools
 import logging
 import random
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -21,12 +29,15 @@ from strom.client.cluster import ClusterMetadata
 from strom.client.config import ClientConfig, parse_bootstrap
 from strom.client.connection import Completion, Connection
 from strom.client.errors import (
+    AuthenticationError,
     ClientClosedError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    UnsupportedVersionError,
     error_for_code,
 )
+from strom.client.security import SaslAuthenticator, describe_tls_failure, ssl_context
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.metadata import MetadataRequest
 
@@ -94,6 +105,15 @@ class LoopThread:
                 f"operation did not complete within {time.monotonic() - started:.1f} s"
             ) from None
 
+    def run_or_stop(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """``run``, stopping the thread if the coroutine fails: a client whose constructor fails
+        (a certificate that does not load) leaves no loop thread behind."""
+        try:
+            return self.run(coroutine, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
     def call_soon(self, callback: Callable[..., object], *args: object) -> None:
         self.loop.call_soon_threadsafe(callback, *args)
 
@@ -109,17 +129,40 @@ class LoopThread:
 # read, a large allocation (and page faults) per small answer that showed in the client's profile.
 _RECEIVE_BUFFER_BYTES = 256 * 1024
 
+# How long closing a client waits for its TLS connections' close_notify exchange before dropping them.
+_TLS_CLOSE_WAIT_S = 1.0
+
+# When to re-authenticate, as a fraction of the session lifetime the broker gave (KIP-368): a
+# random point in this range, so the connections of many clients do not all re-authenticate at once.
+_REAUTHENTICATE_AT_LIFETIME_FRACTION = (0.85, 0.95)
+
 
 class BrokerChannel(asyncio.BufferedProtocol):
     """One TCP connection to a broker: a ``Connection`` fed by asyncio's protocol callbacks."""
 
-    def __init__(self, node_id: int, host: str, port: int, config: ClientConfig) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        config: ClientConfig,
+        authenticator: Callable[[], SaslAuthenticator] | None = None,
+    ) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
+        self.config = config
         self.connection = Connection(config.client_id, config.receive_message_max_bytes)
+        # SASL: makes one exchange; None on a connection that does not authenticate.
+        self._authenticator = authenticator
+        # While set, the channel re-authenticates and requests wait for it (KIP-368).
+        self._reauthenticating: asyncio.Future[None] | None = None
+        self._reauthentication_timer: asyncio.TimerHandle | None = None
+        self._reauthentication_task: asyncio.Task[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Resolved when asyncio reports the socket gone (a TLS close ends after its close_notify).
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed = False
         self._writable = asyncio.Event()
         self._writable.set()
@@ -150,8 +193,36 @@ class BrokerChannel(asyncio.BufferedProtocol):
             self._ready.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if self.config.uses_tls and not self._ready.done() and (exc is None or isinstance(exc, ssl.SSLError)):
+            # In TLS 1.3 the client's side of the handshake ends before the broker has checked
+            # the client's certificate: a broker refusing it (or its absence) closes the
+            # connection, with an alert or without a word, before answering anything.
+            reason = (
+                describe_tls_failure(exc, self.config)
+                if exc is not None
+                else "it closed the connection before answering ApiVersions; a broker that requires a "
+                "client certificate (ssl.client.auth=required) does this when none is given "
+                "(ssl.certificate.location, ssl.key.location) or it does not trust the one given"
+            )
+            self._fail(
+                AuthenticationError(
+                    f"TLS connection to broker {self.node_id} ({self.host}:{self.port}) refused: {reason}"
+                )
+            )
+            return
+        hint = ""
+        if not self._ready.done() and not self.config.uses_tls:
+            # A TLS listener closes on the plaintext ApiVersions request without a word.
+            hint = (
+                f" before it answered ApiVersions (if the listener uses TLS, security.protocol must be "
+                f"SSL or SASL_SSL, not {self.config.security_protocol})"
+            )
         self._fail(
-            KafkaConnectionError(f"connection to broker {self.node_id} ({self.host}:{self.port}) lost: {exc}")
+            KafkaConnectionError(
+                f"connection to broker {self.node_id} ({self.host}:{self.port}) lost{hint}: {exc}"
+            )
         )
 
     def pause_writing(self) -> None:
@@ -163,7 +234,67 @@ class BrokerChannel(asyncio.BufferedProtocol):
     # -- use -----------------------------------------------------------------------------------
 
     async def wait_ready(self) -> None:
+        """Until the ApiVersions handshake is done and, on a SASL connection, authenticated."""
         await self._ready
+        if self._authenticator is not None:
+            await self._authenticate()
+
+    async def _authenticate(self) -> None:
+        """One SASL exchange on this connection (sans-I/O ``SaslAuthenticator`` driven here)."""
+        assert self._authenticator is not None
+        authenticator = self._authenticator()
+        try:
+            request: Any = authenticator.start()
+            while request is not None:
+                response = await self._exchange(request)
+                if authenticator.hashes_next:
+                    # PBKDF2 releases the interpreter lock: in a worker thread it leaves the loop
+                    # free to serve the client's other connections meanwhile.
+                    request = await asyncio.get_running_loop().run_in_executor(
+                        None, authenticator.receive, response
+                    )
+                else:
+                    request = authenticator.receive(response)
+        except UnsupportedVersionError as error:
+            raise AuthenticationError(
+                f"broker {self.node_id} ({self.host}:{self.port}) cannot authenticate this client: {error} "
+                "(is the listener SASL_PLAINTEXT or SASL_SSL?)"
+            ) from None
+        log.debug(
+            "authenticated to broker %d as %r with %s (session lifetime %d ms)",
+            self.node_id,
+            authenticator.username,
+            authenticator.mechanism,
+            authenticator.session_lifetime_ms,
+        )
+        if authenticator.session_lifetime_ms > 0 and not self.closed:
+            fraction = random.uniform(*_REAUTHENTICATE_AT_LIFETIME_FRACTION)
+            self._reauthentication_timer = asyncio.get_running_loop().call_later(
+                authenticator.session_lifetime_ms * fraction / 1000, self._start_reauthentication
+            )
+
+    def _start_reauthentication(self) -> None:
+        self._reauthentication_timer = None
+        if self.closed:
+            return
+        self._reauthenticating = asyncio.get_running_loop().create_future()
+        self._reauthentication_task = asyncio.ensure_future(self._reauthenticate())
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368: the same exchange again on the open connection. Requests sent before it are
+        answered first (a broker answers a connection's requests in order); later ones wait."""
+        try:
+            async with asyncio.timeout(self.config.request_timeout_ms / 1000):
+                await self._authenticate()
+        except TimeoutError:
+            self._fail(KafkaConnectionError(f"re-authentication to broker {self.node_id} timed out"))
+        except KafkaError as error:
+            log.warning("re-authentication to broker %d failed: %s", self.node_id, error)
+            self._fail(error)
+        finally:
+            gate, self._reauthenticating = self._reauthenticating, None
+            if gate is not None and not gate.done():
+                gate.set_result(None)
 
     @property
     def in_flight(self) -> int:
@@ -171,6 +302,8 @@ class BrokerChannel(asyncio.BufferedProtocol):
 
     async def request(self, request: Any, *, expect_response: bool = True) -> Any:
         """Send ``request`` and wait for its response (None when ``expect_response`` is False)."""
+        if self._reauthenticating is not None:
+            await asyncio.shield(self._reauthenticating)
         if self.closed or self._transport is None:
             raise KafkaConnectionError(f"connection to broker {self.node_id} is closed")
         if not self._writable.is_set():
@@ -182,10 +315,26 @@ class BrokerChannel(asyncio.BufferedProtocol):
             return None
         return await future
 
+    async def _exchange(self, request: Any) -> Any:
+        """One request of a SASL exchange: past the gate that holds other requests back while the
+        channel re-authenticates (``request`` stays one coroutine, with no extra layer)."""
+        if self.closed or self._transport is None:
+            raise KafkaConnectionError(f"connection to broker {self.node_id} is closed")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._transport.write(self.connection.send(request, future))
+        return await future
+
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
         self._fail(KafkaConnectionError(f"connection to broker {self.node_id} closed"))
+        if self._reauthentication_task is not None:
+            self._reauthentication_task.cancel()
+
+    def abort(self) -> None:
+        """Drop the socket now (a TLS close that is still waiting for the broker's close_notify)."""
+        if self._transport is not None and not self.lost.done():
+            self._transport.abort()
 
     def _deliver(self, completions: list[Completion]) -> None:
         for completion in completions:
@@ -201,6 +350,9 @@ class BrokerChannel(asyncio.BufferedProtocol):
         if self.closed:
             return
         self.closed = True
+        if self._reauthentication_timer is not None:
+            self._reauthentication_timer.cancel()
+            self._reauthentication_timer = None
         self._deliver(self.connection.connection_lost(error))
         if not self._ready.done():
             self._ready.set_exception(error)
@@ -235,6 +387,19 @@ class Transport:
         self._retry_at_ms: dict[int, int] = {}
         self._metadata_task: asyncio.Task[None] | None = None
         self.closed = False
+        # Built once per client: loading certificates per connection would cost every reconnect.
+        self._ssl_context = ssl_context(config) if config.uses_tls else None
+        self._authenticator: Callable[[], SaslAuthenticator] | None = None
+        if config.uses_sasl:
+            assert config.sasl_mechanism is not None and config.sasl_username is not None
+            self._authenticator = functools.partial(
+                SaslAuthenticator, config.sasl_mechanism, config.sasl_username, config.sasl_password or ""
+            )
+        # The last refused login or failed TLS handshake, until a connection succeeds: a consumer's
+        # poll() raises it (its fetches and metadata run on the loop, away from the caller).
+        self.authentication_error: AuthenticationError | None = None
+        # TLS connections whose socket is not gone yet: close() waits for their close_notify.
+        self._tls_channels: set[BrokerChannel] = set()
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -294,9 +459,23 @@ class Transport:
         channel: BrokerChannel | None = None
         try:
             async with asyncio.timeout(timeout_s):
-                _, channel = await loop.create_connection(
-                    lambda: BrokerChannel(node_id, host, port, self.config), host, port
-                )
+                if self._ssl_context is None:
+                    _, channel = await loop.create_connection(
+                        lambda: BrokerChannel(node_id, host, port, self.config, self._authenticator),
+                        host,
+                        port,
+                    )
+                else:
+                    _, channel = await loop.create_connection(
+                        lambda: BrokerChannel(node_id, host, port, self.config, self._authenticator),
+                        host,
+                        port,
+                        ssl=self._ssl_context,
+                        server_hostname=host,
+                        ssl_handshake_timeout=timeout_s,
+                    )
+                    self._tls_channels.add(channel)
+                    channel.lost.add_done_callback(functools.partial(self._tls_closed, channel))
                 await channel.wait_ready()
         except BaseException as error:
             # Connected but never ready (the setup timed out, the attempt was cancelled, the
@@ -314,13 +493,28 @@ class Transport:
             # Jitter so many clients do not reconnect in lockstep after a broker restart.
             backoff_ms = int(backoff_ms * random.uniform(0.8, 1.2))
             self._retry_at_ms[node_id] = self.clock.monotonic_ms() + backoff_ms
-            failure = (
-                error
-                if isinstance(error, KafkaError)
-                else KafkaConnectionError(
+            failure: KafkaError
+            if isinstance(error, KafkaError):
+                failure = error
+            elif isinstance(error, ssl.SSLError):
+                failure = AuthenticationError(
+                    f"TLS handshake with broker {node_id} at {host}:{port} failed: "
+                    f"{describe_tls_failure(error, self.config)}"
+                )
+            elif self._closed_in_tls_handshake(error):
+                # Retried, as Kafka's clients do (a broker may be restarting); the message says
+                # the likelier cause.
+                failure = KafkaConnectionError(
+                    f"cannot connect to broker {node_id} at {host}:{port}: the broker closed the connection "
+                    "during the TLS handshake (is it a TLS listener? a plaintext one closes on the TLS "
+                    "client's first message)"
+                )
+            else:
+                failure = KafkaConnectionError(
                     f"cannot connect to broker {node_id} at {host}:{port}: {_describe_os_error(error)}"
                 )
-            )
+            if isinstance(failure, AuthenticationError):
+                self.authentication_error = failure
             self._last_error_by_node[node_id] = failure
             self._last_connection_error = failure
             if failure is error:
@@ -330,10 +524,20 @@ class Transport:
             channel.close()
             raise ClientClosedError("client is closed")
         self._last_error_by_node.pop(node_id, None)
+        self.authentication_error = None
         self._failures.pop(node_id, None)
         self._retry_at_ms.pop(node_id, None)
         self._channels[node_id] = channel
         return channel
+
+    def _tls_closed(self, channel: BrokerChannel, lost: asyncio.Future[None]) -> None:
+        self._tls_channels.discard(channel)
+
+    def _closed_in_tls_handshake(self, error: BaseException) -> bool:
+        """A TCP connection that TLS could not start on: a reset or an early close, not a refusal."""
+        return self._ssl_context is not None and isinstance(
+            error, ConnectionResetError | ConnectionAbortedError
+        )
 
     def least_loaded_node(self) -> int:
         """A broker to send a request any broker can answer: connected and least busy first."""
@@ -481,6 +685,16 @@ class Transport:
         self.closed = True
         for task in list(self._connecting.values()):
             task.cancel()
-        for channel in list(self._channels.values()):
+        channels = list(self._channels.values())
+        for channel in channels:
             channel.close()
         self._channels.clear()
+        if self._tls_channels:
+            # A TLS connection closes by exchanging close_notify, on the loop: the client's loop
+            # stops after this, so wait for it (briefly) rather than leave sockets half closed.
+            # Connections that failed to set up (a refused login) are among them.
+            closing = list(self._tls_channels)
+            _, pending = await asyncio.wait([channel.lost for channel in closing], timeout=_TLS_CLOSE_WAIT_S)
+            for channel in closing:
+                if channel.lost in pending:
+                    channel.abort()

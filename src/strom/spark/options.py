@@ -335,12 +335,16 @@ def option_warnings(options: Mapping[str, str], *, side: str, client_keys: Itera
 
 
 def client_setting_names(*config_classes: type) -> set[str]:
-    """The Kafka names of the settings the given client configuration classes take."""
-    return {
+    """The Kafka names of the settings the given client configuration classes take (and their
+    other names, such as librdkafka's sasl.mechanisms)."""
+    from strom.client.config import KEY_ALIASES
+
+    names = {
         config_field.name.replace("_", ".")
         for config_class in config_classes
         for config_field in dataclasses.fields(config_class)
     }
+    return names | {alias for alias, key in KEY_ALIASES.items() if key in names}
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:

@@ -189,12 +189,22 @@ def pageviews(
         .alias("value"),
     )
 
+    # The client settings (security's among them) go to the producer too; the read options do not.
+    client_options = {
+        key: value for key, value in (extra_options or {}).items() if key.lower().startswith("kafka.")
+    }
+
     def write_batch(batch: Any, batch_id: int) -> None:
         # Spark's Python sinks take append mode only; updated counts go out batch by batch. A
         # retried batch writes the same counts again: the latest record per key is still right.
-        batch.write.format("strom").option("bootstrap.servers", bootstrap_servers).option(
-            "topic", target_topic
-        ).mode("append").save()
+        sink = (
+            batch.write.format("strom")
+            .option("bootstrap.servers", bootstrap_servers)
+            .option("topic", target_topic)
+        )
+        for key, value in client_options.items():
+            sink = sink.option(key, value)
+        sink.mode("append").save()
 
     writer = (
         output.writeStream.outputMode("update")

@@ -124,7 +124,7 @@ class Consumer:
                 _monotonic_ms(),
             )
         self._loop_thread = LoopThread(f"strom-consumer-{self.config.client_id}")
-        self._loop_thread.run(self._start())
+        self._loop_thread.run_or_stop(self._start())
 
     async def _start(self) -> None:
         self._transport = Transport(self.config)
@@ -407,6 +407,10 @@ class Consumer:
             error = self._fetcher.pending_error
             if error is not None:
                 self._fetcher.pending_error = None
+                raise error
+            if self._transport.authentication_error is not None:
+                # Raised once; the fetcher's next attempt sets it again if the login still fails.
+                error, self._transport.authentication_error = self._transport.authentication_error, None
                 raise error
             records = subscriptions.take(limit)
             if records:

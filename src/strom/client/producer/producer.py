@@ -103,7 +103,7 @@ class Producer:
             # instance, so that every other producer's send() pays nothing for it.
             self.send = self._send_in_transaction  # type: ignore[method-assign]
         self._loop_thread = LoopThread(f"strom-producer-{self.config.client_id}")
-        self._loop_thread.run(self._start())
+        self._loop_thread.run_or_stop(self._start())
 
     async def _start(self) -> None:
         self._transport = Transport(self.config, clock=self._clock, allow_auto_topic_creation=True)
