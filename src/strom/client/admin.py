@@ -76,16 +76,10 @@ from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDel
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from strom.protocol.primitives import DecodeError
 from strom.security.acl import (
-    AccessControlEntry,
     AclBinding,
     AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    parse_enum,
+    binding_from_wire,
 )
-from strom.security.acl import ResourceType as AclResourceType
 
 __all__ = [
     "Admin",
@@ -727,18 +721,14 @@ class Admin:
         response = self._run(self._transport.send_any(request))
         _raise_for(response.error_code, response.error_message, "describe ACLs")
         return [
-            AclBinding(
-                ResourcePattern(
-                    parse_enum(AclResourceType, resource.resource_type),
-                    resource.resource_name,
-                    parse_enum(PatternType, resource.pattern_type),
-                ),
-                AccessControlEntry(
-                    acl.principal,
-                    acl.host,
-                    parse_enum(AclOperation, acl.operation),
-                    parse_enum(AclPermissionType, acl.permission_type),
-                ),
+            binding_from_wire(
+                resource.resource_type,
+                resource.resource_name,
+                resource.pattern_type,
+                acl.principal,
+                acl.host,
+                acl.operation,
+                acl.permission_type,
             )
             for resource in response.resources
             for acl in resource.acls
@@ -767,18 +757,14 @@ class Admin:
             _raise_for(result.error_code, result.error_message, "delete ACLs")
             for matching in result.matching_acls:
                 _raise_for(matching.error_code, matching.error_message, "delete ACL")
-                binding = AclBinding(
-                    ResourcePattern(
-                        parse_enum(AclResourceType, matching.resource_type),
-                        matching.resource_name,
-                        parse_enum(PatternType, matching.pattern_type),
-                    ),
-                    AccessControlEntry(
-                        matching.principal,
-                        matching.host,
-                        parse_enum(AclOperation, matching.operation),
-                        parse_enum(AclPermissionType, matching.permission_type),
-                    ),
+                binding = binding_from_wire(
+                    matching.resource_type,
+                    matching.resource_name,
+                    matching.pattern_type,
+                    matching.principal,
+                    matching.host,
+                    matching.operation,
+                    matching.permission_type,
                 )
                 deleted[binding] = None
         return list(deleted)

@@ -240,6 +240,29 @@ def parse_enum(kind: type[_E], code: int) -> _E:
         return kind(0)
 
 
+def binding_from_wire(
+    resource_type: int,
+    resource_name: str,
+    pattern_type: int,
+    principal: str,
+    host: str,
+    operation: int,
+    permission_type: int,
+) -> AclBinding:
+    """A binding from the fields CreateAcls, DescribeAcls and DeleteAcls carry (wire codes)."""
+    return AclBinding(
+        ResourcePattern(
+            parse_enum(ResourceType, resource_type), resource_name, parse_enum(PatternType, pattern_type)
+        ),
+        AccessControlEntry(
+            principal,
+            host,
+            parse_enum(AclOperation, operation),
+            parse_enum(AclPermissionType, permission_type),
+        ),
+    )
+
+
 def binding_to_json(binding: AclBinding) -> dict[str, str]:
     pattern, entry = binding
     return {

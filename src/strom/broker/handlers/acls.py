@@ -23,7 +23,6 @@ from strom.protocol.messages.create_acls import CreateAclsRequest, CreateAclsRes
 from strom.protocol.messages.delete_acls import DeleteAclsRequest, DeleteAclsResponse
 from strom.protocol.messages.describe_acls import DescribeAclsRequest, DescribeAclsResponse
 from strom.security.acl import (
-    AccessControlEntry,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -31,6 +30,7 @@ from strom.security.acl import (
     PatternType,
     ResourcePattern,
     ResourceType,
+    binding_from_wire,
     invalid_binding_reason,
     invalid_filter_reason,
     parse_enum,
@@ -44,18 +44,14 @@ FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
 
 
 def _binding(creation: CreateAclsRequest.AclCreation) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(
-            parse_enum(ResourceType, creation.resource_type),
-            creation.resource_name,
-            parse_enum(PatternType, creation.resource_pattern_type),
-        ),
-        AccessControlEntry(
-            creation.principal,
-            creation.host,
-            parse_enum(AclOperation, creation.operation),
-            parse_enum(AclPermissionType, creation.permission_type),
-        ),
+    return binding_from_wire(
+        creation.resource_type,
+        creation.resource_name,
+        creation.resource_pattern_type,
+        creation.principal,
+        creation.host,
+        creation.operation,
+        creation.permission_type,
     )
 
 
