@@ -11,11 +11,6 @@ import os
 OWN_THREAD = "/proc/thread-self/schedstat"
 
 
-def main_thread_of(pid: int) -> str:
-    """The ``schedstat`` of a process's main thread (a broker's event loop runs there)."""
-    return f"/proc/{pid}/task/{pid}/schedstat"
-
-
 class RunQueueWait:
     """Seconds the thread of ``path`` has been runnable but not running; 0 where Linux does not
     keep it. Open it on the thread it measures when ``path`` is ``OWN_THREAD``."""
@@ -37,3 +32,39 @@ class RunQueueWait:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class ProcessRunQueueWait:
+    """Seconds every thread of process ``pid`` has waited for a CPU, summed (threads that ended
+    keep what they had waited). A broker's worker thread descheduled while it holds the
+    interpreter's lock holds the event loop too, so a stall bound leaves all of them out."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._threads: dict[str, RunQueueWait] = {}
+        self._last: dict[str, float] = {}
+        self._ended_s = 0.0
+
+    def __call__(self) -> float:
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{self._pid}/task"):
+                if tid not in self._threads:
+                    self._threads[tid] = RunQueueWait(f"/proc/{self._pid}/task/{tid}/schedstat")
+        total = self._ended_s
+        for tid, clock in list(self._threads.items()):
+            waited = clock()
+            if waited == 0.0 and self._last.get(tid, 0.0) > 0.0:  # ended: keep what it had
+                clock.close()
+                del self._threads[tid]
+                ended = self._last.pop(tid)
+                self._ended_s += ended
+                total += ended
+                continue
+            self._last[tid] = waited
+            total += waited
+        return total
+
+    def close(self) -> None:
+        for clock in self._threads.values():
+            clock.close()
+        self._threads.clear()

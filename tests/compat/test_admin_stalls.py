@@ -24,7 +24,7 @@ from strom.protocol.messages.create_topics import CreateTopicsRequest, CreateTop
 from strom.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 
 from .conftest import StartBroker
-from .run_queue import OWN_THREAD, RunQueueWait, main_thread_of
+from .run_queue import OWN_THREAD, ProcessRunQueueWait, RunQueueWait
 from .support import unique_topic
 from .wire import WireClient
 
@@ -40,7 +40,8 @@ LOOP_STALL_BOUND_MS = 200.0
 # depends on how fast the machine is; the longest gap is what bounds a stall).
 PROBE_ROUND_TRIPS_MIN = 10
 STALL_LINE = re.compile(
-    r"^(\S+ \S+) WARNING strom\.broker: event loop stalled for (\d+) ms .*? the loop waited (\d+) ms for a CPU",
+    r"^(\S+ \S+) WARNING strom\.broker: event loop stalled for (\d+) ms .*? the loop waited (\d+) ms for a CPU"
+    r" during the worst, the broker's other threads (\d+) ms",
     re.MULTILINE,
 )
 
@@ -48,7 +49,7 @@ STALL_LINE = re.compile(
 class Probe:
     """ApiVersions round trips on their own connection, noting the longest gap between answers:
     as the clock saw it (``longest_gap_s``) and less what the probe's thread and the broker's
-    event-loop thread waited for a CPU meanwhile (``longest_charged_gap_s``, what the bound is
+    threads waited for a CPU meanwhile (``longest_charged_gap_s``, what the bound is
     about: on a loaded machine the scheduler's share of a gap is not the broker's doing)."""
 
     def __init__(self, port: int, broker_pid: int) -> None:
@@ -77,7 +78,7 @@ class Probe:
 
     def _run(self) -> None:
         request = ApiVersionsRequest(client_software_name="stall-probe", client_software_version="1")
-        own_wait, broker_wait = RunQueueWait(OWN_THREAD), RunQueueWait(main_thread_of(self._broker_pid))
+        own_wait, broker_wait = RunQueueWait(OWN_THREAD), ProcessRunQueueWait(self._broker_pid)
         last, waited_at_last = time.perf_counter(), own_wait() + broker_wait()
         try:
             while not self._stop.is_set():
@@ -100,10 +101,13 @@ class Probe:
 
 def broker_stalls_ms(log_text: str, since: str) -> list[int]:
     """Stalls the broker logged at or after the timestamp ``since`` (its log's own format), less
-    the time its loop's thread waited for a CPU meanwhile: what the broker's own work held the
+    the time its threads waited for a CPU meanwhile (the loop's, and the others': one of them
+    holding the interpreter's lock while descheduled holds the loop too): what the broker's own work held the
     loop, not what a loaded machine took from it."""
     return [
-        max(0, int(ms) - int(waited)) for stamp, ms, waited in STALL_LINE.findall(log_text) if stamp >= since
+        max(0, int(ms) - int(waited) - int(others))
+        for stamp, ms, waited, others in STALL_LINE.findall(log_text)
+        if stamp >= since
     ]
 
 

@@ -3,7 +3,7 @@ and again, until its standard input closes; then print what it saw as one JSON l
 
 It runs apart from the fuzzer so that no lock of the fuzzer's interpreter sits between the canary
 and the broker. Each round trip is timed twice: as the clock saw it, and less the time the
-canary's thread and the broker's event-loop thread spent runnable but waiting for a CPU meanwhile
+canary's thread and the broker's threads spent runnable but waiting for a CPU meanwhile
 (``/proc/.../schedstat``). On a machine with spare CPUs the two agree; beside CPU burners the
 second is what the broker's own work cost the canary — the figure its stall bound is about.
 
@@ -22,7 +22,7 @@ from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 from strom.protocol.records import Record, build_batch, iter_records
-from tests.compat.run_queue import OWN_THREAD, RunQueueWait, main_thread_of
+from tests.compat.run_queue import OWN_THREAD, ProcessRunQueueWait, RunQueueWait
 from tests.compat.wire import WireClient
 
 
@@ -74,7 +74,7 @@ class Figures:
 
 def run(port: int, topic: str, broker_pid: int, stop: threading.Event) -> Figures:
     own_wait = RunQueueWait(OWN_THREAD)
-    broker_wait = RunQueueWait(main_thread_of(broker_pid))
+    broker_wait = ProcessRunQueueWait(broker_pid)
     figures = Figures()
     try:
         with WireClient(port, timeout_s=30.0) as client:

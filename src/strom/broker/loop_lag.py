@@ -22,6 +22,7 @@ import contextlib
 import gc
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -75,6 +76,64 @@ class RunQueueClock:
             self._fd = None
 
 
+# The broker's threads are looked up again at most this often (threads of a pool start lazily).
+THREADS_REFRESH_S = 1.0
+
+
+class OtherThreadsRunQueueClock:
+    """How long the process's threads other than the one that made it have waited for a CPU, in
+    seconds, summed. While the loop stalls this tells the scheduler's share that the loop's own
+    clock cannot see: a worker thread holding the interpreter lock while it waits for a CPU keeps
+    the loop waiting on the lock, which is not a wait for a CPU of the loop's thread. (Summed over
+    threads it may count a thread that waited without holding the lock: a bound, not an exact
+    share.) One ``pread`` per thread; the list of threads is refreshed at most every
+    ``THREADS_REFRESH_S``; a thread that ended keeps what it had waited."""
+
+    def __init__(self, monotonic_s: Callable[[], float] = time.monotonic) -> None:
+        self._own = str(threading.get_native_id())
+        self._monotonic_s = monotonic_s
+        self._fds: dict[str, int] = {}
+        self._last: dict[str, float] = {}
+        self._ended_s = 0.0
+        self._refreshed = float("-inf")
+        self._available = os.path.isdir("/proc/self/task")
+
+    def _refresh(self) -> None:
+        self._refreshed = self._monotonic_s()
+        try:
+            tids = set(os.listdir("/proc/self/task")) - {self._own}
+        except OSError:
+            return
+        for tid in tids - self._fds.keys():
+            with contextlib.suppress(OSError):
+                self._fds[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+
+    def __call__(self) -> float:
+        if not self._available:
+            return 0.0
+        if self._monotonic_s() - self._refreshed >= THREADS_REFRESH_S:
+            self._refresh()
+        total = self._ended_s
+        for tid, fd in list(self._fds.items()):
+            try:
+                waited = int(os.pread(fd, 128, 0).split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):  # the thread ended: keep what it had
+                os.close(fd)
+                del self._fds[tid]
+                ended = self._last.pop(tid, 0.0)
+                self._ended_s += ended
+                total += ended
+                continue
+            self._last[tid] = waited
+            total += waited
+        return total
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
 class LoopLagMonitor:
     def __init__(
         self,
@@ -82,6 +141,7 @@ class LoopLagMonitor:
         interval_ms: int = INTERVAL_MS,
         monotonic_s: Callable[[], float] = time.monotonic,
         run_queue_s: Callable[[], float] | None = None,
+        others_run_queue_s: Callable[[], float] | None = None,
     ) -> None:
         self.warning_ms = warning_ms
         self._monotonic_s = monotonic_s
@@ -89,6 +149,10 @@ class LoopLagMonitor:
         self._run_queue_s = run_queue_s
         self._run_queue_at_arm = 0.0
         self._unreported_waited_ms = 0.0
+        # None: an OtherThreadsRunQueueClock made by run() on the loop's thread.
+        self._others_run_queue_s = others_run_queue_s
+        self._others_at_arm = 0.0
+        self._unreported_others_waited_ms = 0.0
         self.interval_ms = interval_ms
         self.max_lag_ms = 0.0
         self._unreported_count = 0
@@ -108,6 +172,10 @@ class LoopLagMonitor:
         if self._run_queue_s is None:
             own_clock = RunQueueClock()  # opened here: the loop's thread
             self._run_queue_s = own_clock
+        others_clock = None
+        if self._others_run_queue_s is None:
+            others_clock = OtherThreadsRunQueueClock()
+            self._others_run_queue_s = others_clock
         gc.callbacks.append(self._collector)
         self._arm()
         try:
@@ -119,6 +187,9 @@ class LoopLagMonitor:
             if own_clock is not None:
                 own_clock.close()
                 self._run_queue_s = None
+            if others_clock is not None:
+                others_clock.close()
+                self._others_run_queue_s = None
 
     def _arm(self) -> None:
         assert self._loop is not None
@@ -126,21 +197,29 @@ class LoopLagMonitor:
         self._collector_at_arm = self._collector.total_s
         if self._run_queue_s is not None:
             self._run_queue_at_arm = self._run_queue_s()
+        if self._others_run_queue_s is not None:
+            self._others_at_arm = self._others_run_queue_s()
         self._handle = self._loop.call_at(self._expected, self._tick)
 
     def _tick(self) -> None:
         assert self._loop is not None
         lag_ms = (self._loop.time() - self._expected) * 1000
         collector_ms = (self._collector.total_s - self._collector_at_arm) * 1000
-        waited_ms = 0.0
-        if lag_ms >= self.warning_ms and self._run_queue_s is not None:
-            waited_ms = (self._run_queue_s() - self._run_queue_at_arm) * 1000
-        self.observe(lag_ms, collector_ms, waited_ms)
+        waited_ms = others_waited_ms = 0.0
+        if lag_ms >= self.warning_ms:
+            if self._run_queue_s is not None:
+                waited_ms = (self._run_queue_s() - self._run_queue_at_arm) * 1000
+            if self._others_run_queue_s is not None:
+                others_waited_ms = (self._others_run_queue_s() - self._others_at_arm) * 1000
+        self.observe(lag_ms, collector_ms, waited_ms, others_waited_ms)
         self._arm()
 
-    def observe(self, lag_ms: float, collector_ms: float = 0.0, waited_ms: float = 0.0) -> None:
-        """A timer ran ``lag_ms`` late; the garbage collector ran ``collector_ms`` meanwhile, and
-        the loop's thread waited ``waited_ms`` for a CPU."""
+    def observe(
+        self, lag_ms: float, collector_ms: float = 0.0, waited_ms: float = 0.0, others_waited_ms: float = 0.0
+    ) -> None:
+        """A timer ran ``lag_ms`` late; the garbage collector ran ``collector_ms`` meanwhile, the
+        loop's thread waited ``waited_ms`` for a CPU and the broker's other threads
+        ``others_waited_ms`` (summed)."""
         self.max_lag_ms = max(self.max_lag_ms, lag_ms)
         if lag_ms < self.warning_ms:
             return
@@ -149,20 +228,24 @@ class LoopLagMonitor:
             self._unreported_max_ms = lag_ms
             self._unreported_collector_ms = collector_ms
             self._unreported_waited_ms = waited_ms
+            self._unreported_others_waited_ms = others_waited_ms
         now = self._monotonic_s()
         if now - self._last_warning < WARNING_INTERVAL_S:
             return
         log.warning(
             "event loop stalled for %.0f ms (%d stalls of %d ms or more since the last report; "
-            "the garbage collector ran %.0f ms and the loop waited %.0f ms for a CPU during the worst)",
+            "the garbage collector ran %.0f ms and the loop waited %.0f ms for a CPU during the worst,"
+            " the broker's other threads %.0f ms)",
             self._unreported_max_ms,
             self._unreported_count,
             self.warning_ms,
             self._unreported_collector_ms,
             self._unreported_waited_ms,
+            self._unreported_others_waited_ms,
         )
         self._last_warning = now
         self._unreported_count = 0
         self._unreported_max_ms = 0.0
         self._unreported_collector_ms = 0.0
         self._unreported_waited_ms = 0.0
+        self._unreported_others_waited_ms = 0.0
