@@ -35,10 +35,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from strom.broker.authorization import ZooKeeperAclStore
 from strom.broker.cluster.markers import ClusterMarkers
 from strom.broker.cluster.partitions import PartitionRoles
-from strom.broker.cluster.peer import PeerConnection, PeerError
+from strom.broker.cluster.peer import PeerConnection, PeerDialer, PeerError, PeerSecurityError
 from strom.broker.cluster.senders import ControllerSenders
 from strom.broker.config import BrokerConfig
 from strom.broker.groups import OFFSETS_TOPIC_CONFIG
+from strom.broker.listener_security import (
+    PLAINTEXT_INTER_BROKER,
+    InterBrokerSecurity,
+    inter_broker_security,
+)
 from strom.broker.quotas import QuotaStoreError
 from strom.broker.refused import Refused
 from strom.broker.replication import BrokerView, PartitionView, ReadAccess, TopicView
@@ -128,6 +133,10 @@ CONTROLLER_DRAIN_TIMEOUT_MS = 2_000
 # A ZooKeeper read that met a lost connection is asked again after this pause (the client holds
 # it until it is connected again; the pause only keeps a client that fails at once from spinning).
 ZOOKEEPER_READ_RETRY_BACKOFF_MS = 200
+# Before it registers, a broker whose inter-broker listener has TLS or SASL logs in to up to this
+# many live brokers (the first that answers decides), each given this long.
+INTER_BROKER_CHECK_BROKERS_MAX = 3
+INTER_BROKER_CHECK_TIMEOUT_MS = 10_000
 
 
 class ClusterStartError(Exception):
@@ -150,6 +159,8 @@ class ClusterSettings:
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
+    # How this broker reaches the others (inter.broker.listener.name and its security).
+    inter_broker: InterBrokerSecurity = PLAINTEXT_INTER_BROKER
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ClusterSettings:
@@ -186,6 +197,7 @@ class ClusterSettings:
             controlled_shutdown_enable=config.get_bool("controlled.shutdown.enable"),
             controlled_shutdown_max_retries=config.get_int("controlled.shutdown.max.retries"),
             controlled_shutdown_retry_backoff_ms=config.get_int("controlled.shutdown.retry.backoff.ms"),
+            inter_broker=inter_broker_security(config),
         )
 
 
@@ -233,6 +245,7 @@ class ClusterReplication:
             state.acls.store = ZooKeeperAclStore(self)
         self.settings = settings
         self.node_id = settings.node_id
+        self.dialer = PeerDialer(settings.inter_broker)
         self.control = BrokerControl(settings.node_id, -1)
         self.roles = PartitionRoles(
             settings.node_id,
@@ -241,8 +254,9 @@ class ClusterReplication:
             wake_readers=state.wake_readers,
             wake_replicas=state.wake_replicas,
             alter_isr=self._alter_isr_due,
+            dialer=self.dialer,
         )
-        self.senders = ControllerSenders(settings.node_id, self.apply_command)
+        self.senders = ControllerSenders(settings.node_id, self.apply_command, self.dialer)
         self.node: ClusterNode | None = None
         self.registration: BrokerRegistration | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -281,15 +295,16 @@ class ClusterReplication:
     # ---- starting and stopping -----------------------------------------------------------------------
 
     def _registration(self) -> BrokerRegistration:
-        # Every advertised listener, as bound (the server binds before it joins). Other brokers
-        # reach this one at the first (host and port of the registration); each client is told
-        # the endpoint of the listener its request came in on.
+        # Every advertised listener, as bound (the server binds before it joins), with its security
+        # protocol. Other brokers reach this one at its endpoint of the inter-broker listener, which
+        # is also the registration's host and port (Kafka writes the PLAINTEXT listener's there);
+        # each client is told the endpoint of the listener its request came in on.
         endpoints = tuple(self._state.advertised.values())
-        first = endpoints[0]
+        inter_broker = self._state.advertised.get(self.settings.inter_broker.listener, endpoints[0])
         return BrokerRegistration(
             self.node_id,
-            first.host,
-            first.port,
+            inter_broker.host,
+            inter_broker.port,
             endpoints,
             self.settings.rack,
             self._state.clock.wall_ms(),
@@ -337,6 +352,7 @@ class ClusterReplication:
             watch_acls=self._state.acls is not None,
         )
         try:
+            await self._check_inter_broker_login(node)
             cluster_id = await asyncio.to_thread(node.join)
             check_meta_properties(self._state.config.data_dir, cluster_id, self.node_id)
             client_quotas = await asyncio.to_thread(node.zk.read_client_quotas)
@@ -363,6 +379,45 @@ class ClusterReplication:
         node.start()
         self._tasks.append(loop.create_task(self._tick_loop()))
         self._tasks.append(loop.create_task(self._alter_isr_loop()))
+
+    async def _check_inter_broker_login(self, node: ClusterNode) -> None:
+        """Before registering, when brokers reach one another over TLS or SASL: connect and log in
+        to a live broker the way replication will. A broker that would be refused (a wrong
+        password, an unknown user, a certificate the others do not trust, or one of theirs this
+        broker does not) stops here with a line saying so, instead of joining and then failing to
+        replicate or to reach the controller. Unreachable brokers are skipped; with none to ask
+        (the first broker) there is nothing to check."""
+        dialer = self.dialer
+        if dialer.security is None:
+            return
+        try:
+            brokers = await asyncio.to_thread(node.zk.read_live_brokers)
+        except ZkError:
+            return  # no broker registered yet (or ZooKeeper busy): joining reports what matters
+        others = [broker for node_id, broker in sorted(brokers.items()) if node_id != self.node_id]
+        for broker in others[:INTER_BROKER_CHECK_BROKERS_MAX]:
+            host, port = dialer.address(broker)
+            peer = dialer.connection(host, port, f"strom-broker-{self.node_id}")
+            try:
+                await peer.open(INTER_BROKER_CHECK_TIMEOUT_MS)
+            except PeerSecurityError as error:
+                raise ClusterStartError(
+                    f"broker {broker.node_id} refuses this broker's inter-broker connection, so it would"
+                    f" not replicate nor reach the controller: {error}"
+                ) from None
+            except PeerError as error:
+                log.info("inter-broker login not checked at broker %d: %s", broker.node_id, error)
+                continue
+            finally:
+                peer.close()
+            log.info(
+                "logged in to broker %d at %s:%d over %s",
+                broker.node_id,
+                host,
+                port,
+                dialer.security.describe(),
+            )
+            return
 
     async def controlled_shutdown(self) -> None:
         """SIGTERM: ask the controller to move this broker's leaderships away (it answers with
@@ -551,7 +606,7 @@ class ClusterReplication:
             ]
             outcome = self.control.on_leader_and_isr(command, hosted)
             if outcome.error == ErrorCode.NONE:
-                leaders = {broker.node_id: (broker.host, broker.port) for broker in command.leaders}
+                leaders = {broker.node_id: self.dialer.address(broker) for broker in command.leaders}
                 await self._apply(outcome, leaders)
         return outcome
 
@@ -663,7 +718,7 @@ class ClusterReplication:
         address = leaders.get(info.leader)
         if address is None and info.leader != NO_LEADER:
             broker = self.control.metadata.brokers.get(info.leader)
-            address = (broker.host, broker.port) if broker is not None else None
+            address = self.dialer.address(broker) if broker is not None else None
         self.roles.become_follower(info, partition_log, address)
 
     async def _stop_replica(self, stop: StopReplica) -> None:
@@ -799,13 +854,12 @@ class ClusterReplication:
         broker = self.control.metadata.brokers.get(controller_id)
         if broker is None:
             raise PeerError("no controller is known yet")
+        host, port = self.dialer.address(broker)
         peer = self._controller_peer
-        if peer is None or peer.closed or (peer.host, peer.port) != (broker.host, broker.port):
+        if peer is None or peer.closed or (peer.host, peer.port) != (host, port):
             if peer is not None:
                 peer.close()
-            peer = self._controller_peer = PeerConnection(
-                broker.host, broker.port, f"strom-broker-{self.node_id}"
-            )
+            peer = self._controller_peer = self.dialer.connection(host, port, f"strom-broker-{self.node_id}")
         return peer
 
     async def _ask_controlled_shutdown(self) -> ControlledShutdownReply:
