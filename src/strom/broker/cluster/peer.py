@@ -138,6 +138,7 @@ class PeerConnection:
         self._security = security
         # When to log in again (the event loop's clock), None: never (not SASL, or no lifetime).
         self._reauthenticate_at: float | None = None
+        self.logins = 0  # SASL exchanges completed on this connection
         self._transport: asyncio.Transport | None = None
         self._correlation_ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], Any, int, int]] = {}
@@ -226,6 +227,7 @@ class PeerConnection:
             self.close(failure)
             _warn_security_failure(self.host, self.port, str(failure))
             raise failure from None
+        self.logins += 1
         lifetime_ms = client.session_lifetime_ms
         self._reauthenticate_at = (
             loop.time() + lifetime_ms * REAUTHENTICATE_AT_LIFETIME_FRACTION / 1000
@@ -287,4 +289,9 @@ class PeerConnection:
         transport, self._transport = self._transport, None
         if transport is not None:
             with contextlib.suppress(Exception):
-                transport.close()
+                if self._security is not None and self._security.ssl_context is not None:
+                    # Every request in flight has failed: nothing to flush, and TLS's closing
+                    # exchange would keep the socket open until the other broker answers it.
+                    transport.abort()
+                else:
+                    transport.close()
