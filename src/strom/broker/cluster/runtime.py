@@ -47,6 +47,7 @@ from strom.broker.listener_security import (
 from strom.broker.quotas import QuotaStoreError
 from strom.broker.refused import Refused
 from strom.broker.replication import BrokerView, PartitionView, ReadAccess, TopicView
+from strom.broker.scram_store import ZooKeeperScramStore
 from strom.broker.transactions import transaction_state_topic_config
 from strom.cluster import wire
 from strom.cluster.actions import (
@@ -344,6 +345,7 @@ class ClusterReplication:
                 registered=on_loop(self._on_registered),
                 topic_configs=on_loop(self._on_topic_configs),
                 client_quotas=on_loop(self._on_client_quotas),
+                user_configs=on_loop(self._on_user_configs),
                 unclean_election=on_loop(self.unclean_elections.append),
                 acls=on_loop(self._on_acls),
             ),
@@ -555,6 +557,12 @@ class ClusterReplication:
     ) -> None:
         """Change one resource's ACLs in ZooKeeper (every broker hears of it)."""
         await self._zookeeper(lambda zk: zk.change_acls(key, added, removed))
+
+    def _on_user_configs(self, users: Mapping[str, Mapping[str, str] | None]) -> None:
+        """Users a change notification named (their SCRAM credentials may have changed)."""
+        store = self._state.scram_credentials
+        if isinstance(store, ZooKeeperScramStore):
+            store.apply(users)
 
     def _on_client_quotas(self, quotas: Mapping[QuotaEntityParts, Mapping[str, float]]) -> None:
         self._state.quotas.replace_all({QuotaEntity(parts): dict(values) for parts, values in quotas.items()})
