@@ -252,6 +252,38 @@ def test_brokers_replicate_over_sasl_ssl_logged_in_with_scram(scram_cluster: Sec
     _replicate_and_fail_over(scram_cluster)
 
 
+def _refused_at_start(cluster: LocalCluster, settings: dict[str, str], work_dir: Path) -> str:
+    """Start a fourth broker with ``settings``: it must exit 1 without registering; its log."""
+    intruder = BrokerProcess(
+        4, 0, work_dir / "broker-4", work_dir / "broker-4.log", cluster.zookeeper_connect, settings
+    )
+    intruder.start()
+    assert intruder.process is not None
+    try:
+        exit_code = intruder.process.wait(60)
+    finally:
+        intruder.kill()
+    log_text = (work_dir / "broker-4.log").read_text(encoding="utf-8")
+    assert exit_code == 1, log_text
+    assert "cannot join the cluster: broker" in log_text
+    return log_text
+
+
+def test_a_broker_whose_certificate_the_others_do_not_trust_does_not_join(
+    mtls_cluster: SecuredCluster, certificates: tuple[Certificates, Path], tmp_path: Path
+) -> None:
+    made, _ = certificates
+    mtls_cluster.cluster.restart_stopped()
+    rogue_keystore = tmp_path / "rogue-keystore.pem"
+    rogue_keystore.write_text(made.rogue_certificate.read_text() + made.rogue_key.read_text())
+    settings = mtls_cluster.settings | {"ssl.keystore.location": str(rogue_keystore)}
+    log_text = _refused_at_start(mtls_cluster.cluster, settings, tmp_path)
+    assert "closed this broker's TLS connection before answering" in log_text
+    assert "the others most likely do not trust its certificate" in log_text
+    admin = AdminClient(mtls_cluster.client | {"bootstrap.servers": mtls_cluster.cluster.bootstrap})
+    assert sorted(admin.list_topics(timeout=10).brokers) == [1, 2, 3]
+
+
 def test_a_broker_with_a_wrong_inter_broker_password_does_not_join(
     scram_cluster: SecuredCluster, tmp_path: Path
 ) -> None:
@@ -260,23 +292,7 @@ def test_a_broker_with_a_wrong_inter_broker_password_does_not_join(
     settings = scram_cluster.settings | {
         "listener.name.broker.scram-sha-512.sasl.jaas.config": _jaas("broker", "not-the-password")
     }
-    intruder = BrokerProcess(
-        4,
-        0,
-        tmp_path / "broker-4",
-        tmp_path / "broker-4.log",
-        cluster.zookeeper_connect,
-        settings,
-    )
-    intruder.start()
-    assert intruder.process is not None
-    try:
-        exit_code = intruder.process.wait(60)
-    finally:
-        intruder.kill()
-    assert exit_code == 1
-    log_text = (tmp_path / "broker-4.log").read_text(encoding="utf-8")
-    assert "cannot join the cluster: broker" in log_text
+    log_text = _refused_at_start(cluster, settings, tmp_path)
     assert "refuses this broker's inter-broker connection" in log_text
     assert "cannot log in to the broker at 127.0.0.1:" in log_text
     assert "SCRAM-SHA-512 as broker" in log_text

@@ -10,6 +10,7 @@ cluster reads its own (``inter_broker_security``)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,3 +134,41 @@ def test_a_certificate_of_an_untrusted_ca_is_refused_with_the_reason(
         PeerSecurityError, match=r"the other broker's certificate is not trusted: .*certificate"
     ):
         asyncio.run(scenario())
+
+
+def test_a_port_probe_of_a_tls_listener_leaves_no_line_a_plaintext_client_does(
+    tmp_path: Path, certificates: Certificates
+) -> None:
+    """What the ``strom`` command's reachability check and a broker's start-up wait do: connect and
+    close without a byte. Between two plaintext clients (each a rate-limited warning), three probes
+    leave nothing."""
+    settings = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(certificates.broker_keystore)}
+    process = BrokerProcess(tmp_path, settings)
+    process.start()
+    try:
+
+        def plaintext_client() -> None:
+            with socket.create_connection(("127.0.0.1", process.port), timeout=10) as client:
+                client.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00")
+                client.recv(1024)  # the broker closes it
+
+        def lines() -> int:
+            return process.log_path.read_text(encoding="utf-8").count("TLS handshake on listener SSL failed")
+
+        def wait_for_lines(count: int) -> None:
+            deadline = time.monotonic() + 30
+            while lines() < count:
+                assert time.monotonic() < deadline, (
+                    f"no {count} handshake lines:\n{process.log_path.read_text()}"
+                )
+                time.sleep(0.05)
+
+        plaintext_client()
+        wait_for_lines(1)
+        for _ in range(3):
+            socket.create_connection(("127.0.0.1", process.port), timeout=10).close()
+        plaintext_client()
+        wait_for_lines(2)
+        assert lines() == 2
+    finally:
+        process.close()

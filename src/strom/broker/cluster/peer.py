@@ -119,13 +119,13 @@ class _AnswerReader(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         owner = self._owner
-        owner.close(PeerError(f"{owner.host}:{owner.port} closed the connection"))
+        owner.close(owner.refused_tls() or PeerError(f"{owner.host}:{owner.port} closed the connection"))
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         owner = self._owner
         reason = f"failed: {exc}" if exc is not None else "closed"
-        owner.close(PeerError(f"connection to {owner.host}:{owner.port} {reason}"))
+        owner.close(owner.refused_tls(exc) or PeerError(f"connection to {owner.host}:{owner.port} {reason}"))
 
 
 class PeerConnection:
@@ -139,6 +139,8 @@ class PeerConnection:
         # When to log in again (the event loop's clock), None: never (not SASL, or no lifetime).
         self._reauthenticate_at: float | None = None
         self.logins = 0  # SASL exchanges completed on this connection
+        self.answers = 0  # answers received on this connection
+        self.established = False  # connected (and through the TLS handshake)
         self._transport: asyncio.Transport | None = None
         self._correlation_ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], Any, int, int]] = {}
@@ -193,11 +195,17 @@ class PeerConnection:
             if self._closed_error is not None:  # closed while connecting (a fetcher gave it up)
                 transport.close()
                 raise self._closed_error
+            self.established = True
             if security is not None and security.sasl_mechanism is not None:
                 # Due at once: requests of others wait for this lock (see ``request``) until logged in.
                 self._reauthenticate_at = loop.time()
                 self._transport = transport
-                await self._login(transport, timeout_ms)
+                try:
+                    await self._login(transport, timeout_ms)
+                except BaseException:
+                    # Half logged in (an answer lost, or this task cancelled): unusable.
+                    self.close(PeerError(f"logging in to {self.host}:{self.port} did not finish"))
+                    raise
             self._transport = transport
             return transport
 
@@ -273,11 +281,34 @@ class PeerConnection:
         pending = self._pending.pop(correlation_id, None)
         if pending is None:
             return  # answered after its request timed out
+        self.answers += 1
         future, response_type, api_key, version = pending
         _, body_offset = decode_response_header(frame, api_key, version)
         response = response_type.decode(memoryview(frame)[body_offset:], version)
         if not future.done():
             future.set_result(response)
+
+    def refused_tls(self, exc: Exception | None = None) -> PeerError | None:
+        """Why the other broker ended this TLS connection before its first answer, if that is
+        likely its refusal of this broker's client certificate: with TLS 1.3 the handshake
+        seems to succeed here, and the refusal comes later, as an alert (``exc``) or a close."""
+        security = self._security
+        if security is None or security.ssl_context is None or not self.established or self.answers:
+            return None
+        if self._closed_error is not None:
+            return None  # closed on purpose first
+        if isinstance(exc, ssl.SSLError) and "ALERT" in (exc.reason or ""):
+            failure: PeerError = PeerSecurityError(
+                f"the broker at {self.host}:{self.port} refused this broker's TLS connection ({exc.reason}):"
+                f" {security.describe()}'s keystore must hold a certificate its truststore trusts"
+            )
+        else:
+            failure = PeerError(
+                f"the broker at {self.host}:{self.port} closed this broker's TLS connection before its first"
+                f" answer: does it trust this broker's certificate ({security.describe()}'s keystore)?"
+            )
+        _warn_security_failure(self.host, self.port, str(failure))
+        return failure
 
     def close(self, error: PeerError | None = None) -> None:
         if self._closed_error is None:

@@ -88,6 +88,7 @@ from strom.coordinator import OFFSETS_TOPIC, partition_for_group
 from strom.coordinator.transactions import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_partition import AlterPartitionResponse
+from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from strom.protocol.messages.controlled_shutdown import ControlledShutdownResponse
 from strom.security.quotas import QuotaEntity
 from strom.storage import (
@@ -138,6 +139,7 @@ ZOOKEEPER_READ_RETRY_BACKOFF_MS = 200
 # many live brokers (the first that answers decides), each given this long.
 INTER_BROKER_CHECK_BROKERS_MAX = 3
 INTER_BROKER_CHECK_TIMEOUT_MS = 10_000
+API_VERSIONS_VERSION = 2
 
 
 class ClusterStartError(Exception):
@@ -397,17 +399,27 @@ class ClusterReplication:
         except ZkError:
             return  # no broker registered yet (or ZooKeeper busy): joining reports what matters
         others = [broker for node_id, broker in sorted(brokers.items()) if node_id != self.node_id]
+        closed_early: list[str] = []  # TLS connections closed before an answer: refused, likely
         for broker in others[:INTER_BROKER_CHECK_BROKERS_MAX]:
             host, port = dialer.address(broker)
             peer = dialer.connection(host, port, f"strom-broker-{self.node_id}")
             try:
-                await peer.open(INTER_BROKER_CHECK_TIMEOUT_MS)
+                # An answer, not only a handshake: with TLS 1.3 a refused client certificate
+                # shows only once the other side has read it.
+                await peer.request(
+                    ApiVersionsRequest(),
+                    API_VERSIONS_VERSION,
+                    ApiVersionsResponse,
+                    INTER_BROKER_CHECK_TIMEOUT_MS,
+                )
             except PeerSecurityError as error:
                 raise ClusterStartError(
                     f"broker {broker.node_id} refuses this broker's inter-broker connection, so it would"
                     f" not replicate nor reach the controller: {error}"
                 ) from None
             except PeerError as error:
+                if peer.established and not peer.answers and dialer.security.ssl_context is not None:
+                    closed_early.append(f"broker {broker.node_id} at {host}:{port}")
                 log.info("inter-broker login not checked at broker %d: %s", broker.node_id, error)
                 continue
             finally:
@@ -420,6 +432,13 @@ class ClusterReplication:
                 dialer.security.describe(),
             )
             return
+        if closed_early:
+            raise ClusterStartError(
+                f"{', '.join(closed_early)} closed this broker's TLS connection before answering, so it would"
+                " not replicate nor reach the controller: the others most likely do not trust its"
+                f" certificate ({dialer.security.describe()}'s ssl.keystore must be signed by a CA in"
+                " their ssl.truststore)"
+            )
 
     async def controlled_shutdown(self) -> None:
         """SIGTERM: ask the controller to move this broker's leaderships away (it answers with
