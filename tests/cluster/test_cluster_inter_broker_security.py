@@ -7,7 +7,8 @@ is wrong is refused at start, with a line saying why, and the others go on.
 Two clusters: one whose only listener is SSL with client certificates required (each broker shows
 its own certificate, whose subject is the super user), one with a SASL_SSL client listener first and
 a SASL_SSL BROKER listener where brokers log in with SCRAM-SHA-512 as User:broker (the credential
-written to ZooKeeper before any broker starts, as Kafka requires).
+written to ZooKeeper before any broker starts, as Kafka requires), in sessions of two seconds that
+their connections renew.
 """
 
 from __future__ import annotations
@@ -151,6 +152,8 @@ def scram_cluster(
             "ssl.keystore.location": str(made.broker_keystore),
             "ssl.truststore.location": str(made.ca),
             "super.users": "User:broker;User:admin",
+            # Sessions of two seconds: the brokers' connections to one another log in again on the way.
+            "connections.max.reauth.ms": "2000",
         }
     )
     client = {
@@ -250,6 +253,10 @@ def test_brokers_replicate_over_mutual_tls_as_their_certificates_subject(
 
 def test_brokers_replicate_over_sasl_ssl_logged_in_with_scram(scram_cluster: SecuredCluster) -> None:
     _replicate_and_fail_over(scram_cluster)
+    for broker in scram_cluster.cluster.brokers.values():  # no connection outlived its session
+        log_text = broker.log_path.read_text(encoding="utf-8")
+        assert "was not re-authenticated" not in log_text
+        assert "during SASL authentication" not in log_text
 
 
 def _refused_at_start(cluster: LocalCluster, settings: dict[str, str], work_dir: Path) -> str:
