@@ -501,6 +501,42 @@ _KEYS += [
     ),
 ]
 
+# ---- How brokers of a cluster reach one another (docs/security.md, "Between brokers";
+# strom.broker.listener_security.inter_broker_security).
+_KEYS += [
+    ConfigKey(
+        "inter.broker.listener.name",
+        "string",
+        "",
+        "The listener brokers of a cluster reach one another at (replication, the controller's"
+        " requests), with its security protocol: TLS with the listener's keystore as client certificate"
+        " and truststore, SASL with sasl.mechanism.inter.broker.protocol. Not with"
+        " security.inter.broker.protocol. Neither set: the listener named PLAINTEXT, else the first.",
+    ),
+    ConfigKey(
+        "security.inter.broker.protocol",
+        "string",
+        "",
+        "Instead of inter.broker.listener.name: the listener named after this protocol"
+        " (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
+    ),
+    ConfigKey(
+        "sasl.mechanism.inter.broker.protocol",
+        "string",
+        "GSSAPI",
+        "How a broker logs in to the others on a SASL inter-broker listener: PLAIN, SCRAM-SHA-256 or"
+        " SCRAM-SHA-512 (Kafka's default GSSAPI is not offered), with the username and password of"
+        " listener.name.<l>.<mechanism>.sasl.jaas.config (or sasl.jaas.config).",
+    ),
+    ConfigKey(
+        "ssl.endpoint.identification.algorithm",
+        "string",
+        "https",
+        "https: a broker connecting to another over TLS checks that the other's certificate names the"
+        " host it connects to; empty: it does not.",
+    ),
+]
+
 BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 
 # The keys an operator may change while the broker runs (AlterConfigs / IncrementalAlterConfigs on

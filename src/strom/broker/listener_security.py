@@ -14,13 +14,21 @@ import os
 import ssl
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from strom.broker.config import BrokerConfig, BrokerConfigError
+from strom.broker.listeners import SECURITY_PROTOCOLS
 from strom.cluster.model import Endpoint
-from strom.security.jaas import JaasError, plain_users
+from strom.security.jaas import (
+    PLAIN_LOGIN_MODULE,
+    SCRAM_LOGIN_MODULE,
+    JaasError,
+    parse_jaas_config,
+    plain_users,
+)
 from strom.security.sasl import DEFAULT_MECHANISMS, SaslSettings
+from strom.security.sasl_client import CLIENT_MECHANISMS
 from strom.security.scram import ScramCredential
 
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
@@ -61,19 +69,59 @@ def _readable(path_text: str, key: str) -> Path:
 
 def ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     """A server context from the listener's ``ssl.*`` keys (PEM keystore and truststore)."""
+    prefix = f"listener {listener}"
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _set_versions(context, config, listener)
+    _load_keystore(context, config, listener, required=True)
+    client_auth = listener_value(config, listener, "ssl.client.auth").lower() or "none"
+    if client_auth not in CLIENT_AUTH:
+        raise BrokerConfigError(
+            f"{prefix}: ssl.client.auth={client_auth}: must be none, requested or required"
+        )
+    trusted = _load_truststore(context, config, listener)
+    if client_auth != "none" and not trusted:
+        raise BrokerConfigError(
+            f"{prefix}: ssl.client.auth={client_auth} needs ssl.truststore.location (the CA certificates"
+            " client certificates are checked against)"
+        )
+    context.verify_mode = CLIENT_AUTH[client_auth]
+    return context
 
-    def value(key: str) -> str:
-        return listener_value(config, listener, key)
 
+def client_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+    """The context of this broker's connections to other brokers' ``listener`` (SSL, SASL_SSL):
+    their certificates checked against the listener's truststore (the system's CAs without one),
+    their host name against the certificate unless ``ssl.endpoint.identification.algorithm`` is
+    empty (Kafka's default ``https`` checks it), and the listener's keystore shown as this
+    broker's client certificate (what ``ssl.client.auth=required`` asks of it)."""
+    prefix = f"listener {listener}"
+    algorithm = listener_value(config, listener, "ssl.endpoint.identification.algorithm").lower()
+    if algorithm not in ("", "https"):
+        raise BrokerConfigError(
+            f"{prefix}: ssl.endpoint.identification.algorithm={algorithm}: must be https (check the"
+            " other broker's host name against its certificate) or empty (do not)"
+        )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _set_versions(context, config, listener)
+    if not _load_truststore(context, config, listener):
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    context.check_hostname = algorithm == "https"
+    context.verify_mode = ssl.CERT_REQUIRED
+    _load_keystore(context, config, listener, required=False)
+    return context
+
+
+def _set_versions(context: ssl.SSLContext, config: BrokerConfig, listener: str) -> None:
     prefix = f"listener {listener}"
     for type_key in ("ssl.keystore.type", "ssl.truststore.type"):
-        if value(type_key).upper() != "PEM":
+        kind = listener_value(config, listener, type_key)
+        if kind.upper() != "PEM":
             raise BrokerConfigError(
-                f"{prefix}: {type_key}={value(type_key)}: strom reads PEM files only"
+                f"{prefix}: {type_key}={kind}: strom reads PEM files only"
                 " (convert a JKS or PKCS12 store with keytool/openssl)"
             )
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    versions = [name.strip() for name in value("ssl.enabled.protocols").split(",") if name.strip()]
+    text = listener_value(config, listener, "ssl.enabled.protocols")
+    versions = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in versions if name not in TLS_VERSIONS]
     if unknown or not versions:
         raise BrokerConfigError(
@@ -82,6 +130,36 @@ def ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
         )
     context.minimum_version = min(TLS_VERSIONS[name] for name in versions)
     context.maximum_version = max(TLS_VERSIONS[name] for name in versions)
+
+
+def _load_truststore(context: ssl.SSLContext, config: BrokerConfig, listener: str) -> bool:
+    """The listener's CA certificates (``ssl.truststore.*``) into ``context``; False without any."""
+    trust_location = listener_value(config, listener, "ssl.truststore.location")
+    trust_inline = listener_value(config, listener, "ssl.truststore.certificates")
+    try:
+        if trust_location:
+            context.load_verify_locations(cafile=str(_readable(trust_location, "ssl.truststore.location")))
+        elif trust_inline:
+            context.load_verify_locations(cadata=trust_inline)
+        else:
+            return False
+    except ssl.SSLError as error:
+        raise BrokerConfigError(
+            f"listener {listener}: the truststore ({trust_location or 'ssl.truststore.certificates'})"
+            f" does not hold PEM CA certificates: {error}"
+        ) from None
+    return True
+
+
+def _load_keystore(context: ssl.SSLContext, config: BrokerConfig, listener: str, *, required: bool) -> bool:
+    """The listener's certificate and key (``ssl.keystore.*``) into ``context``: the broker's own
+    certificate as a server, and as a client of another broker (mTLS). False when none is
+    configured and not ``required``."""
+
+    def value(key: str) -> str:
+        return listener_value(config, listener, key)
+
+    prefix = f"listener {listener}"
     password = value("ssl.key.password") or None
     location = value("ssl.keystore.location")
     chain, key = value("ssl.keystore.certificate.chain"), value("ssl.keystore.key")
@@ -90,40 +168,19 @@ def ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
             context.load_cert_chain(_readable(location, "ssl.keystore.location"), password=password)
         elif chain and key:
             _load_inline_cert_chain(context, chain, key, password)
-        else:
+        elif required:
             raise BrokerConfigError(
                 f"{prefix} needs the broker's certificate and key: ssl.keystore.location"
                 " (a PEM file holding both) or ssl.keystore.certificate.chain and ssl.keystore.key"
             )
+        else:
+            return False
     except ssl.SSLError as error:
         raise BrokerConfigError(
             f"{prefix}: the keystore ({location or 'ssl.keystore.certificate.chain/key'}) does not hold a"
             f" PEM certificate chain and its private key, or ssl.key.password is wrong: {error}"
         ) from None
-    trust_location = value("ssl.truststore.location")
-    trust_inline = value("ssl.truststore.certificates")
-    client_auth = value("ssl.client.auth").lower() or "none"
-    if client_auth not in CLIENT_AUTH:
-        raise BrokerConfigError(
-            f"{prefix}: ssl.client.auth={client_auth}: must be none, requested or required"
-        )
-    try:
-        if trust_location:
-            context.load_verify_locations(cafile=str(_readable(trust_location, "ssl.truststore.location")))
-        elif trust_inline:
-            context.load_verify_locations(cadata=trust_inline)
-    except ssl.SSLError as error:
-        raise BrokerConfigError(
-            f"{prefix}: the truststore ({trust_location or 'ssl.truststore.certificates'}) does not hold"
-            f" PEM CA certificates: {error}"
-        ) from None
-    if client_auth != "none" and not (trust_location or trust_inline):
-        raise BrokerConfigError(
-            f"{prefix}: ssl.client.auth={client_auth} needs ssl.truststore.location (the CA certificates"
-            " client certificates are checked against)"
-        )
-    context.verify_mode = CLIENT_AUTH[client_auth]
-    return context
+    return True
 
 
 def _load_inline_cert_chain(context: ssl.SSLContext, chain: str, key: str, password: str | None) -> None:
@@ -197,6 +254,126 @@ def listener_security(
     )
 
 
+@dataclass(frozen=True)
+class InterBrokerSecurity:
+    """How this broker reaches the other brokers of its cluster (its replica fetchers, the
+    controller's commands, its requests to the controller, transaction markers): at their endpoint
+    of ``listener`` (``inter.broker.listener.name``, every broker of a cluster names the same), with
+    that listener's TLS as a client and, on a SASL listener, logging in as ``sasl_username``."""
+
+    listener: str
+    security_protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str = ""
+    sasl_password: str = field(default="", repr=False)
+
+    @property
+    def plaintext(self) -> bool:
+        return self.ssl_context is None and self.sasl_mechanism is None
+
+    def describe(self) -> str:
+        """For log lines: ``listener BROKER (SASL_SSL, SCRAM-SHA-512 as broker)``."""
+        login = f", {self.sasl_mechanism} as {self.sasl_username}" if self.sasl_mechanism else ""
+        return f"listener {self.listener} ({self.security_protocol}{login})"
+
+
+# What a broker of a cluster configured with none of the inter-broker keys, or a unit test, uses.
+PLAINTEXT_INTER_BROKER = InterBrokerSecurity("PLAINTEXT")
+
+
+def inter_broker_listener(config: BrokerConfig) -> Endpoint:
+    """The listener brokers reach one another at, as Kafka chooses it: ``inter.broker.listener.name``,
+    or the listener named after ``security.inter.broker.protocol`` (at most one of the two is
+    set). With neither, Kafka's default is the listener named PLAINTEXT; a broker without one uses
+    its first listener (strom's rule before it read these keys)."""
+    listeners = config.listeners()
+    by_name = {endpoint.listener: endpoint for endpoint in listeners}
+    named = config.get_str("inter.broker.listener.name").strip().upper()
+    protocol = config.get_str("security.inter.broker.protocol").strip().upper()
+    if named and protocol:
+        raise BrokerConfigError(
+            "inter.broker.listener.name and security.inter.broker.protocol are both set: set only one"
+            " (as Kafka requires; inter.broker.listener.name names the listener itself)"
+        )
+    if named:
+        if named not in by_name:
+            raise BrokerConfigError(
+                f"inter.broker.listener.name={named}: this broker has no such listener"
+                f" (its listeners: {', '.join(by_name)})"
+            )
+        return by_name[named]
+    if protocol:
+        if protocol not in SECURITY_PROTOCOLS:
+            raise BrokerConfigError(
+                f"security.inter.broker.protocol={protocol}: not a security protocol"
+                f" ({', '.join(SECURITY_PROTOCOLS)})"
+            )
+        if protocol not in by_name:
+            raise BrokerConfigError(
+                f"security.inter.broker.protocol={protocol} names the listener {protocol}, which this"
+                f" broker does not open (its listeners: {', '.join(by_name)}); name the listener with"
+                " inter.broker.listener.name instead"
+            )
+        return by_name[protocol]
+    return by_name.get("PLAINTEXT", listeners[0])
+
+
+def inter_broker_security(config: BrokerConfig) -> InterBrokerSecurity:
+    """This broker's side of its connections to other brokers (``InterBrokerSecurity``); a setting
+    that cannot work is a ``BrokerConfigError`` naming it, so the broker stops at start."""
+    endpoint = inter_broker_listener(config)
+    listener, protocol = endpoint.listener, endpoint.security_protocol
+    if protocol == "PLAINTEXT":
+        return InterBrokerSecurity(listener)
+    context = client_ssl_context(config, listener) if protocol in TLS_PROTOCOLS else None
+    if protocol not in SASL_PROTOCOLS:
+        return InterBrokerSecurity(listener, protocol, context)
+    mechanism = config.get_str("sasl.mechanism.inter.broker.protocol").strip().upper()
+    if mechanism not in CLIENT_MECHANISMS:
+        raise BrokerConfigError(
+            f"sasl.mechanism.inter.broker.protocol={mechanism or '(empty)'}: brokers log in to one another"
+            f" with {', '.join(CLIENT_MECHANISMS)} (Kafka's default, GSSAPI, is not offered): set it for"
+            f" the inter-broker listener {listener} ({protocol})"
+        )
+    enabled = sasl_settings(config, listener, lambda _user, _mechanism: None).mechanisms
+    if mechanism not in enabled:
+        raise BrokerConfigError(
+            f"sasl.mechanism.inter.broker.protocol={mechanism}: the inter-broker listener {listener}"
+            f" does not enable it (sasl.enabled.mechanisms: {', '.join(enabled)})"
+        )
+    username, password = _inter_broker_login(config, listener, mechanism)
+    return InterBrokerSecurity(listener, protocol, context, mechanism, username, password)
+
+
+def _inter_broker_login(config: BrokerConfig, listener: str, mechanism: str) -> tuple[str, str]:
+    """The broker's own user and password: ``username`` and ``password`` of the JAAS configuration
+    of the listener's mechanism (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else
+    ``sasl.jaas.config``), as Kafka reads them."""
+    key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
+    example = f'{key}={module} required username="broker" password="...";'
+    text = config.values.get(key) or listener_value(config, listener, "sasl.jaas.config")
+    if not text:
+        raise BrokerConfigError(
+            f"the inter-broker listener {listener} logs in with {mechanism}, but no JAAS configuration"
+            f" gives this broker's username and password: set {example}"
+        )
+    try:
+        entries = parse_jaas_config(text)
+    except JaasError as error:
+        raise BrokerConfigError(f"{key}: {error}") from None
+    entry = next((found for found in entries if found.login_module == module), None)
+    username = entry.options.get("username", "") if entry is not None else ""
+    password = entry.options.get("password", "") if entry is not None else ""
+    if not username or not password:
+        raise BrokerConfigError(
+            f"the inter-broker listener {listener} logs in with {mechanism}: its JAAS configuration needs"
+            f" {module} with this broker's username and password ({example})"
+        )
+    return username, password
+
+
 def check_listener_security(config: BrokerConfig) -> None:
     """Raise BrokerConfigError now for what would stop the broker at start (a missing keystore,
     unusable JAAS users), so ``strom broker`` exits before it creates anything."""
@@ -206,24 +383,22 @@ def check_listener_security(config: BrokerConfig) -> None:
 
 
 def check_cluster_listener(config: BrokerConfig) -> None:
-    """Brokers of a cluster reach one another at each one's first listener, without TLS or SASL
-    (strom's replica connections speak plaintext only): there it must be PLAINTEXT."""
+    """In a cluster: the inter-broker listener and what logging in there needs (``inter_broker_security``)."""
     if not config.is_set("zookeeper.connect"):
         return
-    first = config.listeners()[0]
-    if first.security_protocol != "PLAINTEXT":
-        raise BrokerConfigError(
-            f"listeners: in a cluster other brokers connect to the first listener, {first.listener}"
-            f" ({first.security_protocol}), and strom's broker-to-broker connections are plaintext"
-            " only: put a PLAINTEXT listener (on a private interface) first"
-        )
+    inter_broker_security(config)
 
 
 __all__ = [
     "DEFAULT_MECHANISMS",
+    "PLAINTEXT_INTER_BROKER",
+    "InterBrokerSecurity",
     "ListenerSecurity",
     "check_cluster_listener",
     "check_listener_security",
+    "client_ssl_context",
+    "inter_broker_listener",
+    "inter_broker_security",
     "listener_security",
     "listener_value",
 ]

@@ -9,8 +9,9 @@ A broker of a cluster (``ZooKeeperScramStore``): ZooKeeper, as Kafka keeps them,
 ``/config/users/<user>`` (``{"version":1,"config":{"SCRAM-SHA-512":"salt=..."}}``; other keys of a
 user, its quotas, are kept as they are). An alteration is written there before it is answered
 (with a ``users/<user>`` change notification, as Kafka writes) and applies on this broker at once;
-every broker reads the whole table at start and again every ``scram_credentials_refresh_ms``, so a
-user created through one broker can log in on the others within that.
+every broker reads the whole table at start, and again the users each change notification names
+(``apply``, from the cluster thread's watch on ``/config/changes``), so a user created through one
+broker can log in on the others as soon as they have seen the notification.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from strom.base import limits
 from strom.broker.refused import Refused
-from strom.protocol.errors import ErrorCode
 from strom.security.credentials import (
     MECHANISM_TO_CODE,
     CredentialTable,
@@ -116,13 +116,20 @@ class ZooKeeperScramStore:
         self._cluster = cluster
         self.table = CredentialTable()
         self._loaded = asyncio.Event()
+        self._generation = 0  # notifications applied (see load)
 
     async def wait_loaded(self) -> None:
         """Logins that come between the listeners' opening and the first read of ZooKeeper wait for it."""
         await self._loaded.wait()
 
     async def load(self) -> None:
-        configs = await self._cluster.zookeeper(lambda zk: zk.read_user_configs(), read=True)
+        """Every user's credentials, read again if a notification was applied meanwhile (the
+        whole read must not undo a change it did not see)."""
+        while True:
+            generation = self._generation
+            configs = await self._cluster.zookeeper(lambda zk: zk.read_user_configs(), read=True)
+            if generation == self._generation:
+                break
         table = CredentialTable()
         for user, config in configs.items():
             try:
@@ -132,16 +139,27 @@ class ZooKeeperScramStore:
         self.table = table
         self._loaded.set()
 
+    def apply(self, users: Mapping[str, Mapping[str, str] | None]) -> None:
+        """Users named by change notifications, with their configs as ZooKeeper holds them now
+        (None: the user's znode is gone). Called on the event loop."""
+        self._generation += 1
+        for user, config in users.items():
+            credentials = CredentialTable()
+            if config is not None:
+                try:
+                    credentials.load_user_document(user, {"config": dict(config)})
+                except ValueError as error:
+                    log.warning("ignoring the SCRAM credentials of user %r in ZooKeeper: %s", user, error)
+                    continue
+            found = credentials.users.get(user)
+            if found:
+                self.table.users[user] = found
+            else:
+                self.table.users.pop(user, None)
+
     async def refresh_loop(self) -> None:
-        while True:
-            await asyncio.sleep(limits.scram_credentials_refresh_ms / 1000)
-            try:
-                await self.load()
-            except Refused as refused:
-                if refused.error != ErrorCode.BROKER_NOT_AVAILABLE:  # not stopping: worth a line
-                    log.warning(
-                        "reading the SCRAM credentials from ZooKeeper failed (%s); will retry", refused
-                    )
+        """Nothing to poll: changes arrive by notification (``apply``). Kept as the task the
+        server starts beside the other stores'."""
 
     def credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.table.credential(user, mechanism)

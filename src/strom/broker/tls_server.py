@@ -7,6 +7,10 @@ silence (the event loop logs it only in debug mode), and a handshake started lat
 stream (``StreamWriter.start_tls``) stalls under uvloop; so this server accepts sockets itself and
 runs each handshake with ``loop.connect_accepted_socket``, which raises when it fails. It offers
 what the broker uses of ``asyncio.Server``: ``sockets``, ``close()``, ``wait_closed()``.
+
+A connection closed before it sent its first byte is a port probe (the ``strom`` command's
+reachability check, a load balancer's health check), not a failed handshake: it is closed with a
+debug line only.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
@@ -26,6 +31,10 @@ _STREAM_LIMIT_BYTES = 64 * 1024
 _LISTEN_BACKLOG = 100
 # After an accept fails for want of descriptors (EMFILE), wait this long before accepting again.
 _ACCEPT_RETRY_S = 0.1
+# The least a handshake is given once its first byte came, however long that byte took.
+_HANDSHAKE_TIMEOUT_MIN_S = 1.0
+
+log = logging.getLogger("strom.broker.peer")
 
 
 class TlsServer:
@@ -83,12 +92,20 @@ class TlsServer:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=_STREAM_LIMIT_BYTES)
         protocol = asyncio.StreamReaderProtocol(reader)
+        deadline = loop.time() + limits.tls_handshake_ms_max / 1000
         try:
+            if not await _sends_something(connection, deadline):
+                # Closed before its first byte: a port probe (``strom``'s reachability check, a
+                # load balancer's health check), not a failed handshake worth a line.
+                with contextlib.suppress(OSError):
+                    connection.close()
+                log.debug("a connection from %s closed before it sent a byte", client_host)
+                return
             transport, _ = await loop.connect_accepted_socket(
                 lambda: protocol,
                 connection,
                 ssl=self._context,
-                ssl_handshake_timeout=limits.tls_handshake_ms_max / 1000,
+                ssl_handshake_timeout=max(deadline - loop.time(), _HANDSHAKE_TIMEOUT_MIN_S),
             )
         except (OSError, ssl.SSLError, TimeoutError) as error:
             with contextlib.suppress(OSError):
@@ -108,3 +125,28 @@ class TlsServer:
     async def wait_closed(self) -> None:
         await asyncio.gather(*self._acceptors, *self._tasks, return_exceptions=True)
         self._acceptors = []
+
+
+async def _sends_something(connection: socket.socket, deadline: float) -> bool:
+    """Wait (until ``deadline``, then TimeoutError) until ``connection`` is readable; whether the
+    peer sent a byte (peeked, left for the handshake) rather than closing or resetting it."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    descriptor = connection.fileno()
+    loop.add_reader(descriptor, ready)
+    try:
+        async with asyncio.timeout_at(deadline):
+            await readable
+    finally:
+        loop.remove_reader(descriptor)
+    try:
+        return bool(connection.recv(1, socket.MSG_PEEK))
+    except (BlockingIOError, InterruptedError):
+        return True  # not readable after all: the handshake decides
+    except OSError:
+        return False  # reset before a byte

@@ -99,6 +99,9 @@ class NodeOutputs:
     acls: Callable[[Mapping[znodes.AclResourceKey, frozenset[znodes.AclEntryText]], bool], None] = (
         lambda acls, whole: None
     )
+    # Users named by config change notifications (``users/<user>``): each one's configs now (its
+    # SCRAM credentials, beside its quotas), None for a user whose znode is gone.
+    user_configs: Callable[[Mapping[str, Mapping[str, str] | None]], None] = lambda users: None
     # Client quotas changed in ZooKeeper: every entity's quotas now.
     client_quotas: Callable[[Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]]], None] = (
         lambda quotas: None
@@ -347,9 +350,6 @@ class ClusterNode:
     def _rejoin(self) -> None:
         try:
             self.registration = self.zk.register_broker(self.registration, stale_wait_ms=self._stale_wait_ms)
-            self._config_changes_seen = self.zk.read_config_changes(
-                self._config_changes_seen, watch=self._watch(CONFIG_CHANGES_WATCH)
-            ).last
         except ZkError as error:
             log.warning(
                 "registering again after the session expired failed (%s); trying again", zk_error_text(error)
@@ -360,8 +360,11 @@ class ClusterNode:
         log.info("broker %d registered again (broker epoch %d)", self.node_id, self.registration.epoch)
         self._outputs.registered(self.registration)
         self._elect()
+        # The watches of the expired session are gone: what changed meanwhile is read now (the
+        # notifications stay in ZooKeeper), and the watches set again.
+        self._read_config_changes()
         if self._watch_acls:
-            self._read_acl_changes()  # the watches of the expired session are gone
+            self._read_acl_changes()
 
     def _read_all_acls(self) -> None:
         """Every ACL, after arming the change watches (a change meanwhile is read again)."""
@@ -396,12 +399,14 @@ class ClusterNode:
             self._config_changes_seen = changes.last
             if changes.quotas:
                 self._outputs.client_quotas(self.zk.read_client_quotas())
+            if changes.users:
+                self._outputs.user_configs({user: self.zk.read_user_config(user) for user in changes.users})
             if not changes.topics:
                 return
             configs = self.zk.read_topic_configs(list(changes.topics))
         except ZkError as error:
             # Its watch may not be set again: read again soon, whatever ZooKeeper says then.
-            log.warning("reading topic config changes failed (%s); trying again", zk_error_text(error))
+            log.warning("reading config changes failed (%s); trying again", zk_error_text(error))
             self._retry_later("watch", CONFIG_CHANGES_WATCH)
             return
         self._outputs.topic_configs({topic: configs.get(topic, {}) for topic in changes.topics})

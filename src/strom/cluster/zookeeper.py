@@ -83,6 +83,7 @@ class ConfigChanges:
     topics: tuple[str, ...]  # whose config to read again
     last: str | None  # the newest notification seen: pass it as ``after`` next time
     quotas: bool = False  # a client quota changed: read them all again
+    users: tuple[str, ...] = ()  # users whose /config/users znode changed (SCRAM credentials, quotas)
 
 
 @dataclass(frozen=True)
@@ -476,6 +477,14 @@ class ClusterZooKeeper:
             if entry is not None
         }
 
+    def read_user_config(self, user: str) -> dict[str, str] | None:
+        """One user's configs under ``/config/users`` (``user`` as the znode is named), None without one."""
+        try:
+            data, _ = self.store.get(znodes.user_config_path(user))
+        except NoNodeError:
+            return None
+        return znodes.decode_user_config(user, data)
+
     def update_user_config(self, user: str, changes: Mapping[str, str | None]) -> None:
         """Set (or, for None, remove) some of a user's configs, keeping the others (a user's quotas
         live beside its credentials); conditional on the version read, repeated when another
@@ -541,6 +550,7 @@ class ClusterZooKeeper:
         newer = [child for child in children if after is None or child > after]
         found = self.store.get_many([f"{znodes.CONFIG_CHANGES_PATH}/{child}" for child in newer])
         topics: list[str] = []
+        users: list[str] = []
         quotas = False
         for child, entry in zip(newer, found, strict=True):
             if entry is None:
@@ -550,9 +560,11 @@ class ClusterZooKeeper:
             if topic is not None and topic not in topics:
                 topics.append(topic)
             elif topic is None:
-                kind = znodes.config_change_entity(path, entry[0]).partition("/")[0]
+                kind, _, name = znodes.config_change_entity(path, entry[0]).partition("/")
                 quotas = quotas or kind in ("users", "clients")
-        return ConfigChanges(tuple(topics), newer[-1] if newer else after, quotas)
+                if kind == "users" and name and "/" not in name and name not in users:
+                    users.append(name)
+        return ConfigChanges(tuple(topics), newer[-1] if newer else after, quotas, tuple(users))
 
     def set_client_quota(self, parts: znodes.QuotaEntityParts, values: Mapping[str, float]) -> None:
         """Replace an entity's client quotas (none: an empty config, as Kafka leaves it) and tell

@@ -3,12 +3,19 @@ key (no certificates needed: the checks come before any file is read or after on
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from strom.broker.config import BrokerConfig, BrokerConfigError
-from strom.broker.listener_security import check_listener_security, listener_security, listener_value
+from strom.broker.listener_security import (
+    check_cluster_listener,
+    check_listener_security,
+    inter_broker_security,
+    listener_security,
+    listener_value,
+)
 
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_bob="bob-secret";'
 
@@ -96,10 +103,81 @@ def test_the_default_mechanisms_leave_plain_out_without_users(tmp_path: Path) ->
     assert security.sasl.mechanisms == ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-def test_a_cluster_broker_needs_a_plaintext_first_listener(tmp_path: Path) -> None:
-    values = {
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
-        "zookeeper.connect": "127.0.0.1:2181",
+SCRAM_JAAS = (
+    'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="b-secret";'
+)
+CLUSTER = {"zookeeper.connect": "127.0.0.1:2181"}
+
+
+@pytest.mark.parametrize(
+    ("values", "listener"),
+    [
+        ({"listeners": "BROKER://127.0.0.1:0,CLIENT://127.0.0.1:0",
+          "listener.security.protocol.map": "BROKER:PLAINTEXT,CLIENT:PLAINTEXT"}, "BROKER"),  # the first
+        ({"listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"}, "PLAINTEXT"),  # Kafka's default
+        ({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", "security.inter.broker.protocol": "SSL"}, "SSL"),
+        ({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", "inter.broker.listener.name": "ssl"}, "SSL"),
+    ],
+)  # fmt: skip
+def test_the_inter_broker_listener_is_chosen_as_kafka_chooses_it(
+    tmp_path: Path, values: dict[str, str], listener: str
+) -> None:
+    security = inter_broker_security(BrokerConfig(data_dir=tmp_path, values=CLUSTER | values))
+    assert security.listener == listener
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"inter.broker.listener.name": "SSL", "security.inter.broker.protocol": "SSL"}, "set only one"),
+        ({"inter.broker.listener.name": "INTERNAL"}, "inter.broker.listener.name=INTERNAL: this broker has no such"),
+        ({"security.inter.broker.protocol": "SASL_SSL"}, "names the listener SASL_SSL, which this broker does not"),
+        ({"security.inter.broker.protocol": "TLS"}, "not a security protocol"),
+        ({"security.inter.broker.protocol": "SASL_PLAINTEXT"}, "Kafka's default, GSSAPI, is not offered"),
+        ({"security.inter.broker.protocol": "SASL_PLAINTEXT", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+          "sasl.enabled.mechanisms": "SCRAM-SHA-512"}, "does not enable it"),
+        ({"security.inter.broker.protocol": "SASL_PLAINTEXT", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"},
+         "no JAAS configuration gives this broker's username and password"),
+        ({"security.inter.broker.protocol": "SASL_PLAINTEXT", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+          "sasl.jaas.config": PLAIN_JAAS}, "needs org.apache.kafka.common.security.plain.PlainLoginModule with"),
+        ({"security.inter.broker.protocol": "SSL", "ssl.endpoint.identification.algorithm": "ldap"},
+         "ssl.endpoint.identification.algorithm=ldap"),
+    ],
+)  # fmt: skip
+def test_an_unusable_inter_broker_setting_is_refused_at_start(
+    tmp_path: Path, values: dict[str, str], message: str
+) -> None:
+    listeners = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"}
+    config = BrokerConfig(data_dir=tmp_path, values=CLUSTER | listeners | values)
+    with pytest.raises(BrokerConfigError, match=re.escape(message)):
+        check_cluster_listener(config)
+
+
+def test_a_broker_logs_in_to_the_others_with_its_listeners_jaas_username_and_password(tmp_path: Path) -> None:
+    values = CLUSTER | {
+        "listeners": "CLIENT://127.0.0.1:0,BROKER://127.0.0.1:0",
+        "listener.security.protocol.map": "CLIENT:SASL_PLAINTEXT,BROKER:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "BROKER",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.broker.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
     }
-    with pytest.raises(BrokerConfigError, match="put a PLAINTEXT listener"):
-        check_listener_security(BrokerConfig(data_dir=tmp_path, values=values))
+    config = BrokerConfig(data_dir=tmp_path, values=values)
+    security = inter_broker_security(config)
+    assert (security.listener, security.security_protocol, security.sasl_mechanism) == (
+        "BROKER", "SASL_PLAINTEXT", "SCRAM-SHA-512"
+    )  # fmt: skip
+    assert (security.sasl_username, security.sasl_password) == ("broker", "b-secret")
+    assert "b-secret" not in repr(security) and security.ssl_context is None
+    assert config.unused_kafka_keys() == []
+
+
+@pytest.mark.parametrize(("algorithm", "checked"), [(None, True), ("https", True), ("", False)])
+def test_the_other_brokers_host_name_is_checked_unless_the_algorithm_is_empty(
+    tmp_path: Path, algorithm: str | None, checked: bool
+) -> None:
+    values = CLUSTER | {"listeners": "SSL://127.0.0.1:0", "security.inter.broker.protocol": "SSL"}
+    if algorithm is not None:
+        values["listener.name.ssl.ssl.endpoint.identification.algorithm"] = algorithm
+    security = inter_broker_security(BrokerConfig(data_dir=tmp_path, values=values))
+    assert security.ssl_context is not None and security.ssl_context.check_hostname is checked

@@ -40,6 +40,7 @@ class Recorder:
             live_brokers=record("live_brokers"),
             registered=record("registered"),
             topic_configs=record("topic_configs"),
+            user_configs=record("user_configs"),
         )
 
     def next(self, kind: str) -> tuple[object, ...]:
@@ -159,6 +160,39 @@ def test_config_changes_reach_every_broker(node: tuple[ClusterNode, Recorder]) -
     cluster_node.submit(lambda zk: zk.create_topic(topic, {})).result(WAIT_S)
     cluster_node.submit(lambda zk: zk.set_topic_config("t", {"min.insync.replicas": "2"})).result(WAIT_S)
     assert recorder.next("topic_configs") == ({"t": {"min.insync.replicas": "2"}},)
+
+
+def test_a_users_change_notification_brings_its_configs(node: tuple[ClusterNode, Recorder]) -> None:
+    """What every broker reads again when a SCRAM credential changes (Kafka's ``users/<user>``)."""
+    cluster_node, recorder = node
+    cluster_node.submit(lambda zk: zk.update_user_config("bob", {"SCRAM-SHA-512": "salt=..."})).result(WAIT_S)
+    assert recorder.next("user_configs") == ({"bob": {"SCRAM-SHA-512": "salt=..."}},)
+    cluster_node.submit(lambda zk: zk.store.delete("/config/users/bob")).result(WAIT_S)
+    cluster_node.submit(
+        lambda zk: zk.store.create(
+            "/config/changes/config_change_", b'{"version":2,"entity_path":"users/bob"}', sequence=True
+        )
+    ).result(WAIT_S)
+    assert recorder.next("user_configs") == ({"bob": None},)  # gone
+
+
+def test_changes_made_while_the_session_was_expired_are_read_after_registering_again(
+    server: MemoryZooKeeper, node: tuple[ClusterNode, Recorder]
+) -> None:
+    cluster_node, recorder = node
+    store = cluster_node.store
+    assert isinstance(store, MemoryZkClient)
+    other = ClusterZooKeeper(server.connect("/c"), ManualClock())
+
+    def expire_then_change(_zk: ClusterZooKeeper) -> None:
+        # On the node's thread (the in-memory server is not shared between threads): the watch of
+        # the expired session cannot fire for this change.
+        server.expire(store)
+        other.update_user_config("carol", {"SCRAM-SHA-256": "salt=..."})
+
+    cluster_node.submit(expire_then_change).result(WAIT_S)
+    recorder.next("registered")
+    assert recorder.next("user_configs") == ({"carol": {"SCRAM-SHA-256": "salt=..."}},)
 
 
 def test_after_a_session_expiry_the_node_registers_again_and_competes_again(

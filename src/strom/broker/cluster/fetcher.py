@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from strom.base.clock import Clock
-from strom.broker.cluster.peer import PeerConnection, PeerError
+from strom.broker.cluster.peer import PLAINTEXT_DIALER, PeerConnection, PeerDialer, PeerError
 from strom.cluster.config import ReplicationConfig
 from strom.cluster.model import TopicPartition
 from strom.cluster.replica import FollowerPhase, PartitionFollower
@@ -131,10 +131,12 @@ class ReplicaFetcher:
         config: ReplicationConfig,
         clock: Clock,
         after_append: Callable[[FollowedPartition], None],
+        dialer: PeerDialer = PLAINTEXT_DIALER,
     ) -> None:
         self.leader_id = leader_id
         self.host = host
         self.port = port
+        self._dialer = dialer
         self._node_id = node_id
         self._config = config
         self._clock = clock
@@ -179,7 +181,7 @@ class ReplicaFetcher:
 
     def _connection(self) -> PeerConnection:
         if self._peer is None or self._peer.closed:
-            self._peer = PeerConnection(self.host, self.port, f"strom-replica-{self._node_id}")
+            self._peer = self._dialer.connection(self.host, self.port, f"strom-replica-{self._node_id}")
         return self._peer
 
     def _current(self, partition: FollowedPartition) -> bool:
@@ -466,8 +468,10 @@ class ReplicaFetchers:
         config: ReplicationConfig,
         clock: Clock,
         after_append: Callable[[FollowedPartition], None],
+        dialer: PeerDialer = PLAINTEXT_DIALER,
     ) -> None:
         self._node_id = node_id
+        self._dialer = dialer
         self.config = config
         self._clock = clock
         self._after_append = after_append
@@ -493,6 +497,7 @@ class ReplicaFetchers:
                 config=self.config,
                 clock=self._clock,
                 after_append=self._after_append,
+                dialer=self._dialer,
             )
         for followed in [*moved, partition]:
             fetcher.add(followed)

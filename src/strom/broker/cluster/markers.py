@@ -4,7 +4,7 @@ The transaction coordinator (``strom.broker.transactions``) asks for a marker on
 a transaction. ``ClusterMarkers`` finds each partition's leader in this broker's metadata image:
 partitions this broker leads are written here (``write_marker``: an acks=all append, answered once
 replicated); the others go, grouped per leader, in one WriteTxnMarkers v1 to it, over one
-connection per leader broker (its inter-broker endpoint, the first of its registration), whose
+connection per leader broker (its endpoint of the inter-broker listener, ``PeerDialer``), whose
 handler (``strom.broker.handlers.transactions``) writes them there the same way. Each partition's
 answer goes back to the coordinator: NONE, a fencing error, or something it retries after a backoff
 (no leader known: NOT_LEADER_OR_FOLLOWER; a broken connection: NETWORK_EXCEPTION). A partition
@@ -109,12 +109,14 @@ class ClusterMarkers:
         broker = self._cluster.control.metadata.brokers.get(leader_id)
         if broker is None:
             raise LookupError(f"broker {leader_id} is not registered")
+        dialer = self._cluster.dialer
+        host, port = dialer.address(broker)
         peer = self._peers.get(leader_id)
-        if peer is None or peer.closed or (peer.host, peer.port) != (broker.host, broker.port):
+        if peer is None or peer.closed or (peer.host, peer.port) != (host, port):
             if peer is not None:
                 peer.close()
-            peer = self._peers[leader_id] = PeerConnection(
-                broker.host, broker.port, f"strom-broker-{self._cluster.node_id}"
+            peer = self._peers[leader_id] = dialer.connection(
+                host, port, f"strom-broker-{self._cluster.node_id}"
             )
         return peer
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from strom.base.clock import Clock
 from strom.broker.cluster.fetcher import FollowedPartition, ReplicaFetchers
+from strom.broker.cluster.peer import PLAINTEXT_DIALER, PeerDialer
 from strom.broker.replication import ReadAccess
 from strom.cluster.actions import PartitionInfo
 from strom.cluster.config import ReplicationConfig
@@ -50,6 +51,7 @@ class PartitionRoles:
         wake_readers: Callable[[str, int], None],
         wake_replicas: Callable[[str, int], None],
         alter_isr: Callable[[], None],
+        dialer: PeerDialer = PLAINTEXT_DIALER,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -58,7 +60,7 @@ class PartitionRoles:
         self._wake_replicas = wake_replicas
         self._alter_isr = alter_isr
         self.led: dict[TopicPartition, LedPartition] = {}
-        self.fetchers = ReplicaFetchers(node_id, config, clock, self._after_follower_append)
+        self.fetchers = ReplicaFetchers(node_id, config, clock, self._after_follower_append, dialer)
         self.followed: dict[TopicPartition, FollowedPartition] = {}
         # acks=all requests parked in a leader: key -> (its future, the leader holding it)
         self._acks: dict[int, tuple[asyncio.Future[ErrorCode], PartitionLeader]] = {}

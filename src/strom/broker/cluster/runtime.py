@@ -35,13 +35,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from strom.broker.authorization import ZooKeeperAclStore
 from strom.broker.cluster.markers import ClusterMarkers
 from strom.broker.cluster.partitions import PartitionRoles
-from strom.broker.cluster.peer import PeerConnection, PeerError
+from strom.broker.cluster.peer import PeerConnection, PeerDialer, PeerError, PeerSecurityError
 from strom.broker.cluster.senders import ControllerSenders
 from strom.broker.config import BrokerConfig
 from strom.broker.groups import OFFSETS_TOPIC_CONFIG
+from strom.broker.listener_security import (
+    PLAINTEXT_INTER_BROKER,
+    InterBrokerSecurity,
+    inter_broker_security,
+)
 from strom.broker.quotas import QuotaStoreError
 from strom.broker.refused import Refused
 from strom.broker.replication import BrokerView, PartitionView, ReadAccess, TopicView
+from strom.broker.scram_store import ZooKeeperScramStore
 from strom.broker.transactions import transaction_state_topic_config
 from strom.cluster import wire
 from strom.cluster.actions import (
@@ -82,6 +88,7 @@ from strom.coordinator import OFFSETS_TOPIC, partition_for_group
 from strom.coordinator.transactions import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_partition import AlterPartitionResponse
+from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from strom.protocol.messages.controlled_shutdown import ControlledShutdownResponse
 from strom.security.quotas import QuotaEntity
 from strom.storage import (
@@ -128,6 +135,11 @@ CONTROLLER_DRAIN_TIMEOUT_MS = 2_000
 # A ZooKeeper read that met a lost connection is asked again after this pause (the client holds
 # it until it is connected again; the pause only keeps a client that fails at once from spinning).
 ZOOKEEPER_READ_RETRY_BACKOFF_MS = 200
+# Before it registers, a broker whose inter-broker listener has TLS or SASL logs in to up to this
+# many live brokers (the first that answers decides), each given this long.
+INTER_BROKER_CHECK_BROKERS_MAX = 3
+INTER_BROKER_CHECK_TIMEOUT_MS = 10_000
+API_VERSIONS_VERSION = 2
 
 
 class ClusterStartError(Exception):
@@ -150,6 +162,8 @@ class ClusterSettings:
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
+    # How this broker reaches the others (inter.broker.listener.name and its security).
+    inter_broker: InterBrokerSecurity = PLAINTEXT_INTER_BROKER
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ClusterSettings:
@@ -186,6 +200,7 @@ class ClusterSettings:
             controlled_shutdown_enable=config.get_bool("controlled.shutdown.enable"),
             controlled_shutdown_max_retries=config.get_int("controlled.shutdown.max.retries"),
             controlled_shutdown_retry_backoff_ms=config.get_int("controlled.shutdown.retry.backoff.ms"),
+            inter_broker=inter_broker_security(config),
         )
 
 
@@ -233,6 +248,7 @@ class ClusterReplication:
             state.acls.store = ZooKeeperAclStore(self)
         self.settings = settings
         self.node_id = settings.node_id
+        self.dialer = PeerDialer(settings.inter_broker)
         self.control = BrokerControl(settings.node_id, -1)
         self.roles = PartitionRoles(
             settings.node_id,
@@ -241,8 +257,9 @@ class ClusterReplication:
             wake_readers=state.wake_readers,
             wake_replicas=state.wake_replicas,
             alter_isr=self._alter_isr_due,
+            dialer=self.dialer,
         )
-        self.senders = ControllerSenders(settings.node_id, self.apply_command)
+        self.senders = ControllerSenders(settings.node_id, self.apply_command, self.dialer)
         self.node: ClusterNode | None = None
         self.registration: BrokerRegistration | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -281,15 +298,16 @@ class ClusterReplication:
     # ---- starting and stopping -----------------------------------------------------------------------
 
     def _registration(self) -> BrokerRegistration:
-        # Every advertised listener, as bound (the server binds before it joins). Other brokers
-        # reach this one at the first (host and port of the registration); each client is told
-        # the endpoint of the listener its request came in on.
+        # Every advertised listener, as bound (the server binds before it joins), with its security
+        # protocol. Other brokers reach this one at its endpoint of the inter-broker listener, which
+        # is also the registration's host and port (Kafka writes the PLAINTEXT listener's there);
+        # each client is told the endpoint of the listener its request came in on.
         endpoints = tuple(self._state.advertised.values())
-        first = endpoints[0]
+        inter_broker = self._state.advertised.get(self.settings.inter_broker.listener, endpoints[0])
         return BrokerRegistration(
             self.node_id,
-            first.host,
-            first.port,
+            inter_broker.host,
+            inter_broker.port,
             endpoints,
             self.settings.rack,
             self._state.clock.wall_ms(),
@@ -329,6 +347,7 @@ class ClusterReplication:
                 registered=on_loop(self._on_registered),
                 topic_configs=on_loop(self._on_topic_configs),
                 client_quotas=on_loop(self._on_client_quotas),
+                user_configs=on_loop(self._on_user_configs),
                 unclean_election=on_loop(self.unclean_elections.append),
                 acls=on_loop(self._on_acls),
             ),
@@ -337,6 +356,7 @@ class ClusterReplication:
             watch_acls=self._state.acls is not None,
         )
         try:
+            await self._check_inter_broker_login(node)
             cluster_id = await asyncio.to_thread(node.join)
             check_meta_properties(self._state.config.data_dir, cluster_id, self.node_id)
             client_quotas = await asyncio.to_thread(node.zk.read_client_quotas)
@@ -363,6 +383,62 @@ class ClusterReplication:
         node.start()
         self._tasks.append(loop.create_task(self._tick_loop()))
         self._tasks.append(loop.create_task(self._alter_isr_loop()))
+
+    async def _check_inter_broker_login(self, node: ClusterNode) -> None:
+        """Before registering, when brokers reach one another over TLS or SASL: connect and log in
+        to a live broker the way replication will. A broker that would be refused (a wrong
+        password, an unknown user, a certificate the others do not trust, or one of theirs this
+        broker does not) stops here with a line saying so, instead of joining and then failing to
+        replicate or to reach the controller. Unreachable brokers are skipped; with none to ask
+        (the first broker) there is nothing to check."""
+        dialer = self.dialer
+        if dialer.security is None:
+            return
+        try:
+            brokers = await asyncio.to_thread(node.zk.read_live_brokers)
+        except ZkError:
+            return  # no broker registered yet (or ZooKeeper busy): joining reports what matters
+        others = [broker for node_id, broker in sorted(brokers.items()) if node_id != self.node_id]
+        closed_early: list[str] = []  # TLS connections closed before an answer: refused, likely
+        for broker in others[:INTER_BROKER_CHECK_BROKERS_MAX]:
+            host, port = dialer.address(broker)
+            peer = dialer.connection(host, port, f"strom-broker-{self.node_id}")
+            try:
+                # An answer, not only a handshake: with TLS 1.3 a refused client certificate
+                # shows only once the other side has read it.
+                await peer.request(
+                    ApiVersionsRequest(),
+                    API_VERSIONS_VERSION,
+                    ApiVersionsResponse,
+                    INTER_BROKER_CHECK_TIMEOUT_MS,
+                )
+            except PeerSecurityError as error:
+                raise ClusterStartError(
+                    f"broker {broker.node_id} refuses this broker's inter-broker connection, so it would"
+                    f" not replicate nor reach the controller: {error}"
+                ) from None
+            except PeerError as error:
+                if peer.established and not peer.answers and dialer.security.ssl_context is not None:
+                    closed_early.append(f"broker {broker.node_id} at {host}:{port}")
+                log.info("inter-broker login not checked at broker %d: %s", broker.node_id, error)
+                continue
+            finally:
+                peer.close()
+            log.info(
+                "logged in to broker %d at %s:%d over %s",
+                broker.node_id,
+                host,
+                port,
+                dialer.security.describe(),
+            )
+            return
+        if closed_early:
+            raise ClusterStartError(
+                f"{', '.join(closed_early)} closed this broker's TLS connection before answering, so it would"
+                " not replicate nor reach the controller: the others most likely do not trust its"
+                f" certificate ({dialer.security.describe()}'s ssl.keystore must be signed by a CA in"
+                " their ssl.truststore)"
+            )
 
     async def controlled_shutdown(self) -> None:
         """SIGTERM: ask the controller to move this broker's leaderships away (it answers with
@@ -501,6 +577,12 @@ class ClusterReplication:
         """Change one resource's ACLs in ZooKeeper (every broker hears of it)."""
         await self._zookeeper(lambda zk: zk.change_acls(key, added, removed))
 
+    def _on_user_configs(self, users: Mapping[str, Mapping[str, str] | None]) -> None:
+        """Users a change notification named (their SCRAM credentials may have changed)."""
+        store = self._state.scram_credentials
+        if isinstance(store, ZooKeeperScramStore):
+            store.apply(users)
+
     def _on_client_quotas(self, quotas: Mapping[QuotaEntityParts, Mapping[str, float]]) -> None:
         self._state.quotas.replace_all({QuotaEntity(parts): dict(values) for parts, values in quotas.items()})
 
@@ -551,7 +633,7 @@ class ClusterReplication:
             ]
             outcome = self.control.on_leader_and_isr(command, hosted)
             if outcome.error == ErrorCode.NONE:
-                leaders = {broker.node_id: (broker.host, broker.port) for broker in command.leaders}
+                leaders = {broker.node_id: self.dialer.address(broker) for broker in command.leaders}
                 await self._apply(outcome, leaders)
         return outcome
 
@@ -663,7 +745,7 @@ class ClusterReplication:
         address = leaders.get(info.leader)
         if address is None and info.leader != NO_LEADER:
             broker = self.control.metadata.brokers.get(info.leader)
-            address = (broker.host, broker.port) if broker is not None else None
+            address = self.dialer.address(broker) if broker is not None else None
         self.roles.become_follower(info, partition_log, address)
 
     async def _stop_replica(self, stop: StopReplica) -> None:
@@ -799,13 +881,12 @@ class ClusterReplication:
         broker = self.control.metadata.brokers.get(controller_id)
         if broker is None:
             raise PeerError("no controller is known yet")
+        host, port = self.dialer.address(broker)
         peer = self._controller_peer
-        if peer is None or peer.closed or (peer.host, peer.port) != (broker.host, broker.port):
+        if peer is None or peer.closed or (peer.host, peer.port) != (host, port):
             if peer is not None:
                 peer.close()
-            peer = self._controller_peer = PeerConnection(
-                broker.host, broker.port, f"strom-broker-{self.node_id}"
-            )
+            peer = self._controller_peer = self.dialer.connection(host, port, f"strom-broker-{self.node_id}")
         return peer
 
     async def _ask_controlled_shutdown(self) -> ControlledShutdownReply:

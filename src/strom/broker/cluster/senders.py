@@ -21,7 +21,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from strom.broker.cluster.peer import PeerConnection, PeerError
+from strom.broker.cluster.peer import PLAINTEXT_DIALER, PeerConnection, PeerDialer, PeerError
 from strom.cluster import wire
 from strom.cluster.actions import (
     BrokerCommand,
@@ -42,8 +42,9 @@ REQUEST_TIMEOUT_MS = 30_000
 class _Sender:
     """The queue and connection for one broker (one registration of it)."""
 
-    def __init__(self, registration: BrokerRegistration, client_id: str) -> None:
+    def __init__(self, registration: BrokerRegistration, client_id: str, dialer: PeerDialer) -> None:
         self.registration = registration
+        self._dialer = dialer
         self.queue: asyncio.Queue[BrokerCommand] = asyncio.Queue()
         self._client_id = client_id
         self._peer: PeerConnection | None = None
@@ -52,7 +53,8 @@ class _Sender:
 
     def _connection(self) -> PeerConnection:
         if self._peer is None or self._peer.closed:
-            self._peer = PeerConnection(self.registration.host, self.registration.port, self._client_id)
+            host, port = self._dialer.address(self.registration)
+            self._peer = self._dialer.connection(host, port, self._client_id)
         return self._peer
 
     async def run(self) -> None:
@@ -114,8 +116,10 @@ class ControllerSenders:
         self,
         node_id: int,
         deliver_locally: Callable[[BrokerCommand], Awaitable[object]],
+        dialer: PeerDialer = PLAINTEXT_DIALER,
     ) -> None:
         self._node_id = node_id
+        self._dialer = dialer
         self._deliver_locally = deliver_locally
         self._client_id = f"strom-controller-{node_id}"
         self._senders: dict[int, _Sender] = {}
@@ -143,7 +147,7 @@ class ControllerSenders:
             sender.stop()
             sender = None
         if sender is None:
-            sender = self._senders[command.broker_id] = _Sender(registration, self._client_id)
+            sender = self._senders[command.broker_id] = _Sender(registration, self._client_id, self._dialer)
             sender.task = asyncio.get_running_loop().create_task(sender.run())
         sender.queue.put_nowait(command)
 
