@@ -231,9 +231,3 @@ metrics_quota_groups_max = 500
 # connects and stalls (or speaks plaintext and waits for an answer) holds a socket no longer.
 # Kafka has no such bound of its own (its idle timeout applies); 10 s is ample on any network.
 tls_handshake_ms_max = 10_000
-
-# A broker of a cluster reads every user's SCRAM credentials from ZooKeeper this often (besides at
-# start, and its own alterations at once): a user created through another broker can log in here
-# within this long. Reading /config/users costs one round trip per user; a few seconds keeps that
-# negligible for hundreds of users.
-scram_credentials_refresh_ms = 3_000

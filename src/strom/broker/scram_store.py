@@ -157,10 +157,6 @@ class ZooKeeperScramStore:
             else:
                 self.table.users.pop(user, None)
 
-    async def refresh_loop(self) -> None:
-        """Nothing to poll: changes arrive by notification (``apply``). Kept as the task the
-        server starts beside the other stores'."""
-
     def credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.table.credential(user, mechanism)
 

@@ -311,7 +311,6 @@ class BrokerServer:
         if isinstance(self.scram_store, ZooKeeperScramStore):
             await self.scram_store.load()
             await self._add_scram()
-            self._background.append(asyncio.create_task(self.scram_store.refresh_loop()))
         self.state.groups.start(load=self.cluster is None)
         self.state.transactions.start(load=self.cluster is None)
         if self._metrics_server is not None:
