@@ -386,6 +386,9 @@ class Transport:
         self._last_connection_error: KafkaError | None = None
         self._retry_at_ms: dict[int, int] = {}
         self._metadata_task: asyncio.Task[None] | None = None
+        # Every Metadata request in flight: one outlives its waiter when the waiter times out, and
+        # close() cancels it (a task left pending when the loop stops is destroyed mid-request).
+        self._refresh_tasks: set[asyncio.Task[None]] = set()
         self.closed = False
         # Built once per client: loading certificates per connection would cost every reconnect.
         self._ssl_context = ssl_context(config) if config.uses_tls else None
@@ -624,6 +627,8 @@ class Transport:
         # The waiter below may give up (its own timeout) while the request goes on; its failure is
         # then nobody's to read, which asyncio would log as a lost exception.
         task.add_done_callback(_retrieve_exception)
+        self._refresh_tasks.add(task)
+        task.add_done_callback(self._refresh_tasks.discard)
         if topics is None:
             self._metadata_task = task
         await asyncio.shield(task)
@@ -683,8 +688,13 @@ class Transport:
 
     async def close(self) -> None:
         self.closed = True
-        for task in list(self._connecting.values()):
+        # Connection attempts and Metadata requests still running are cancelled and waited for:
+        # a task left pending when the client's loop stops is destroyed mid-request.
+        unfinished = [*self._connecting.values(), *self._refresh_tasks]
+        for task in unfinished:
             task.cancel()
+        if unfinished:
+            await asyncio.wait(unfinished)
         channels = list(self._channels.values())
         for channel in channels:
             channel.close()

@@ -1,6 +1,8 @@
 """A connection attempt that never becomes ready closes its socket: the setup timing out, or the
 client closing while the attempt waits (a socket left to the garbage collector is a leaked file
-handle, and a ResourceWarning in whichever later code collects it)."""
+handle, and a ResourceWarning in whichever later code collects it). A Metadata request that outlives
+its waiter is cancelled by close() (a task pending when the loop stops is destroyed mid-request,
+which asyncio reports on stderr: `strom` printed it after its own error line)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import asyncio
 import pytest
 
 from strom.client.config import ClientConfig
-from strom.client.errors import KafkaError
+from strom.client.errors import KafkaError, KafkaTimeoutError
 from strom.client.transport import Transport
 
 WAIT_S = 5.0
@@ -47,6 +49,22 @@ def test_a_connection_whose_setup_times_out_is_closed() -> None:
 
 def test_closing_the_client_closes_a_connection_still_being_set_up() -> None:
     asyncio.run(closed_while_setting_up())
+
+
+def test_closing_the_client_cancels_a_metadata_request_its_waiter_gave_up_on() -> None:
+    asyncio.run(metadata_outlives_its_waiter())
+
+
+async def metadata_outlives_its_waiter() -> None:
+    broker = SilentBroker()
+    async with broker as address:
+        # The request may wait 60 s for its answer; the caller gives up on the topic after 0.2 s.
+        transport = Transport(ClientConfig(bootstrap_servers=address, request_timeout_ms=60_000))
+        with pytest.raises(KafkaTimeoutError):
+            await transport.wait_for_topic("greetings", 200)
+        await transport.close()
+        left = [task for task in asyncio.all_tasks() if "Transport." in task.get_coro().__qualname__]
+        assert left == [], f"the client's tasks still pending after close: {left}"
 
 
 async def setup_times_out() -> None:
