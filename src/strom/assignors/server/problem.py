@@ -55,14 +55,16 @@ class Problem:
     def result(self, owners: list[list[int]]) -> dict[str, TargetAssignment]:
         """The assignment ``owners`` (per topic, per partition: a member index) as the interface
         returns it: every member present, a topic only where the member gets a partition of it."""
-        per_member: list[dict[uuid.UUID, list[int]]] = [{} for _ in self.members]
+        per_member: list[dict[int, list[int]]] = [{} for _ in self.members]
         for topic, topic_owners in enumerate(owners):
-            topic_id = self.topics[topic].topic_id
             for partition, owner in enumerate(topic_owners):
                 assert owner != UNOWNED, (self.topics[topic].name, partition)
-                per_member[owner].setdefault(topic_id, []).append(partition)
+                per_member[owner].setdefault(topic, []).append(partition)
+        topic_ids = [topic.topic_id for topic in self.topics]
         return {
-            member.member_id: {topic_id: frozenset(partitions) for topic_id, partitions in assigned.items()}
+            member.member_id: {
+                topic_ids[topic]: frozenset(partitions) for topic, partitions in assigned.items()
+            }
             for member, assigned in zip(self.members, per_member)
         }
 

@@ -62,19 +62,20 @@ class UniformAssignor(ServerAssignor):
 def _assign_homogeneous(problem: Problem) -> list[list[int]]:
     member_count = len(problem.members)
     # Partitions as one sequence: topic by topic, in topic order.
-    topic_of: list[int] = []
-    partition_of: list[int] = []
     owner: list[int] = []
-    for topic, topic_owners in enumerate(problem.owners):
-        topic_of.extend([topic] * len(topic_owners))
-        partition_of.extend(range(len(topic_owners)))
+    for topic_owners in problem.owners:
         owner.extend(topic_owners)
     partition_count = len(owner)
     quota, extra = divmod(partition_count, member_count)
     member_racks = problem.member_racks
 
-    def racks_of(index: int) -> frozenset[str]:
-        return problem.partition_racks(topic_of[index], partition_of[index])
+    # Per partition, the racks of its replicas (only looked at when racks matter).
+    partition_racks: list[frozenset[str]] = []
+    if problem.rack_aware:
+        for topic in problem.topics:
+            known = topic.partition_racks[: topic.partition_count]
+            partition_racks.extend(known)
+            partition_racks.extend([frozenset()] * (topic.partition_count - len(known)))
 
     kept: list[list[int]] = [[] for _ in range(member_count)]
     for index, member in enumerate(owner):
@@ -100,7 +101,7 @@ def _assign_homogeneous(problem: Problem) -> list[list[int]]:
             continue
         if problem.rack_aware:
             rack = member_racks[member]
-            member_kept.sort(key=lambda index: (rack not in racks_of(index), index))
+            member_kept.sort(key=lambda index: (rack not in partition_racks[index], index))
         for index in member_kept[target[member] :]:
             owner[index] = UNOWNED
         del member_kept[target[member] :]
@@ -108,7 +109,7 @@ def _assign_homogeneous(problem: Problem) -> list[list[int]]:
     load = [len(member_kept) for member_kept in kept]
     free = [index for index in range(partition_count) if owner[index] == UNOWNED]
     if problem.rack_aware:
-        free = _place_in_racks(problem, free, owner, load, target, racks_of)
+        free = _place_in_racks(problem, free, owner, load, target, partition_racks)
 
     # Deal the rest round the members still short, in member order.
     short = deque(m for m in range(member_count) if load[m] < target[m])
@@ -121,7 +122,7 @@ def _assign_homogeneous(problem: Problem) -> list[list[int]]:
     assert not short, "the free partitions fill every member's share exactly"
 
     if problem.rack_aware and extra:
-        _move_extras_into_racks(problem, free, owner, load, quota, racks_of)
+        _move_extras_into_racks(problem, free, owner, load, quota, partition_racks)
 
     owners: list[list[int]] = []
     start = 0
@@ -145,18 +146,24 @@ def _place_in_racks(
     owner: list[int],
     load: list[int],
     target: list[int],
-    racks_of: Callable[[int], frozenset[str]],
+    partition_racks: list[frozenset[str]],
 ) -> list[int]:
     """Gives free partitions to members of their replicas' racks while such a member is short of
     its share; returns the partitions left. The partitions with the fewest such members go first,
     each to the least loaded of them."""
     by_rack = _members_by_rack(problem)
+    # Per distinct set of replica racks: those with members, and how many members they have.
+    local_racks: dict[frozenset[str], tuple[tuple[str, ...], int]] = {}
     candidates: list[tuple[int, int, tuple[str, ...]]] = []
     left: list[int] = []
     for index in free:
-        racks = tuple(sorted(rack for rack in racks_of(index) if rack in by_rack))
-        if racks:
-            candidates.append((sum(len(by_rack[rack]) for rack in racks), index, racks))
+        replica_racks = partition_racks[index]
+        local = local_racks.get(replica_racks)
+        if local is None:
+            racks = tuple(sorted(rack for rack in replica_racks if rack in by_rack))
+            local = local_racks[replica_racks] = (racks, sum(len(by_rack[rack]) for rack in racks))
+        if local[0]:
+            candidates.append((local[1], index, local[0]))
         else:
             left.append(index)
     if not candidates:
@@ -167,24 +174,29 @@ def _place_in_racks(
         heap = [(load[member], member) for member in members if load[member] < target[member]]
         heapq.heapify(heap)
         heaps[rack] = heap
+    heappop = heapq.heappop
     for _, index, racks in candidates:
-        best: tuple[int, int] | None = None
+        best: list[tuple[int, int]] | None = None
         for rack in racks:
             heap = heaps[rack]
-            while heap and (heap[0][0] != load[heap[0][1]] or load[heap[0][1]] >= target[heap[0][1]]):
-                heapq.heappop(heap)
-            if heap and (best is None or heap[0] < best):
-                best = heap[0]
+            while heap:
+                entry_load, member = heap[0]
+                if entry_load == load[member] and entry_load < target[member]:
+                    if best is None or heap[0] < best[0]:
+                        best = heap
+                    break
+                heappop(heap)
         if best is None:
             left.append(index)
             continue
-        member = best[1]
+        # The member's entry is the top of its rack's heap: replace it by its new load.
+        member = best[0][1]
         owner[index] = member
         load[member] += 1
         if load[member] < target[member]:
-            member_rack = problem.member_racks[member]
-            assert member_rack is not None
-            heapq.heappush(heaps[member_rack], (load[member], member))
+            heapq.heapreplace(best, (load[member], member))
+        else:
+            heappop(best)
     left.sort()
     return left
 
@@ -195,7 +207,7 @@ def _move_extras_into_racks(
     owner: list[int],
     load: list[int],
     quota: int,
-    racks_of: Callable[[int], frozenset[str]],
+    partition_racks: list[frozenset[str]],
 ) -> None:
     """A placed partition in no rack of its owner, whose owner holds one more than the quota, moves
     to a member of one of its racks that holds the quota: the balance is the same, one more partition
@@ -205,8 +217,8 @@ def _move_extras_into_racks(
     remote = [
         index
         for index in placed
-        if member_racks[owner[index]] not in racks_of(index)
-        and any(rack in by_rack for rack in racks_of(index))
+        if member_racks[owner[index]] not in partition_racks[index]
+        and any(rack in by_rack for rack in partition_racks[index])
     ]
     if not remote:
         return
@@ -226,7 +238,7 @@ def _move_extras_into_racks(
         moved = False
         for index in remote:
             member = owner[index]
-            racks = racks_of(index)
+            racks = partition_racks[index]
             if member_racks[member] in racks or load[member] != quota + 1:
                 continue
             best: tuple[int, int] | None = None
