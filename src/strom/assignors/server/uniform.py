@@ -364,30 +364,40 @@ def _single_moves(
     for heap in heaps:
         heapq.heapify(heap)
 
-    def lightest(topic: int) -> tuple[int, int]:
+    # Heaps are updated lazily: a member that received partitions is re-pushed when its old entry
+    # surfaces; a member that gave is pushed once after it has given all it gives (while it gives it
+    # cannot be the lightest of anything it gives).
+    def lightest(topic: int) -> tuple[int, int] | None:
         heap = heaps[topic]
-        while heap[0][0] != load[heap[0][1]]:
+        while heap:
+            entry_load, member = heap[0]
+            current = load[member]
+            if entry_load == current:
+                return heap[0]
             heapq.heappop(heap)
-        return heap[0]
-
-    def loaded(member: int) -> None:
-        for topic in subscriptions[member]:
-            heapq.heappush(heaps[topic], (load[member], member))
+            if entry_load < current:
+                heapq.heappush(heap, (current, member))
+        return None
 
     moved = True
     while moved:
         moved = False
         for giver in sorted(range(len(load)), key=lambda member: (-load[member], member)):
-            for topic in list(held[giver]):
+            gave = False
+            # The topics with the fewest subscribers first, as when placing free partitions.
+            for topic in sorted(held[giver], key=lambda topic: (len(subscribers[topic]), topic)):
                 while topic in held[giver]:
-                    lightest_load, receiver = lightest(topic)
-                    if load[giver] < lightest_load + 2:
+                    lightest_entry = lightest(topic)
+                    if lightest_entry is None or load[giver] < lightest_entry[0] + 2:
                         break
+                    receiver = lightest_entry[1]
                     partition = take(topic, giver, receiver)
                     give(topic, partition, receiver)
-                    loaded(giver)
-                    loaded(receiver)
-                    moved = True
+                    gave = True
+            if gave:
+                moved = True
+                for topic in subscriptions[giver]:
+                    heapq.heappush(heaps[topic], (load[giver], giver))
 
 
 def _chains(
