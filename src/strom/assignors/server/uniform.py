@@ -12,15 +12,17 @@ over ``M`` members: every member gets ``P // M`` or one more, exactly ``P % M`` 
    partitions in no rack of its own first). This is the fewest moves any balanced assignment makes:
    the sum over members of what they keep beyond ``P // M``, less one for each of the ``P % M`` places
    such a member fills.
-3. The free partitions fill the members short of their share. With racks, a partition goes to a
-   member in a rack holding one of its replicas while one has room (the partitions with the fewest
-   such members first, the least loaded such member), the rest are dealt round the members still
-   short; then a partition in no rack of its owner moves to a member of its racks when that keeps the
+3. The free partitions, in topic and partition order, are dealt round the members short of their
+   share, in member order (a fresh group gets every topic spread round all members). With racks, a
+   free partition first goes to a member in a rack holding one of its replicas while one has room
+   (the partitions with the fewest such members first, the least loaded such member), the rest are
+   dealt as above; then a partition in no rack of its owner moves to a member of its racks when that keeps the
    balance (its owner has the one extra, the other not).
 
 Heterogeneous subscriptions: the members keep their valid partitions; the free ones go, topics with
 the fewest subscribers first, to the least loaded subscriber (ties: one in the partition's racks, then
-member order); then single moves from a member to a subscriber with at least two fewer, and then
+member order); then single moves from a member to a subscriber with at least two fewer (the most
+loaded members give first, the topics with the fewest subscribers first), and then
 chains of moves (a member hands a partition of topic A to a subscriber of A, which hands one of topic
 B on, ... to a member with at least two fewer than the first) until there is none. An assignment
 with no such chain is as balanced as the subscriptions allow: no other one has a smaller maximum, or

@@ -13,6 +13,8 @@ from strom.assignors.server import (
     TargetAssignment,
     UniformAssignor,
     get_server_assignor,
+    register_server_assignor,
+    registry,
 )
 from tests.unit.assignors.server.helpers import by_name, counts, group, member, topic
 
@@ -134,25 +136,42 @@ def test_large_group_is_complete_and_balanced(name: str) -> None:
     assert set(counts(result).values()) == {10}
 
 
-def test_custom_assignor_subclass() -> None:
-    class EverythingToTheFirst(ServerAssignor):
-        name = "first"
+class EverythingToTheFirst(ServerAssignor):
+    """A custom assignor as docs/assignors.md shows one: every partition to the first member."""
 
-        def assign(self, group: GroupSpec) -> dict[str, TargetAssignment]:
-            first = min(group.members)
-            return {
-                member_id: (
-                    {tid: frozenset(range(spec.partition_count)) for tid, spec in group.topics.items()}
-                    if member_id == first
-                    else {}
-                )
-                for member_id in group.members
-            }
+    name = "first"
 
+    def assign(self, group: GroupSpec) -> dict[str, TargetAssignment]:
+        first = min(group.members, default=None)
+        everything = {
+            topic_id: frozenset(range(spec.partition_count))
+            for topic_id, spec in group.topics.items()
+            if spec.partition_count
+            and any(topic_id in m.subscribed_topic_ids for m in group.members.values())
+        }
+        return {member_id: everything if member_id == first else {} for member_id in group.members}
+
+
+def test_custom_assignor_registered_and_found_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A copy of the registry for this test: the registration does not outlive it.
+    monkeypatch.setattr(registry, "SERVER_ASSIGNORS", dict(registry.SERVER_ASSIGNORS))
+    register_server_assignor(EverythingToTheFirst)
+    assignor = get_server_assignor("first")
     topics = [topic("t", 2)]
-    assert by_name(
-        EverythingToTheFirst().assign(group([member("b", ["t"]), member("a", ["t"])], topics)), topics
-    ) == {
+    assert by_name(assignor.assign(group([member("b", ["t"]), member("a", ["t"])], topics)), topics) == {
         "a": {"t": [0, 1]},
         "b": {},
     }
+    with pytest.raises(ValueError, match="already registered"):
+        register_server_assignor(EverythingToTheFirst)
+
+    class Nameless(UniformAssignor):
+        name = ""
+
+    with pytest.raises(ValueError, match="has no name"):
+        register_server_assignor(Nameless)
+    assert "first" in registry.SERVER_ASSIGNORS
+
+
+def test_registration_did_not_outlive_its_test() -> None:
+    assert sorted(registry.SERVER_ASSIGNORS) == ["range", "uniform"]
