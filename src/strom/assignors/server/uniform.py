@@ -53,12 +53,23 @@ class UniformAssignor(ServerAssignor):
         problem = build_problem(group)
         if not problem.members:
             return {}
-        subscriptions = {subscription for subscription in problem.subscriptions}
-        if len(subscriptions) == 1:
-            owners = _assign_homogeneous(problem)
-        else:
-            owners = _assign_heterogeneous(problem)
+        components = problem.components()
+        if len(components) == 1 and len(components[0][0]) == len(problem.members):
+            return problem.result(_assign_component(problem))
+        # Parts of the group that share no topic are assigned each on its own: each may have the
+        # same subscriptions throughout though the group does not.
+        owners: list[list[int]] = [[] for _ in problem.topics]
+        for members, topics in components:
+            component_owners = _assign_component(problem.restricted(members, topics))
+            for topic, topic_owners in zip(topics, component_owners):
+                owners[topic] = [members[owner] for owner in topic_owners]
         return problem.result(owners)
+
+
+def _assign_component(problem: Problem) -> list[list[int]]:
+    if len(set(problem.subscriptions)) == 1:
+        return _assign_homogeneous(problem)
+    return _assign_heterogeneous(problem)
 
 
 def _assign_homogeneous(problem: Problem) -> list[list[int]]:
@@ -345,14 +356,13 @@ def _assign_heterogeneous(problem: Problem) -> list[list[int]]:
         load[giver] -= 1
         return chosen
 
-    _single_moves(problem, owners, held, load, take, give)
+    _single_moves(problem, held, load, take, give)
     _chains(problem, held, load, take, give)
     return owners
 
 
 def _single_moves(
     problem: Problem,
-    owners: list[list[int]],
     held: list[dict[int, dict[int, None]]],
     load: list[int],
     take: Callable[[int, int, int], int],
@@ -361,14 +371,16 @@ def _single_moves(
     """Moves single partitions from a member to a subscriber of the partition's topic with at least
     two fewer, the most loaded members giving first, until no such move is left."""
     subscribers = problem.subscribers
-    subscriptions = problem.subscriptions
-    heaps = [[(load[member], member) for member in topic_subscribers] for topic_subscribers in subscribers]
-    for heap in heaps:
-        heapq.heapify(heap)
+    # Each member's topics, the fewest subscribers first (as when placing free partitions).
+    topic_order = [
+        sorted(subscription, key=lambda topic: (len(subscribers[topic]), topic))
+        for subscription in problem.subscriptions
+    ]
+    heaps: list[list[tuple[int, int]]] = []
 
-    # Heaps are updated lazily: a member that received partitions is re-pushed when its old entry
-    # surfaces; a member that gave is pushed once after it has given all it gives (while it gives it
-    # cannot be the lightest of anything it gives).
+    # Topic heaps of (load, member) are corrected lazily, when an outdated entry comes to the top: a
+    # member that gave may then be found late, so a sweep ends with the heaps rebuilt and repeats
+    # until one makes no move (then none is possible).
     def lightest(topic: int) -> tuple[int, int] | None:
         heap = heaps[topic]
         while heap:
@@ -376,30 +388,37 @@ def _single_moves(
             current = load[member]
             if entry_load == current:
                 return heap[0]
-            heapq.heappop(heap)
-            if entry_load < current:
-                heapq.heappush(heap, (current, member))
+            heapq.heapreplace(heap, (current, member))
         return None
 
     moved = True
     while moved:
         moved = False
-        for giver in sorted(range(len(load)), key=lambda member: (-load[member], member)):
-            gave = False
-            # The topics with the fewest subscribers first, as when placing free partitions.
-            for topic in sorted(held[giver], key=lambda topic: (len(subscribers[topic]), topic)):
-                while topic in held[giver]:
-                    lightest_entry = lightest(topic)
-                    if lightest_entry is None or load[giver] < lightest_entry[0] + 2:
-                        break
-                    receiver = lightest_entry[1]
-                    partition = take(topic, giver, receiver)
-                    give(topic, partition, receiver)
-                    gave = True
-            if gave:
+        heaps = [
+            [(load[member], member) for member in topic_subscribers] for topic_subscribers in subscribers
+        ]
+        for heap in heaps:
+            heapq.heapify(heap)
+        # The most loaded member that can give gives first: the maximum only falls, so a member
+        # that gave is not given to afterwards (no partition is moved to make room for another).
+        givers = [(-load[member], member) for member in range(len(load)) if held[member]]
+        heapq.heapify(givers)
+        while givers:
+            negative_load, giver = heapq.heappop(givers)
+            if -negative_load != load[giver]:
+                continue
+            for topic in topic_order[giver]:
+                if topic not in held[giver]:
+                    continue
+                entry = lightest(topic)
+                if entry is None or load[giver] < entry[0] + 2:
+                    continue
+                receiver = entry[1]
+                give(topic, take(topic, giver, receiver), receiver)
+                heapq.heappush(givers, (-load[giver], giver))
+                heapq.heappush(givers, (-load[receiver], receiver))
                 moved = True
-                for topic in subscriptions[giver]:
-                    heapq.heappush(heaps[topic], (load[giver], giver))
+                break
 
 
 def _chains(

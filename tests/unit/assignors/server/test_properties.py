@@ -100,10 +100,29 @@ def groups(
 
 
 @st.composite
-def owned_groups(draw: st.DrawFn, racks: bool = False) -> GroupSpec:
+def chained_groups(draw: st.DrawFn) -> GroupSpec:
+    """Members subscribing to runs of neighbouring topics (t1-t2, t2-t3, ...): balancing them often
+    takes a chain of moves through members in between."""
+    topic_count = draw(st.integers(2, 5))
+    topics = {
+        uuid.UUID(int=index + 1): TopicSpec(uuid.UUID(int=index + 1), f"t{index}", draw(st.integers(1, 6)))
+        for index in range(topic_count)
+    }
+    topic_ids = list(topics)
+    members = {}
+    for index in range(draw(st.integers(2, 6))):
+        first = draw(st.integers(0, topic_count - 1))
+        last = draw(st.integers(first, min(first + 1, topic_count - 1)))
+        member_id = f"m{index}"
+        members[member_id] = MemberSpec(member_id, None, None, frozenset(topic_ids[first : last + 1]))
+    return GroupSpec(members=members, topics=topics)
+
+
+@st.composite
+def owned_groups(draw: st.DrawFn, racks: bool = False, chained: bool = False) -> GroupSpec:
     """Heterogeneous groups whose current target is valid but arbitrary: every partition held by one
     of its topic's subscribers, or by nobody — as unbalanced as it comes."""
-    group = draw(groups(racks=racks, claims=False, member_count_min=1))
+    group = draw(chained_groups() if chained else groups(racks=racks, claims=False, member_count_min=1))
     assigned: dict[str, dict[uuid.UUID, frozenset[int]]] = {member_id: {} for member_id in group.members}
     for topic_id, topic in group.topics.items():
         subscribers = sorted(
@@ -266,7 +285,7 @@ def test_uniform_homogeneous_is_balanced(group: GroupSpec) -> None:
 
 
 @FAST
-@given(owned_groups() | owned_groups(racks=True) | groups(racks=True) | groups())
+@given(owned_groups(chained=True) | owned_groups(racks=True) | groups(racks=True) | groups())
 def test_uniform_heterogeneous_is_as_balanced_as_subscriptions_allow(group: GroupSpec) -> None:
     assert not cost_reducing_chain_exists(group, UniformAssignor().assign(group))
 

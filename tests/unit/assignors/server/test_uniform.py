@@ -153,3 +153,29 @@ def test_racks_most_constrained_partitions_placed_first() -> None:
     topics = [topic("t", 2, racks=[["a", "b"], ["a"]])]
     spec = group([member("m0", ["t"], rack="a"), member("m1", ["t"], rack="b")], topics)
     assert by_name(UniformAssignor().assign(spec), topics) == {"m0": {"t": [1]}, "m1": {"t": [0]}}
+
+
+def test_members_subscribing_to_nothing_that_exists_do_not_cost_stickiness() -> None:
+    # "idle" subscribes to no existing topic and "new" also to one that does not exist: the others
+    # are still assigned as a homogeneous group, so only the surplus moves (one from each).
+    topics = [topic("t", 8)]
+    spec = group(
+        [
+            member("a", ["t"], assigned={"t": [0, 2, 4, 6]}),
+            member("b", ["t"], assigned={"t": [1, 3, 5, 7]}),
+            member("idle", ["gone"]),
+            member("new", ["t", "gone"]),
+        ],
+        topics,
+    )
+    result = by_name(UniformAssignor().assign(spec), topics)
+    assert result["idle"] == {}
+    assert len(result["new"]["t"]) == 2
+    assert len(set(result["a"]["t"]) & {0, 2, 4, 6}) == 3
+    assert len(set(result["b"]["t"]) & {1, 3, 5, 7}) == 3
+
+
+def test_parts_of_the_group_sharing_no_topic_are_balanced_each_on_its_own() -> None:
+    topics = [topic("t", 4), topic("u", 6)]
+    spec = group([member("a", ["t"]), member("b", ["t"]), member("c", ["u"]), member("d", ["u"])], topics)
+    assert counts(UniformAssignor().assign(spec)) == {"a": 2, "b": 2, "c": 3, "d": 3}
