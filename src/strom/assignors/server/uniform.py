@@ -43,6 +43,11 @@ from collections.abc import Callable
 from strom.assignors.server.base import GroupSpec, ServerAssignor, TargetAssignment
 from strom.assignors.server.problem import UNOWNED, Problem, build_problem
 
+# How many of a giver's partitions of a topic a move looks through for one local to the receiver and
+# not to the giver (its last received first): without a bound, a member giving away thousands of
+# partitions none of which suits would look through all of them for every move (quadratic).
+RACK_SEARCH_PARTITIONS_MAX = 16
+
 
 class UniformAssignor(ServerAssignor):
     """Balanced, sticky and rack-aware; see the module's docstring for the rules."""
@@ -338,15 +343,15 @@ def _assign_heterogeneous(problem: Problem) -> list[list[int]]:
         the giver if it has one."""
         partitions = held[giver][topic]
         chosen: int | None = None
-        if problem.rack_aware:
-            receiver_rack = member_racks[receiver]
+        receiver_rack = member_racks[receiver]
+        if receiver_rack is not None and receiver_rack != member_racks[giver]:
             giver_rack = member_racks[giver]
-            if receiver_rack is not None:
-                for partition in reversed(partitions):
-                    racks = problem.partition_racks(topic, partition)
-                    if receiver_rack in racks and giver_rack not in racks:
-                        chosen = partition
-                        break
+            topic_racks = problem.topics[topic].partition_racks
+            for _, partition in zip(range(RACK_SEARCH_PARTITIONS_MAX), reversed(partitions)):
+                racks = topic_racks[partition] if partition < len(topic_racks) else frozenset()
+                if receiver_rack in racks and giver_rack not in racks:
+                    chosen = partition
+                    break
         if chosen is None:
             chosen, _ = partitions.popitem()
         else:

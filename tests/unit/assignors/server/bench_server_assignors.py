@@ -3,7 +3,9 @@ loop (a benchmark, not a test: no bound is asserted; pytest does not collect thi
 
     PYTHONPATH=src:. python -m tests.unit.assignors.server.bench_server_assignors [--repeat N]
 
-Every scenario runs ``repeat`` times and prints the median and the worst, in milliseconds. The
+Every scenario runs ``repeat`` times and prints the median and the worst wall-clock time and the
+median CPU time of the process, in milliseconds (on a busy machine the wall clock also counts the
+time other processes held the CPU). The
 "join", "leave" and "grow" scenarios start from the assignor's own result for the fresh group, as the
 coordinator does (the current target is the previous assignment).
 """
@@ -63,13 +65,15 @@ def with_current(group: GroupSpec, result: dict[str, TargetAssignment]) -> Group
     )
 
 
-def timed(run: Callable[[], object], repeat: int) -> tuple[float, float]:
-    samples = []
+def timed(run: Callable[[], object], repeat: int) -> tuple[float, float, float]:
+    wall: list[float] = []
+    cpu: list[float] = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        wall_start, cpu_start = time.perf_counter(), time.process_time()
         run()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples), max(samples)
+        cpu.append((time.process_time() - cpu_start) * 1000)
+        wall.append((time.perf_counter() - wall_start) * 1000)
+    return statistics.median(wall), max(wall), statistics.median(cpu)
 
 
 def scenarios(group: GroupSpec, name: str) -> dict[str, GroupSpec]:
@@ -93,7 +97,22 @@ def scenarios(group: GroupSpec, name: str) -> dict[str, GroupSpec]:
             for tid, topic in settled.topics.items()
         },
     )
-    return {"fresh": group, "join": joined, "leave": left, "grow+10/topic": grown}
+    # The worst start: one member holds every partition (a group that grew from one member at once).
+    hog = next(mid for mid, m in group.members.items() if len(m.subscribed_topic_ids) == len(group.topics))
+    everything = {tid: frozenset(range(topic.partition_count)) for tid, topic in group.topics.items()}
+    one_held_all = replace(
+        group,
+        members={
+            mid: replace(m, assigned=everything if mid == hog else {}) for mid, m in group.members.items()
+        },
+    )
+    return {
+        "fresh": group,
+        "join": joined,
+        "leave": left,
+        "grow+10/topic": grown,
+        "one held all": one_held_all,
+    }
 
 
 def main() -> None:
@@ -105,7 +124,8 @@ def main() -> None:
         ("1,000 members x 10,000 partitions (10 topics)", 1000, 10, 1000),
     ]
     print(
-        f"{'assignor':8} {'group':48} {'racks':5} {'subs':6} {'scenario':14} {'median ms':>9} {'max ms':>8}"
+        f"{'assignor':8} {'group':46} {'racks':5} {'subs':5} {'scenario':14} "
+        f"{'wall median':>11} {'wall max':>8} {'cpu median':>10}"
     )
     for label, members, topics, partitions in sizes:
         for racks in (False, True):
@@ -116,10 +136,11 @@ def main() -> None:
                 for name in sorted(SERVER_ASSIGNORS, reverse=True):
                     for scenario, spec in scenarios(group, name).items():
                         assignor = get_server_assignor(name)
-                        median, worst = timed(lambda: assignor.assign(spec), args.repeat)  # noqa: B023
+                        median, worst, cpu = timed(lambda: assignor.assign(spec), args.repeat)  # noqa: B023
                         print(
-                            f"{name:8} {label:48} {'yes' if racks else 'no':5} "
-                            f"{'mixed' if heterogeneous else 'same':6} {scenario:14} {median:9.1f} {worst:8.1f}"
+                            f"{name:8} {label:46} {'yes' if racks else 'no':5} "
+                            f"{'mixed' if heterogeneous else 'same':5} {scenario:14} "
+                            f"{median:11.1f} {worst:8.1f} {cpu:10.1f}"
                         )
 
 
