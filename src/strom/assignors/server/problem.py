@@ -115,6 +115,8 @@ class Problem:
 
 
 def build_problem(group: GroupSpec) -> Problem:
+    for member_id, member in group.members.items():
+        assert member_id == member.member_id, (member_id, member.member_id)
     members = sorted(group.members.values(), key=member_order_key)
     subscribed: set[uuid.UUID] = set()
     for member in members:

@@ -112,6 +112,30 @@ def test_static_members_come_first_in_member_order(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ASSIGNOR_NAMES)
+def test_a_restarted_static_member_keeps_its_partitions_under_its_new_member_id(name: str) -> None:
+    # The coordinator hands a static member's current target over to its new member id; the
+    # assignor sees only that, and the member keeps everything.
+    topics = [topic("t", 5)]
+    before = get_server_assignor(name).assign(
+        group([member("old-id", ["t"], instance_id="consumer-1"), member("b", ["t"])], topics)
+    )
+    restarted = group(
+        [
+            member(
+                "new-id",
+                ["t"],
+                instance_id="consumer-1",
+                assigned={"t": before["old-id"][topic("t", 5).topic_id]},
+            ),
+            member("b", ["t"], assigned={"t": before["b"][topic("t", 5).topic_id]}),
+        ],
+        topics,
+    )
+    after = get_server_assignor(name).assign(restarted)
+    assert after == {"new-id": before["old-id"], "b": before["b"]}
+
+
+@pytest.mark.parametrize("name", ASSIGNOR_NAMES)
 def test_the_result_does_not_depend_on_the_order_of_the_input_mappings(name: str) -> None:
     topics = [topic("t", 7), topic("u", 5, racks=[["r1"], ["r2"], ["r1", "r2"], [], ["r3"]])]
     members = [
