@@ -1,7 +1,7 @@
 """How long the server-side assignors take, at the sizes the coordinator must handle on its event
-loop (a benchmark, not a test: no bound is asserted; pytest does not collect this file).
+loop (no bound is asserted).
 
-    PYTHONPATH=src:. python -m tests.unit.assignors.server.bench_server_assignors [--repeat N]
+    python -m benchmarks.server_assignors [--repeat N]
 
 Every scenario runs ``repeat`` times and prints the median and the worst wall-clock time and the
 median CPU time of the process, in milliseconds (on a busy machine the wall clock also counts the
