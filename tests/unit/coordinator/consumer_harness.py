@@ -97,8 +97,11 @@ test_assignors.__test__ = False  # type: ignore[attr-defined]
 
 
 class ConsumerHarness(Harness):
-    def __init__(self, config: CoordinatorConfig | None = None, **overrides: Any) -> None:
+    def __init__(
+        self, config: CoordinatorConfig | None = None, *, real_assignors: bool = False, **overrides: Any
+    ) -> None:
         self.topics = FakeTopics()
+        self.real_assignors = real_assignors
         base = dict(
             group_initial_rebalance_delay_ms=0,
             offsets_topic_num_partitions=1,
@@ -109,6 +112,8 @@ class ConsumerHarness(Harness):
         super().__init__(config or CoordinatorConfig(**base))  # type: ignore[arg-type]
 
     def _build(self) -> GroupCoordinator:
+        if self.real_assignors:
+            return GroupCoordinator(self.config, self.clock, self.timer, self.log, self.topics)
         return GroupCoordinator(
             self.config, self.clock, self.timer, self.log, self.topics, assignors=test_assignors()
         )
