@@ -60,16 +60,16 @@ class StickyRoundRobin(ServerAssignor):
             )
             if not subscribers:
                 continue
-            quota = -(-topic.partition_count // len(subscribers))
+            quota, extras = divmod(topic.partition_count, len(subscribers))
             taken: set[int] = set()
             counts = dict.fromkeys(subscribers, 0)
             for member_id in subscribers:
                 for partition in sorted(group.members[member_id].assigned.get(topic_id, ())):
-                    if (
-                        partition < topic.partition_count
-                        and counts[member_id] < quota
-                        and partition not in taken
-                    ):
+                    if partition >= topic.partition_count or partition in taken:
+                        continue
+                    if counts[member_id] < quota or (counts[member_id] == quota and extras > 0):
+                        if counts[member_id] == quota:
+                            extras -= 1
                         result[member_id].setdefault(topic_id, set()).add(partition)
                         counts[member_id] += 1
                         taken.add(partition)
