@@ -73,7 +73,6 @@ from strom.coordinator.membership import Membership
 from strom.coordinator.records import Record, group_key_bytes, group_value_bytes
 from strom.coordinator.runtime import CoordinatorRuntime
 from strom.coordinator.state import GroupState
-from strom.coordinator.timers import session_timeout_key
 from strom.protocol.coordinator_records.group_metadata import GroupMetadataValue
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.heartbeat import HeartbeatRequest
@@ -248,17 +247,9 @@ class ClassicMembers:
         ):
             return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         self.consumer.arm_session(group, request.member_id)
-        partitions: list[tuple[str, int]] = []
-        for topic_id, indexes in sorted(current.assigned.items()):
-            name = consumer.topic_name(topic_id)
-            if name is not None:
-                partitions.extend((name, index) for index in sorted(indexes))
         chosen = _first_subscription(member.classic.protocols)
-        return SyncResult(
-            ErrorCode.NONE,
-            protocol_type=CONSUMER_PROTOCOL_TYPE,
-            protocol_name=request.protocol_name or (chosen[0] if chosen else names[0]),
-            assignment=encode_assignment(ProtocolAssignment(partitions=partitions)),
+        return self._assignment_result(
+            consumer, request.member_id, request.protocol_name or (chosen[0] if chosen else names[0])
         )
 
     # ================================================================ Heartbeat
@@ -318,14 +309,16 @@ class ClassicMembers:
 
     # ================================================================ upgrade
     def upgrade(self, group: Group) -> ErrorCode | None:
-        """The classic group with members becomes a consumer group (see the module's docstring)."""
+        """The classic group with members becomes a consumer group (see the module's docstring).
+
+        As Kafka, whatever the classic group's state: members waiting in a rebalance are answered
+        as members of the consumer group once it is written (a JoinGroup with their epoch, a
+        SyncGroup with the assignment they had), and join again from there."""
         config = self.runtime.config
         group_id = group.group_id
         if (
             config.consumer_group_migration_policy not in ("upgrade", "bidirectional")
             or group.protocol_type != CONSUMER_PROTOCOL_TYPE
-            or group.state is not GroupState.STABLE
-            or group.protocol_name is None
             or len(group.members) >= config.consumer_group_max_size
         ):
             return ErrorCode.GROUP_ID_NOT_FOUND
@@ -333,13 +326,20 @@ class ClassicMembers:
         consumer = ConsumerGroup(group_id)
         records: list[Record] = [(group_key_bytes(group_id), None)]
         members: list[MemberMetadata] = []
+        chosen_protocols: dict[str, str] = {}
         for member in group.members.values():
+            protocol = group.protocol_name
+            if protocol is None or protocol not in member.protocol_names():
+                protocol = member.protocol_names()[0] if member.protocols else None
             try:
-                subscription = decode_subscription(member.metadata_for(group.protocol_name))
+                if protocol is None:
+                    raise ValueError("no protocol")
+                subscription = decode_subscription(member.metadata_for(protocol))
                 assigned_names = decode_assignment(member.assignment).partitions
             except (DecodeError, ValueError, AssertionError) as error:
                 log.warning("group %s: not upgraded: member %s: %s", group_id, member.member_id, error)
                 return ErrorCode.GROUP_ID_NOT_FOUND
+            chosen_protocols[member.member_id] = protocol
             metadata = MemberMetadata(
                 member_id=member.member_id,
                 instance_id=member.group_instance_id,
@@ -372,24 +372,74 @@ class ClassicMembers:
         records.append(subscription_metadata_record(group_id, resolved))
         records.append(target_epoch_record(group_id, generation))
         records.append(epoch_record(group_id, generation))
-        log.info("group %s: the classic group becomes a consumer group (generation %d)", group_id, generation)
-        classic_member_ids = list(group.members)
-        for member_id in classic_member_ids:
-            self.runtime.timer.cancel(session_timeout_key(group_id, member_id))
+        log.info(
+            "group %s: the classic group (%s, generation %d) becomes a consumer group",
+            group_id,
+            group.state.value,
+            generation,
+        )
+        # Requests parked in the classic rebalance are answered once the conversion is written.
+        parked_joins = {}
+        parked_syncs = {}
+        for member in group.members.values():
+            if member.join_callback is not None:
+                parked_joins[member.member_id] = member.join_callback
+                member.join_callback = None
+            if member.sync_callback is not None:
+                parked_syncs[member.member_id] = member.sync_callback
+                member.sync_callback = None
+        self.runtime.cancel_group_timers(group)
+        group.pending_members.clear()
         group.consumer = consumer
 
         def written(error: ErrorCode) -> None:
             if error != ErrorCode.NONE or not consumer.exists:
-                # Still the classic group it was: its members' sessions run again.
+                # Still the classic group it was: its members' requests are answered with the
+                # error and its timers run again.
                 if group.consumer is consumer and not consumer.exists:
                     group.consumer = None
-                self.membership.arm_loaded_sessions(group)
+                failure = (
+                    consumer_write_error(error) if error != ErrorCode.NONE else ErrorCode.NOT_COORDINATOR
+                )
+                for member_id, join_callback in parked_joins.items():
+                    join_callback(JoinResult(failure, member_id=member_id))
+                for sync_callback in parked_syncs.values():
+                    sync_callback(SyncResult(failure))
+                self.membership.restart_after_failed_conversion(group)
                 return
             for member_id in consumer.members:
                 self.consumer.arm_session(group, member_id)
+            for member_id, join_callback in parked_joins.items():
+                join_callback(
+                    JoinResult(
+                        ErrorCode.NONE,
+                        member_id=member_id,
+                        generation_id=consumer.current_of(member_id).member_epoch,
+                        protocol_type=CONSUMER_PROTOCOL_TYPE,
+                        protocol_name=chosen_protocols.get(member_id),
+                        leader_id="",
+                    )
+                )
+            for member_id, sync_callback in parked_syncs.items():
+                sync_callback(self._assignment_result(consumer, member_id, chosen_protocols.get(member_id)))
 
         self.consumer.write(group, records, written)
         return None
+
+    @staticmethod
+    def _assignment_result(consumer: ConsumerGroup, member_id: str, protocol_name: str | None) -> SyncResult:
+        current = consumer.current_of(member_id)
+        partitions: list[tuple[str, int]] = []
+        for topic_id, indexes in sorted(current.assigned.items()):
+            name = consumer.topic_name(topic_id)
+            if name is not None:
+                partitions.extend((name, index) for index in sorted(indexes))
+        return SyncResult(
+            ErrorCode.NONE,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol_name=protocol_name,
+            assignment=encode_assignment(ProtocolAssignment(partitions=partitions)),
+        )
 
     # ================================================================ downgrade
     def downgrade(

@@ -744,6 +744,17 @@ class Membership:
         self._remove_member_and_update_group(group, member_id)
         return ErrorCode.NONE
 
+    def restart_after_failed_conversion(self, group: Group) -> None:
+        """A conversion to a consumer group that cancelled the group's timers was not written: the
+        classic group goes on (sessions, and its rebalance again if one was under way)."""
+        self.arm_loaded_sessions(group)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self.runtime.timer.schedule(
+                join_key(group.group_id), group.rebalance_timeout_ms(), lambda: self._join_timed_out(group)
+            )
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            self.prepare_rebalance(group, "a conversion to a consumer group failed")
+
     # ================================================================ loading / unloading
     def arm_loaded_sessions(self, group: Group) -> None:
         """Members loaded from the log must heartbeat within their session timeout or be expelled."""
