@@ -287,7 +287,14 @@ class GroupCoordinator:
         return self._runtime.rebalances_total
 
     def group_states(self) -> dict[str, str]:
-        return {group_id: group.state.value for group_id, group in sorted(self._runtime.groups.items())}
+        """Each group's state: a classic group's, or a consumer group's (Empty, Assigning,
+        Reconciling, Stable; its members are ``group(id).consumer.members``)."""
+        return {
+            group_id: group.consumer.state().value
+            if group.consumer is not None and group.is_consumer_group
+            else group.state.value
+            for group_id, group in sorted(self._runtime.groups.items())
+        }
 
     def group(self, group_id: str) -> Group | None:
         """The live group (read-only use: tests, metrics, the CLI)."""
