@@ -257,3 +257,24 @@ def test_a_classic_group_in_the_middle_of_a_rebalance_is_upgraded_and_its_parked
     assert classic_heartbeat(harness, first, generation) == ErrorCode.REBALANCE_IN_PROGRESS
     assert list_groups(harness)[0][3] == "consumer"
     assert second in {member.member_id for member in harness.describe("g")[0].members}
+
+
+def test_a_mixed_group_reloads_with_its_classic_members() -> None:
+    from tests.unit.coordinator.test_consumer_replay import consumer_snapshot, reload
+
+    harness = ConsumerHarness()
+    harness.topics.create("t", 4)
+    ids, generation = classic_group(harness, "t", 4)
+    newcomer = SimulatedMember(harness, ["t"])
+    newcomer.beat()
+    classic = ClassicMember(harness, ["t"], ids[0])
+    classic.generation = generation
+    classic.step()
+    expected = consumer_snapshot(harness.coordinator)
+    classic_members = [m for m in expected["members"].values() if m.classic is not None]
+    assert len(classic_members) == 2 and classic_members[0].classic.session_timeout_ms == 10_000
+    for compacted in (False, True):
+        fresh, timer = reload(harness, compacted=compacted)
+        assert consumer_snapshot(fresh) == expected
+        group = fresh.group("g")
+        assert group is not None and group.state is GroupState.EMPTY and not group.members
