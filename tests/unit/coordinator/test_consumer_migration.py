@@ -274,7 +274,7 @@ def test_a_mixed_group_reloads_with_its_classic_members() -> None:
     classic_members = [m for m in expected["members"].values() if m.classic is not None]
     assert len(classic_members) == 2 and classic_members[0].classic.session_timeout_ms == 10_000
     for compacted in (False, True):
-        fresh, timer = reload(harness, compacted=compacted)
+        fresh, _ = reload(harness, compacted=compacted)
         assert consumer_snapshot(fresh) == expected
         group = fresh.group("g")
         assert group is not None and group.state is GroupState.EMPTY and not group.members
