@@ -256,8 +256,13 @@ class ConsumerMembership:
         elif group.members or group.pending_members or group.state is not GroupState.EMPTY:
             # A classic group with members: it becomes a consumer group with them (they go on as
             # classic members) if the policy allows and it can.
+            if member_epoch != JOIN_GROUP_MEMBER_EPOCH:
+                # Not a member of it (the group went back to classic after the member was removed):
+                # it joins again, which may upgrade the group. (librdkafka takes GROUP_ID_NOT_FOUND
+                # as fatal; this member is only unknown.)
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member like it.")
             refusal = ErrorCode.GROUP_ID_NOT_FOUND
-            if member_epoch == JOIN_GROUP_MEMBER_EPOCH and self.migration is not None:
+            if self.migration is not None:
                 refusal = self.migration.upgrade(group) or ErrorCode.NONE
             if refusal != ErrorCode.NONE:
                 raise HeartbeatError(refusal, f"Group {group_id} is not a consumer group.")
