@@ -168,6 +168,11 @@ class ConsumerMembership:
         def fail(code: ErrorCode, message: str | None = None) -> None:
             respond(ConsumerGroupHeartbeatResponse(error_code=code, error_message=message))
 
+        if "consumer" not in self.runtime.config.rebalance_protocols:
+            # group.coordinator.rebalance.protocols leaves the consumer protocol out (the broker
+            # then neither serves nor advertises the API; this is the coordinator's own word).
+            fail(ErrorCode.UNSUPPORTED_VERSION, "The consumer group protocol is not enabled.")
+            return
         try:
             self._validate(request, version)
         except HeartbeatError as error:

@@ -448,3 +448,9 @@ def test_scaling_one_to_eight_and_back_with_the_real_assignors(assignor: str) ->
         members.pop(0).leave()
         run_until_stable()
         assert set().union(*(m.partitions() for m in members)) == everything
+
+
+def test_the_consumer_protocol_switched_off() -> None:
+    harness = ConsumerHarness(rebalance_protocols=frozenset({"classic"}))
+    harness.topics.create("t", 1)
+    assert harness.heartbeat("g", "a", 0, names=["t"]).error_code == ErrorCode.UNSUPPORTED_VERSION
