@@ -199,6 +199,17 @@ class ConsumerMembership:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be empty.")
         if request.rack_id is not None and not request.rack_id:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
+        for what, value in (
+            ("MemberId", request.member_id),
+            ("InstanceId", request.instance_id),
+            ("RackId", request.rack_id),
+            ("ServerAssignor", request.server_assignor),
+        ):
+            if value is not None and len(value) > limits.consumer_member_identifier_chars_max:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"{what} is longer than {limits.consumer_member_identifier_chars_max} characters.",
+                )
         epoch = request.member_epoch
         if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, f"MemberEpoch {epoch} is invalid.")

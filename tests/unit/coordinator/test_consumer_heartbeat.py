@@ -178,6 +178,8 @@ def test_a_fenced_member_rejoins_with_epoch_zero_and_its_id() -> None:
         ({"epoch": 3, "member_id": "nobody", "owned": {}}, ErrorCode.UNKNOWN_MEMBER_ID),
         ({"epoch": 3, "member_id": ""}, ErrorCode.INVALID_REQUEST),
         ({"epoch": -3, "member_id": "x"}, ErrorCode.INVALID_REQUEST),
+        ({"names": ["t"], "member_id": "m" * 1001}, ErrorCode.INVALID_REQUEST),
+        ({"names": ["x"] * 10_001}, ErrorCode.INVALID_REQUEST),
     ],
 )
 def test_malformed_or_unknown_heartbeats_get_kafkas_errors(
