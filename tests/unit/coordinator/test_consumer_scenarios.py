@@ -150,3 +150,82 @@ def test_random_scenario(seed: int) -> None:
     }
     owned = set().union(*(member.partitions() for member in live))
     assert owned == expected
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_mixed_scenario(seed: int) -> None:
+    """Consumer-protocol and classic (cooperative) members together, joining and leaving at random
+    around one consumer-protocol member that stays (so the group stays a consumer group; the way
+    back to classic is test_consumer_migration's): never two owners across both kinds; Stable and
+    complete once quiet."""
+    from tests.unit.coordinator.test_consumer_migration import ClassicMember
+
+    rng = random.Random(1000 + seed)
+    harness = ConsumerHarness(real_assignors=True)
+    spec = harness.topics.create("a", rng.randint(2, 10))
+    anchor = Member(harness, ["a"])
+    anchor.beat()
+    consumers: list[Member] = [anchor]
+    classics: list[ClassicMember] = []
+
+    def classic_step(member: ClassicMember) -> None:
+        error = member.heartbeat()
+        if error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+            if error == ErrorCode.UNKNOWN_MEMBER_ID:
+                member.member_id = ""
+            member.owned = set()
+            member.join_and_sync()
+        elif error == ErrorCode.REBALANCE_IN_PROGRESS:
+            member.join_and_sync()
+        else:
+            assert error == ErrorCode.NONE, error
+
+    def exclusive() -> None:
+        seen: set[tuple[object, int]] = set()
+        for member in consumers:
+            assert seen.isdisjoint(member.partitions())
+            seen |= member.partitions()
+        for classic in classics:
+            owned = {(spec, p) for _, p in classic.owned}
+            assert seen.isdisjoint(owned), (seen, owned)
+            seen |= owned
+
+    for _ in range(80):
+        action = rng.random()
+        if action < 0.12 and len(consumers) + len(classics) < 6:
+            if rng.random() < 0.5:
+                consumers.append(Member(harness, ["a"]))
+            else:
+                classic = ClassicMember(harness, ["a"])
+                classic.join_and_sync()
+                classics.append(classic)
+        elif action < 0.18 and len(consumers) > 1:
+            consumers.pop(rng.randrange(1, len(consumers))).leave()
+        elif action < 0.22 and classics:
+            leaving = classics.pop(rng.randrange(len(classics)))
+            harness.leave("g", [(leaving.member_id, None)])
+        for member in consumers:
+            if rng.random() < 0.8:
+                member.step(rng)
+            exclusive()
+        for classic in classics:
+            if rng.random() < 0.8:
+                classic_step(classic)
+            exclusive()
+        harness.advance(rng.randint(0, 300))
+
+    for _ in range(30):
+        for member in consumers:
+            member.step(rng)
+            exclusive()
+        for classic in classics:
+            classic_step(classic)
+            exclusive()
+        harness.advance(300)
+    owned = set().union(*(m.partitions() for m in consumers)) | {
+        (spec, p) for classic in classics for _, p in classic.owned
+    }
+    group = harness.coordinator.group("g")
+    assert group is not None and group.consumer is not None
+    assert group.consumer.state().value == "Stable"
+    assert owned == {(spec, p) for p in range(harness.topics.specs["a"].partition_count)}
