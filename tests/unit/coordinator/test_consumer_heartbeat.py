@@ -456,3 +456,46 @@ def test_the_consumer_protocol_switched_off() -> None:
     harness = ConsumerHarness(rebalance_protocols=frozenset({"classic"}))
     harness.topics.create("t", 1)
     assert harness.heartbeat("g", "a", 0, names=["t"]).error_code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_unloading_answers_the_heartbeats_in_flight_and_waiting() -> None:
+    from strom.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+
+    harness = ConsumerHarness()
+    harness.topics.create("t", 2)
+    harness.log.defer = True
+
+    def join(member_id: str) -> ConsumerGroupHeartbeatRequest:
+        return ConsumerGroupHeartbeatRequest(
+            group_id="g",
+            member_id=member_id,
+            member_epoch=0,
+            rebalance_timeout_ms=1000,
+            subscribed_topic_names=["t"],
+        )
+
+    writing = harness.heartbeat_raw(join("a"))
+    waiting = harness.heartbeat_raw(join("b"))
+    harness.coordinator.unload(0)
+    assert [response.error_code for response in waiting] == [ErrorCode.NOT_COORDINATOR]
+    harness.log.complete_deferred()  # the write lands after the partition moved away
+    assert [response.error_code for response in writing] == [ErrorCode.NOT_COORDINATOR]
+    assert harness.timer.pending_keys() == ["offsets-expiry"]  # no member timer left behind
+
+
+def test_a_topic_change_while_a_write_is_in_flight_waits_its_turn() -> None:
+    harness = ConsumerHarness()
+    topic = harness.topics.create("t", 2)
+    member = SimulatedMember(harness, ["t"])
+    member.beat()
+    harness.log.defer = True
+    harness.topics.create("t", 3)
+    harness.coordinator.topics_changed(["t"])  # writing the new epoch
+    harness.topics.create("t", 4)
+    harness.coordinator.topics_changed(["t"])  # waits for the first
+    harness.log.complete_deferred()
+    harness.log.complete_deferred()
+    harness.log.defer = False
+    member.beat()
+    assert member.owned == {topic: frozenset({0, 1, 2, 3})}
+    assert harness.describe("g")[0].group_epoch == 3
