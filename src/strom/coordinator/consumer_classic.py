@@ -186,12 +186,14 @@ class ClassicMembers:
             current_before = left if left.member_epoch >= 0 else JOINING
         else:
             current_before = consumer.current_of(member_id)
-        records, _ = self.consumer.member_step(consumer, metadata, current_before, owned, replaced)
+        records, _ = self.consumer.step.member_step(consumer, metadata, current_before, owned, replaced)
 
         def written(error: ErrorCode) -> None:
             if error != ErrorCode.NONE:
                 callback(JoinResult(consumer_write_error(error), member_id=member_id))
                 return
+            if replaced is not None:
+                self.consumer.forget_member_timers(group, replaced)
             current = consumer.current_of(member_id)
             self.consumer.arm_session(group, member_id)
             self.consumer.arm_or_cancel_rebalance(group, member_id)

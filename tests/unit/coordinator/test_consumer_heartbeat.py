@@ -499,3 +499,17 @@ def test_a_topic_change_while_a_write_is_in_flight_waits_its_turn() -> None:
     member.beat()
     assert member.owned == {topic: frozenset({0, 1, 2, 3})}
     assert harness.describe("g")[0].group_epoch == 3
+
+
+def test_a_leave_whose_write_fails_keeps_the_member_and_its_session() -> None:
+    harness = ConsumerHarness()
+    harness.topics.create("t", 1)
+    member = SimulatedMember(harness, ["t"])
+    member.beat()
+    harness.log.fail_with = ErrorCode.NOT_ENOUGH_REPLICAS
+    response = harness.heartbeat("g", member.member_id, -1)
+    assert response.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert harness.timer.due_in_ms(consumer_session_key("g", member.member_id)) == 10_000
+    harness.log.fail_with = ErrorCode.NONE
+    harness.advance(10_000)  # it never comes back: its session expires and it goes
+    assert harness.describe("g")[0].members == []
