@@ -148,6 +148,9 @@ class GroupCoordinator:
                 continue
             if consumer is not None:
                 consumer.prune_orphans()
+                # Topics may have changed while nobody coordinated the group: resolved again on
+                # its next operation.
+                consumer.metadata_stale = True
                 if not consumer.members:
                     consumer.empty_since_ms = self._runtime.now_wall_ms()
             self._membership.arm_loaded_sessions(group)
