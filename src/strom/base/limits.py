@@ -231,3 +231,16 @@ metrics_quota_groups_max = 500
 # connects and stalls (or speaks plaintext and waits for an answer) holds a socket no longer.
 # Kafka has no such bound of its own (its idle timeout applies); 10 s is ample on any network.
 tls_handshake_ms_max = 10_000
+
+# The consumer group protocol (KIP-848): a member's subscription as a heartbeat carries it. Topic
+# names are at most 249 characters; a member naming more topics than a cluster usually holds is
+# refused INVALID_REQUEST rather than kept per member in memory and in its group record.
+consumer_subscribed_topics_max = 10_000
+# A subscription regex is compiled and matched (fullmatch) against every topic name on the broker's
+# loop: a bounded length bounds the compile and keeps a member from storing a megabyte of pattern
+# in every record of its group. Kafka's patterns (RE2) are a line or two.
+consumer_subscription_regex_chars_max = 1_000
+# A consumer-protocol member's own identifiers (member id, instance id, rack id, server assignor):
+# clients send UUIDs and short names; each is kept per member in memory and in the member's record,
+# so one of a megabyte (the wire allows 32 KiB strings times several fields) is refused.
+consumer_member_identifier_chars_max = 1_000
