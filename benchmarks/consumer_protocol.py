@@ -1,6 +1,7 @@
 """Classic (cooperative-sticky) against the consumer group protocol (KIP-848), side by side.
 
-``python -m benchmarks.consumer_protocol [--members 10] [--partitions 900] [--output BENCHMARKS.md] [--no-write]``
+``python -m benchmarks.consumer_protocol [--members 10] [--partitions 900] [--heartbeat-interval-ms 500]
+[--protocols classic,consumer] [--output BENCHMARKS.md] [--no-write]``
 
 KIP-848's own headline: a group of 10 consumers to which 900 partitions are added settles in 5 s
 with the new protocol instead of 103 s with the classic one. Here both protocols run against the
@@ -23,11 +24,13 @@ A producer thread writes a steady stream over every partition meanwhile. For eac
 
 "Settled at" is the time of the last callback before the group held still: a protocol that moves
 partitions in several steps is charged for every step. Both protocols are given the same periods:
-the classic members heartbeat every ``HEARTBEAT_INTERVAL_MS`` and refresh metadata every
-``METADATA_REFRESH_MS`` (how librdkafka notices the new partitions; the consumer protocol's
-coordinator notices them itself and tells the members in their next heartbeat), and the broker
-tells consumer-protocol members to heartbeat every ``HEARTBEAT_INTERVAL_MS``
-(``group.consumer.heartbeat.interval.ms``).
+the classic members heartbeat every ``--heartbeat-interval-ms`` and refresh metadata as often
+(how librdkafka notices the new partitions; the consumer protocol's coordinator notices them
+itself and tells the members in their next heartbeat), and the broker tells consumer-protocol
+members to heartbeat that often (``group.consumer.heartbeat.interval.ms``). A partition moving
+between two consumer-protocol members takes up to two heartbeat intervals (the owner learns it
+must revoke it on its next heartbeat, the new owner that it may take it on its own next one), so
+the settle times scale with it.
 
 The results replace the section between ``<!-- consumer-protocol:start -->`` and
 ``<!-- consumer-protocol:end -->`` in the output file (appended when absent).
@@ -59,7 +62,6 @@ MEMBERS = 10
 PARTITIONS = 900
 START_PARTITIONS = 10
 HEARTBEAT_INTERVAL_MS = 500
-METADATA_REFRESH_MS = 500
 SESSION_TIMEOUT_MS = 45_000
 PRODUCE_RATE_PER_S = 2_000
 STEADY_S = 3.0
@@ -71,13 +73,17 @@ THREAD_JOIN_TIMEOUT_S = 60.0
 # The bar (the issue's "Speed" section): the consumer protocol settles within a second.
 BAR_SETTLE_S = 1.0
 PROTOCOLS = ("classic", "consumer")
-BROKER_SETTINGS = {
-    "group.initial.rebalance.delay.ms": "0",
-    "group.min.session.timeout.ms": "1000",
-    "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_INTERVAL_MS),
-    "group.consumer.min.heartbeat.interval.ms": "100",
-    "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-}
+
+
+def broker_settings(heartbeat_interval_ms: int) -> dict[str, str]:
+    return {
+        "group.initial.rebalance.delay.ms": "0",
+        "group.min.session.timeout.ms": "1000",
+        "group.consumer.heartbeat.interval.ms": str(heartbeat_interval_ms),
+        "group.consumer.min.heartbeat.interval.ms": str(min(heartbeat_interval_ms, 5000)),
+        "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    }
+
 
 Partition = tuple[str, int]
 
@@ -93,7 +99,9 @@ class MemberRecord:
     errors: list[str] = field(default_factory=list)
 
 
-def member_config(protocol: str, bootstrap: str, group: str, name: str) -> dict[str, object]:
+def member_config(
+    protocol: str, bootstrap: str, group: str, name: str, heartbeat_interval_ms: int
+) -> dict[str, object]:
     config: dict[str, object] = {
         "bootstrap.servers": bootstrap,
         "broker.address.family": "v4",
@@ -103,7 +111,7 @@ def member_config(protocol: str, bootstrap: str, group: str, name: str) -> dict[
         "enable.auto.commit": False,
         "fetch.wait.max.ms": 100,
         "fetch.queue.backoff.ms": 10,
-        "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
+        "topic.metadata.refresh.interval.ms": heartbeat_interval_ms,
     }
     if protocol == "consumer":
         # The coordinator assigns and sets the session and heartbeat periods.
@@ -111,7 +119,7 @@ def member_config(protocol: str, bootstrap: str, group: str, name: str) -> dict[
     else:
         config["partition.assignment.strategy"] = "cooperative-sticky"
         config["session.timeout.ms"] = SESSION_TIMEOUT_MS
-        config["heartbeat.interval.ms"] = HEARTBEAT_INTERVAL_MS
+        config["heartbeat.interval.ms"] = heartbeat_interval_ms
     return config
 
 
@@ -255,10 +263,13 @@ class SteadyProducer:
         )
         interval_s = 1.0 / PRODUCE_RATE_PER_S
         next_at = time.monotonic()
+        known = 0  # partitions the producer's own metadata has: it refuses others
         for sequence in itertools.count():
             if self._stop.is_set():
                 break
-            producer.produce(self.topic, value=b"x" * 100, partition=sequence % self.partitions)
+            if known < self.partitions:
+                known = len(producer.list_topics(self.topic, timeout=10).topics[self.topic].partitions)
+            producer.produce(self.topic, value=b"x" * 100, partition=sequence % max(known, 1))
             next_at += interval_s
             delay_s = next_at - time.monotonic()
             producer.poll(max(delay_s, 0))
@@ -310,7 +321,9 @@ def pauses(
     return Pause(len(gaps), max(gaps, default=float("nan")), max(steady, default=float("nan")))
 
 
-def measure(bootstrap: str, protocol: str, member_count: int, partitions: int) -> ProtocolResult:
+def measure(
+    bootstrap: str, protocol: str, member_count: int, partitions: int, heartbeat_interval_ms: int
+) -> ProtocolResult:
     stamp = time.monotonic_ns()
     topic = f"cp-{protocol}-{stamp}"
     group = f"cp-group-{protocol}-{stamp}"
@@ -319,7 +332,11 @@ def measure(bootstrap: str, protocol: str, member_count: int, partitions: int) -
         topic
     ].result(60)
     members = [
-        Member(f"{protocol}-{index}", member_config(protocol, bootstrap, group, f"m{index}"), topic)
+        Member(
+            f"{protocol}-{index}",
+            member_config(protocol, bootstrap, group, f"m{index}", heartbeat_interval_ms),
+            topic,
+        )
         for index in range(member_count)
     ]
     producer = SteadyProducer(bootstrap, topic, START_PARTITIONS)
@@ -339,7 +356,11 @@ def measure(bootstrap: str, protocol: str, member_count: int, partitions: int) -
         steady_from = time.monotonic() + 0.5
         time.sleep(STEADY_S)
         before = {member.name: member.state()[0] for member in members}
-        newcomer = Member(f"{protocol}-new", member_config(protocol, bootstrap, group, "newcomer"), topic)
+        newcomer = Member(
+            f"{protocol}-new",
+            member_config(protocol, bootstrap, group, "newcomer", heartbeat_interval_ms),
+            topic,
+        )
         joined_at = time.monotonic()
         members.append(newcomer.start())
         join_settle_s = wait_settled(members, topic, partitions) - joined_at
@@ -375,7 +396,7 @@ def measure(bootstrap: str, protocol: str, member_count: int, partitions: int) -
 # -- report -------------------------------------------------------------------------------------------
 
 
-def render(results: Sequence[ProtocolResult]) -> str:
+def render(results: Sequence[ProtocolResult], heartbeat_interval_ms: int) -> str:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     first = results[0]
     lines = [
@@ -385,9 +406,9 @@ def render(results: Sequence[ProtocolResult]) -> str:
         f" librdkafka {confluent_kafka.libversion()[0]}. {first.members} members (threads of one process)"
         f" on one topic grown from {START_PARTITIONS} to {first.partitions} partitions while a producer"
         f" writes {PRODUCE_RATE_PER_S:,} records/s over all of them. Classic: `cooperative-sticky`,"
-        f" `heartbeat.interval.ms` {HEARTBEAT_INTERVAL_MS}, `topic.metadata.refresh.interval.ms`"
-        f" {METADATA_REFRESH_MS}; consumer: `group.protocol=consumer`, the broker's"
-        f" `group.consumer.heartbeat.interval.ms` {HEARTBEAT_INTERVAL_MS}. Settled: every partition owned"
+        f" `heartbeat.interval.ms` {heartbeat_interval_ms}, `topic.metadata.refresh.interval.ms`"
+        f" {heartbeat_interval_ms}; consumer: `group.protocol=consumer`, the broker's"
+        f" `group.consumer.heartbeat.interval.ms` {heartbeat_interval_ms}. Settled: every partition owned"
         f" once (from the callbacks), unchanged for {STABLE_HOLD_S} s; the time is to the last callback.",
         "",
         "| protocol | (a) settle after partitions added, s | (b) settle after one joins, s | (c) settle after one leaves, s |"
@@ -426,6 +447,12 @@ def main() -> int:
     )
     parser.add_argument("--members", type=int, default=MEMBERS, help="group size")
     parser.add_argument("--partitions", type=int, default=PARTITIONS, help="partitions the topic grows to")
+    parser.add_argument(
+        "--heartbeat-interval-ms",
+        type=int,
+        default=HEARTBEAT_INTERVAL_MS,
+        help="heartbeat (and classic metadata refresh) interval of both protocols",
+    )
     parser.add_argument("--protocols", default=",".join(PROTOCOLS), help="classic,consumer (in this order)")
     parser.add_argument("--output", default="BENCHMARKS.md", help="file whose section is replaced")
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -434,14 +461,22 @@ def main() -> int:
         parser.error(f"--partitions must exceed {START_PARTITIONS} and --members be at least 1")
     results = []
     with tempfile.TemporaryDirectory(prefix="strom-consumer-protocol-") as work_dir:
-        broker = Broker(Path(work_dir), BROKER_SETTINGS)
+        broker = Broker(Path(work_dir), broker_settings(arguments.heartbeat_interval_ms))
         try:
             for protocol in arguments.protocols.split(","):
-                results.append(measure(broker.bootstrap, protocol, arguments.members, arguments.partitions))
+                results.append(
+                    measure(
+                        broker.bootstrap,
+                        protocol,
+                        arguments.members,
+                        arguments.partitions,
+                        arguments.heartbeat_interval_ms,
+                    )
+                )
                 print(results[-1], flush=True)
         finally:
             broker.stop()
-    section = render(results)
+    section = render(results, arguments.heartbeat_interval_ms)
     print(section)
     if not arguments.no_write:
         replace_section(Path(arguments.output), "consumer-protocol", section)
