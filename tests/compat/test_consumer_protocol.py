@@ -156,7 +156,20 @@ def test_scaling_up_and_down_moves_partitions_without_overlap_or_loss(
     )
     received = Counter((r.partition, r.offset) for member in members for r in member.snapshot().records)
     duplicates = sorted(key for key, count in received.items() if count > 1)
-    assert not duplicates, f"received more than once: {duplicates[:10]}"
+    assert not duplicates, (
+        f"received more than once: {duplicates[:10]}",
+        {
+            member.name: [
+                (r.partition, r.offset)
+                for r in member.snapshot().records
+                if (r.partition, r.offset) in duplicates[:3]
+            ]
+            for member in members
+        },
+        {member.name: member.snapshot().errors[:3] for member in members},
+        {member.name: member.committed for member in members},
+        [event for event in ledger.events if any(p == duplicates[0][0] for _, p in event[3])],
+    )
     assert not received - expected, "records received that were never acknowledged"
     assert not ledger.double_ownership(), ledger.double_ownership()[:5]
     for member in members:
