@@ -10,7 +10,8 @@
 - committed offsets and the group itself (members, epochs) survive a broker restart;
 - a bad regex and an unknown server assignor give the client a clean error, and the broker goes
   on serving;
-- raw wire: a stale epoch is FENCED_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID.
+- raw wire: a stale epoch is FENCED_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID;
+- ``strom groups list`` and ``describe`` show the group's type, epochs and targets.
 
 Session timeouts are 6 s and heartbeats 300 ms (broker settings), so each test takes seconds.
 """
@@ -27,10 +28,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, KafkaException
 
+from strom.cli.main import main
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.consumer_group_describe import (
     ConsumerGroupDescribeRequest,
@@ -422,3 +425,47 @@ def test_stale_epochs_are_fenced_and_unknown_members_refused(shared_broker: Brok
         assert bad_regex.error_code == ErrorCode.INVALID_REGULAR_EXPRESSION
         bad_assignor = heartbeat(client, joining(group, [topic], assignor="nope"))
         assert bad_assignor.error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
+
+
+def test_strom_groups_shows_a_consumer_protocol_group(
+    shared_broker: BrokerProcess, members: list[ProtocolMember], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``strom groups list`` gives the group's type, ``describe`` its epochs and each member's
+    assignment beside its target (the same once the group is stable)."""
+    topic = unique_topic("kip848-cli")
+    group = unique_topic("kip848-cli-group")
+    create_topic(shared_broker.bootstrap, topic, 4)
+    for name in ("c0", "c1"):
+        members.append(ProtocolMember(name, shared_broker.bootstrap, group, [topic], Ledger()).start())
+    wait_until_stable(members, all_partitions(topic, 4))
+    connection = ["--bootstrap-server", shared_broker.bootstrap]
+
+    def cli(*arguments: str) -> str:
+        capsys.readouterr()
+        assert main([*arguments, *connection]) == 0
+        return capsys.readouterr().out
+
+    assert {"group": group, "type": "consumer", "state": "Stable", "protocol_type": "consumer"} in json.loads(
+        cli("groups", "list", "--output", "json")
+    )
+
+    def described() -> dict[str, Any]:
+        [value] = json.loads(cli("groups", "describe", group, "--output", "json"))
+        return cast(dict[str, Any], value)
+
+    # The members' acknowledgements of the last epoch may still be on their way: wait for them.
+    wait_until(
+        lambda: all(m["member_epoch"] == described()["group_epoch"] for m in described()["members"]),
+        30,
+        lambda: str(described()),
+    )
+    value = described()
+    assert (value["type"], value["state"], value["protocol"]) == ("consumer", "Stable", "uniform")
+    assert value["assignment_epoch"] == value["group_epoch"] >= 1
+    by_client = {member["client_id"]: member for member in value["members"]}
+    assert set(by_client) == {"c0", "c1"}
+    for member in members:
+        shown = by_client[member.name]
+        assert shown["assignment"] == shown["target_assignment"]
+        assert {(p["topic"], p["partition"]) for p in shown["assignment"]} == member.current_assignment()
+    assert "type: consumer  state: Stable  assignor: uniform" in cli("groups", "describe", group)
