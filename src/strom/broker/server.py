@@ -98,8 +98,9 @@ _FRAME_SIZE_BYTES = _FRAME_SIZE.size
 # them costs less than handing the transport many small buffers); larger ones go by reference.
 _JOIN_ANSWERS_BYTES_MAX = 256 * 1024
 # APIs whose handler may wait before answering: Produce (fsync), Fetch (long poll), OffsetCommit
-# (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete.
-MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47})
+# (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete,
+# ConsumerGroupHeartbeat (the group's records written).
+MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47, 68})
 # Produce and Fetch carry records: too bulky to log whole even at debug level.
 QUIET_API_KEYS = frozenset({0, 1})
 
