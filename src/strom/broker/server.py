@@ -43,6 +43,7 @@ from strom.broker.connection_budget import (
     OverdueReason,
 )
 from strom.broker.context import RequestContext
+from strom.broker.handlers.consumer_groups import CONSUMER_PROTOCOL_API_KEYS
 from strom.broker.listener_security import ListenerSecurity, check_cluster_listener, listener_security
 from strom.broker.listeners import format_listener
 from strom.broker.loop_lag import LoopLagMonitor
@@ -97,8 +98,9 @@ _FRAME_SIZE_BYTES = _FRAME_SIZE.size
 # them costs less than handing the transport many small buffers); larger ones go by reference.
 _JOIN_ANSWERS_BYTES_MAX = 256 * 1024
 # APIs whose handler may wait before answering: Produce (fsync), Fetch (long poll), OffsetCommit
-# (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete.
-MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47})
+# (write + fsync), JoinGroup and SyncGroup (parked), DeleteRecords, DeleteGroups, OffsetDelete,
+# ConsumerGroupHeartbeat (the group's records written).
+MAY_WAIT_API_KEYS = frozenset({0, 1, 8, 11, 14, 21, 42, 47, 68})
 # Produce and Fetch carry records: too bulky to log whole even at debug level.
 QUIET_API_KEYS = frozenset({0, 1})
 
@@ -223,6 +225,14 @@ class BrokerServer:
         # A broker of a cluster (--zookeeper): replication for real, and the cluster's own APIs.
         self.cluster = join_cluster(self.state) if config.is_set("zookeeper.connect") else None
         self.handlers = handler_table(self.cluster is not None)
+        if "consumer" not in self.state.groups.config.rebalance_protocols:
+            # group.coordinator.rebalance.protocols without consumer: KIP-848's APIs are neither
+            # served nor advertised (clients fall back to, or report, the classic protocol).
+            self.handlers = {
+                key: handler
+                for key, handler in self.handlers.items()
+                if key not in CONSUMER_PROTOCOL_API_KEYS
+            }
         # SCRAM credentials (loaded at start) and what each non-PLAINTEXT listener asks of its
         # connections; a missing or unreadable keystore stops the broker here.
         self.scram_store: FileScramStore | ZooKeeperScramStore = (

@@ -4,6 +4,7 @@ and the arithmetic of offset resets."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from strom.client.admin import (
     GroupDescription,
     MemberDescription,
     OffsetAndMetadata,
+    consumer_group_description_from,
     coordinator_from_response,
     find_coordinator_request,
     group_description_from,
@@ -28,6 +30,7 @@ from strom.client.admin import (
 from strom.client.cluster import BrokerNode, TopicPartition
 from strom.client.errors import BrokerResponseError, ProtocolError, UnsupportedVersionError
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.consumer_group_describe import ConsumerGroupDescribeResponse
 from strom.protocol.messages.describe_groups import DescribeGroupsResponse
 from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
@@ -345,3 +348,64 @@ def test_reset_to_a_timestamp_goes_to_the_end_where_no_record_is_that_late() -> 
 def test_reset_to_explicit_offsets_stays_within_the_partition() -> None:
     assert reset_targets({A0: 0, A1: 3}, [A0, A1], EARLIEST, LATEST, {}) == {A0: 2, A1: 3}
     assert reset_targets({A0: 99}, [A0], EARLIEST, LATEST, {}) == {A0: 10}
+
+
+def test_consumer_protocol_group_read_from_consumer_group_describe() -> None:
+    topic_id = uuid.UUID(int=7)
+    member = ConsumerGroupDescribeResponse.Member(
+        member_id="m-1",
+        instance_id=None,
+        rack_id="r1",
+        member_epoch=4,
+        client_id="c",
+        client_host="/10.0.0.1",
+        subscribed_topic_names=["a"],
+        subscribed_topic_regex=None,
+        assignment=ConsumerGroupDescribeResponse.Assignment(
+            topic_partitions=[
+                ConsumerGroupDescribeResponse.TopicPartitions(
+                    topic_id=topic_id, topic_name="a", partitions=[1, 0]
+                )
+            ]
+        ),
+        target_assignment=ConsumerGroupDescribeResponse.Assignment(
+            topic_partitions=[
+                ConsumerGroupDescribeResponse.TopicPartitions(
+                    topic_id=topic_id, topic_name="a", partitions=[0]
+                )
+            ]
+        ),
+    )
+    described = consumer_group_description_from(
+        ConsumerGroupDescribeResponse.DescribedGroup(
+            group_id="g",
+            group_state="Reconciling",
+            group_epoch=5,
+            assignment_epoch=5,
+            assignor_name="uniform",
+            members=[member],
+        )
+    )
+    assert described is not None
+    assert (described.state, described.group_epoch, described.assignment_epoch, described.assignor_name) == (
+        "Reconciling",
+        5,
+        5,
+        "uniform",
+    )
+    [read] = described.members
+    assert (read.member_epoch, read.rack_id, read.host) == (4, "r1", "/10.0.0.1")
+    assert read.assignment == [A0, A1] and read.target_assignment == [A0]
+
+
+def test_a_group_consumer_group_describe_does_not_know_is_none_and_other_errors_raise() -> None:
+    classic = ConsumerGroupDescribeResponse.DescribedGroup(
+        group_id="g", error_code=ErrorCode.GROUP_ID_NOT_FOUND
+    )
+    assert consumer_group_description_from(classic) is None
+    refused = ConsumerGroupDescribeResponse.DescribedGroup(
+        group_id="g", error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="no"
+    )
+    with pytest.raises(BrokerResponseError, match="describe group 'g'") as raised:
+        consumer_group_description_from(refused)
+    assert raised.value.code == ErrorCode.GROUP_AUTHORIZATION_FAILED
