@@ -24,6 +24,11 @@ __all__ = ["HttpError", "HttpServer", "Request", "Response", "parse_form", "pars
 
 log = logging.getLogger("strom.console")
 
+# Closing a connection: at most this long and this many bytes of unread input are taken and
+# dropped after the answer (see HttpServer._linger).
+LINGER_S = 1.0
+LINGER_BYTES_MAX = 2 * limits.console_form_bytes_max
+
 # How long a closing connection may take to hand the kernel the rest of its answer.
 CLOSE_WAIT_S = 5.0
 
@@ -237,7 +242,11 @@ class HttpServer:
                 response = _plain(500, "the console failed on this page; its log says why")
             await self._send(writer, response)
         finally:
-            writer.close()
+            try:
+                await self._linger(reader, writer)
+            finally:
+                # Also when stop() cancels the connection while it lingers.
+                writer.close()
             try:
                 async with asyncio.timeout(CLOSE_WAIT_S):
                     await writer.wait_closed()
@@ -245,6 +254,24 @@ class HttpServer:
                 writer.transport.abort()  # a peer that does not take the rest of the answer
             except ConnectionError:
                 pass
+
+    @staticmethod
+    async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Half-close, then read and drop what the peer still sends (a request the console answered
+        without reading: 503, 413), briefly and boundedly: closing a socket with unread input
+        resets the connection, and the peer may lose the answer with it."""
+        try:
+            if writer.can_write_eof():
+                writer.write_eof()
+            dropped = 0
+            async with asyncio.timeout(LINGER_S):
+                while dropped < LINGER_BYTES_MAX:
+                    chunk = await reader.read(LINGER_BYTES_MAX)
+                    if not chunk:
+                        return
+                    dropped += len(chunk)
+        except (TimeoutError, ConnectionError, OSError, RuntimeError):
+            return
 
     async def _send(self, writer: asyncio.StreamWriter, response: Response) -> None:
         writer.write(response.encode())
