@@ -96,3 +96,9 @@ def test_lag_chart_draws_every_point_inside_its_box() -> None:
     svg = lag_chart([LagPoint(0, 0), LagPoint(1_800_000, 50), LagPoint(3_600_000, 100)], 3_600_000, 3_600_000)
     assert svg.count("<circle") == 3
     assert 'points="30.0,130.0 300.0,80.0 570.0,30.0"' in svg
+    assert ">-60 min<" in svg
+    # Younger data fills the width; older than the window is pinned to its start.
+    svg = lag_chart([LagPoint(40_000, 1), LagPoint(50_000, 2)], 60_000, 3_600_000)
+    assert 'points="30.0,80.0 300.0,30.0"' in svg and ">-20 s<" in svg
+    svg = lag_chart([LagPoint(0, 1)], 7_200_000, 3_600_000)
+    assert 'points="30.0,30.0"' in svg

@@ -47,7 +47,8 @@ SECURITY_HEADERS = [
     ),
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "DENY"),
-    ("Referrer-Policy", "no-referrer"),
+    # Not no-referrer: under it a browser sends "Origin: null" with the console's own forms.
+    ("Referrer-Policy", "same-origin"),
     ("Cache-Control", "no-store"),
 ]
 

@@ -431,7 +431,7 @@ def messages_page(
         '<input type=hidden name=topic value="{}">'
         "<label>Partition <select name=partition>{}</select></label>"
         '<label>From offset <input name=offset value="{}" size=10 placeholder="{}"></label>'
-        '<label>or time <input name=timestamp value="{}" size=22 placeholder="2026-01-31T12:00:00 or ms"></label>'
+        '<label>or time <input name=timestamp value="{}" size=22 placeholder="2026-01-31T12:00:00 (UTC)"></label>'
         '<label>Records <input name=limit type=number min=1 value="{}" size=5></label>'
         "<label>Show as <select name=format>{}</select></label>"
         '<label>Search <input type=search name=search value="{}" placeholder="substring"></label>'
@@ -549,16 +549,24 @@ def groups_page(
     return layout(context, "Consumer groups", "/groups", body)
 
 
+def span_text(span_ms: int) -> str:
+    if span_ms >= 120_000:
+        return f"-{span_ms // 60_000} min"
+    return f"-{span_ms // 1000} s"
+
+
 def lag_chart(points: Sequence[LagPoint], now_ms: int, window_ms: int) -> Markup:
-    """An inline SVG line of total lag over the window (no script, no external file)."""
+    """An inline SVG line of total lag (no script, no external file). The time axis runs from the
+    first sample within the window (at most ``window_ms`` back) to now."""
     width, height, pad = 600, 160, 30
     if not points:
         return Markup("<p class=note id=lag-chart>No lag samples yet.</p>")
     lag_max = max(point.lag for point in points) or 1
-    start_ms = now_ms - window_ms
+    span_ms = max(now_ms - max(points[0].time_ms, now_ms - window_ms), 1_000)
+    start_ms = now_ms - span_ms
 
     def x(time_ms: int) -> float:
-        return pad + (width - 2 * pad) * max(0, time_ms - start_ms) / window_ms
+        return pad + (width - 2 * pad) * min(max(0, time_ms - start_ms), span_ms) / span_ms
 
     def y(lag: int) -> float:
         return height - pad - (height - 2 * pad) * lag / lag_max
@@ -575,11 +583,11 @@ def lag_chart(points: Sequence[LagPoint], now_ms: int, window_ms: int) -> Markup
         for p in points
     )
     return html(
-        '<svg id=lag-chart class=chart viewBox="0 0 {} {}" role=img aria-label="total lag over the last hour">'
+        '<svg id=lag-chart class=chart viewBox="0 0 {} {}" role=img aria-label="total lag over time">'
         '<line x1="{}" y1="{}" x2="{}" y2="{}" class=axis></line>'
         '<line x1="{}" y1="{}" x2="{}" y2="{}" class=axis></line>'
         '<text x="{}" y="{}" class=label>{}</text><text x="{}" y="{}" class=label>0</text>'
-        '<text x="{}" y="{}" class=label>-60 min</text><text x="{}" y="{}" class=label text-anchor=end>now</text>'
+        '<text x="{}" y="{}" class=label>{}</text><text x="{}" y="{}" class=label text-anchor=end>now</text>'
         '<polyline points="{}" class=line></polyline>{}</svg>',
         width,
         height,
@@ -598,6 +606,7 @@ def lag_chart(points: Sequence[LagPoint], now_ms: int, window_ms: int) -> Markup
         height - pad,
         pad,
         height - 8,
+        span_text(span_ms),
         width - pad,
         height - 8,
         line,
@@ -666,7 +675,7 @@ def group_page(
     )
     refresh = Markup("<label class=refresh><input type=checkbox id=auto-refresh> refresh every 5 s</label>")
     body = html(
-        "{}{}<h2>Members</h2>{}<h2>Committed offsets and lag</h2>{}<h2>Lag over the last hour</h2>{}",
+        "{}{}<h2>Members</h2>{}<h2>Committed offsets and lag</h2>{}<h2>Total lag (up to the last hour)</h2>{}",
         refresh,
         summary,
         table(

@@ -41,6 +41,8 @@ form.stacked { display: grid; gap: .7rem; max-width: 32rem; }
 form.stacked label { display: grid; gap: .2rem; }
 form.browse, form.filter { display: flex; flex-wrap: wrap; gap: .8rem; align-items: end; margin-bottom: .8rem; }
 form.browse label { display: grid; gap: .15rem; font-size: 12px; color: var(--muted); }
+form.browse input[type=number] { width: 6rem; }
+form.browse input[name=timestamp] { width: 15rem; }
 input, select, textarea { font: inherit; padding: .25rem .4rem; border: 1px solid #c3cad6; border-radius: 3px; }
 svg.chart { background: #fff; border: 1px solid var(--line); width: 100%; max-width: 720px; height: auto; }
 svg.chart .axis { stroke: #9aa3b2; stroke-width: 1; }
