@@ -67,13 +67,15 @@ class ConsoleServer:
         loop = asyncio.get_running_loop()
         interval_s = self.options.lag_sample_interval_ms / 1000
         while True:
+            # Sleep first: beside a broker the console starts before the broker listens (and a
+            # group's page records a sample of its own when it is opened).
+            await asyncio.sleep(interval_s)
             try:
                 await loop.run_in_executor(self._executor, self.console.sample_lag)
             except KafkaError as error:
                 log.info("lag sample skipped: %s", error)
             except RuntimeError:
                 return  # the executor is shutting down
-            await asyncio.sleep(interval_s)
 
 
 class BrokerConsole:
