@@ -26,9 +26,9 @@ EVIL = "\"'><script>alert(1)</script><img src=x onerror=alert(2)>"
 def make_console(
     source: FakeSource | None = None, *, read_only: bool = False, now_ms: int = 1_700_000_000_000
 ) -> Console:
-    return Console(
-        source or FakeSource(), ConsoleOptions(read_only=read_only), clock_ms=lambda: now_ms, csrf_token=TOKEN
-    )
+    # No snapshot (stale 0): every view asks the fake cluster, as a test changes it between views.
+    options = ConsoleOptions(read_only=read_only, snapshot_fresh_ms=0, snapshot_stale_ms=0)
+    return Console(source or FakeSource(), options, clock_ms=lambda: now_ms, csrf_token=TOKEN)
 
 
 def get(console: Console, target: str, host: str = HOST) -> Response:
@@ -367,3 +367,18 @@ def test_post_to_unknown_path_and_other_methods(source: FakeSource) -> None:
     console = make_console(source)
     assert post(console, "/nothing", {}).status == 404
     assert console.handle(Request("DELETE", "/topics", {}, {"host": HOST})).status == 405
+
+
+def test_list_pages_answer_from_a_snapshot_the_consoles_own_changes_invalidate(source: FakeSource) -> None:
+    console = Console(source, ConsoleOptions(), csrf_token=TOKEN)  # the default: fresh for 5 s
+    try:
+        assert 'data-name="audit"' not in text(get(console, "/topics"))
+        source.add_topic("behind-its-back")
+        page = text(get(console, "/topics"))
+        assert 'data-name="behind-its-back"' not in page and "id=as-of>Figures as of" in page
+        assert post(console, "/topics", {"name": "audit", "partitions": "1"}).status == 303
+        page = text(get(console, "/topics"))
+        assert 'data-name="audit"' in page and 'data-name="behind-its-back"' in page
+        assert get(console, "/topic?name=behind-its-back").status == 200  # a topic's page is live
+    finally:
+        console.close()

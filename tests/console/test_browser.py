@@ -217,11 +217,20 @@ def test_topics_and_topic_page_show_the_brokers_offsets_and_configs(stack: Stack
         partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
         ends = stack.admin.list_offsets(dict.fromkeys(partitions, "latest"))
         starts = stack.admin.list_offsets(dict.fromkeys(partitions, "earliest"))
-        stack.open("/topics")
+        end_sum = sum(found.offset for found in ends.values() if found)
+
+        def topics_row_cells() -> list[str]:
+            stack.open("/topics")
+            row = stack.driver.find_element(By.CSS_SELECTOR, f'#topics tr[data-name="{TOPIC}"]')
+            return [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+
+        # The list answers from a snapshot at most a few seconds old (a topic's page is live).
+        wait_until(
+            lambda: number(topics_row_cells()[4]) == end_sum, "the list's snapshot to catch up", WAIT_S
+        )
+        cells = topics_row_cells()
+        assert cells[1] == str(PARTITIONS) and number(cells[4]) == end_sum
         row = stack.driver.find_element(By.CSS_SELECTOR, f'#topics tr[data-name="{TOPIC}"]')
-        cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-        assert cells[1] == str(PARTITIONS)
-        assert number(cells[4]) == sum(found.offset for found in ends.values() if found)
         # The name filter hides other rows as it is typed (the page's script).
         stack.driver.find_element(By.CSS_SELECTOR, "form.filter input[name=q]").send_keys("__consumer")
         assert not row.is_displayed()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+from collections.abc import Callable
+
 import pytest
 
 from strom.console.lag import LagHistory, partition_lag
 from strom.console.markup import Markup, escape, html, join, url
 from strom.console.pages import lag_chart
 from strom.console.records import format_time_ms, matches, parse_time_ms, show_bytes
+from strom.console.snapshot import Snapshot
 from strom.console.source import BrowsedRecord
 
 
@@ -102,3 +106,67 @@ def test_lag_chart_draws_every_point_inside_its_box() -> None:
     assert 'points="30.0,80.0 300.0,30.0"' in svg and ">-20 s<" in svg
     svg = lag_chart([LagPoint(0, 1)], 7_200_000, 3_600_000)
     assert 'points="30.0,30.0"' in svg
+
+
+class InlineExecutor(concurrent.futures.Executor):
+    """Runs what is submitted at once, in the caller's thread (and records that it did)."""
+
+    def __init__(self) -> None:
+        self.ran = 0
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.ran += 1
+        future: concurrent.futures.Future[object] = concurrent.futures.Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def test_snapshot_answers_fresh_refreshes_stale_and_waits_when_too_old() -> None:
+    now = [0]
+    fetched = [0]
+
+    def fetch() -> int:
+        fetched[0] += 1
+        return fetched[0]
+
+    executor = InlineExecutor()
+    snapshot = Snapshot(
+        fetch,
+        executor,
+        fresh_ms=5_000,
+        stale_ms=60_000,
+        monotonic_ms=lambda: now[0],
+        wall_ms=lambda: 1_000 + now[0],
+    )
+    assert snapshot.get() == (1, 1_000)  # never fetched: the caller waits
+    now[0] = 4_999
+    assert snapshot.get() == (1, 1_000) and executor.ran == 0  # fresh
+    now[0] = 5_000
+    assert snapshot.get() == (1, 1_000)  # stale: answered from it, refreshed behind it
+    assert executor.ran == 1 and fetched[0] == 2
+    assert snapshot.get() == (2, 6_000)
+    now[0] = 70_000  # too old to answer from: the caller waits
+    assert snapshot.get() == (3, 71_000) and executor.ran == 1
+    snapshot.invalidate()
+    assert snapshot.get() == (4, 71_000)
+
+
+def test_a_refresh_begun_before_an_invalidation_is_not_kept() -> None:
+    values = iter(["old", "refreshed-before-the-change", "after-the-change"])
+    pending: list[Callable[[], object]] = []
+
+    class Deferred(concurrent.futures.Executor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            pending.append(lambda: fn(*args, **kwargs))
+            return concurrent.futures.Future()
+
+    now = [0]
+    snapshot = Snapshot(
+        lambda: next(values), Deferred(), fresh_ms=1, stale_ms=100, monotonic_ms=lambda: now[0]
+    )
+    assert snapshot.get()[0] == "old"
+    now[0] = 10
+    assert snapshot.get()[0] == "old"  # refresh submitted, not run yet
+    snapshot.invalidate()  # the console changed the cluster meanwhile
+    pending.pop()()  # the refresh finishes now, with what it saw before the change
+    assert snapshot.get()[0] == "after-the-change"

@@ -274,3 +274,10 @@ console_field_chars_max = 65_536
 console_lag_sample_interval_ms = 30_000
 console_lag_window_ms = 3_600_000
 console_lag_groups_max = 1_000
+# The cluster page and the topics list answer from a snapshot of every topic's metadata, offsets
+# and sizes (strom.console.snapshot): fresh for this long, then refreshed in the background while
+# the snapshot still answers, until it is this old (then a view waits for a fresh one). At 10,000
+# partitions one round of those requests takes longer than a page may (200 ms); 5 s is about how
+# long a person takes to look at a page before the next click.
+console_snapshot_fresh_ms = 5_000
+console_snapshot_stale_ms = 60_000

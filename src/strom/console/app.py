@@ -14,6 +14,7 @@ Security, in the order a request meets it:
 
 from __future__ import annotations
 
+import concurrent.futures
 import hmac
 import ipaddress
 import logging
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from strom.base import limits
+from strom.client.admin import TopicDescription
 from strom.client.cluster import TopicPartition
 from strom.client.errors import KafkaError
 from strom.console import pages
@@ -32,7 +34,8 @@ from strom.console.http import Request, Response
 from strom.console.lag import LagHistory, LagPoint, measure_lag, record_lag, total_lag
 from strom.console.markup import Markup, url
 from strom.console.records import FORMATS, matches, parse_time_ms
-from strom.console.source import ClusterSource, ReadRequest, ReadResult
+from strom.console.snapshot import Snapshot
+from strom.console.source import ClusterSource, OffsetRange, ReadRequest, ReadResult
 from strom.console.static import CONSOLE_CSS, CONSOLE_JS
 
 __all__ = ["Console", "ConsoleOptions"]
@@ -76,6 +79,15 @@ class ConsoleOptions:
     lag_sample_interval_ms: int = limits.console_lag_sample_interval_ms
     lag_window_ms: int = limits.console_lag_window_ms
     rows_max: int = limits.console_list_rows_max
+    snapshot_fresh_ms: int = limits.console_snapshot_fresh_ms
+    snapshot_stale_ms: int = limits.console_snapshot_stale_ms
+
+
+@dataclass(frozen=True)
+class TopicFigures:
+    topics: dict[str, TopicDescription]
+    offsets: Mapping[TopicPartition, OffsetRange]
+    sizes: Mapping[TopicPartition, int] | None
 
 
 class Console:
@@ -94,6 +106,24 @@ class Console:
         self.csrf_token = csrf_token or secrets.token_urlsafe(32)
         self.history = LagHistory(self.options.lag_sample_interval_ms, self.options.lag_window_ms)
         self.history_lock = threading.Lock()
+        # Runs a page's second cluster request while the page's thread runs the first.
+        self._side = concurrent.futures.ThreadPoolExecutor(
+            limits.console_worker_threads, thread_name_prefix="strom-console-side"
+        )
+        # The snapshots' background refreshes (which use _side themselves).
+        self._refresher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="strom-console-refresh")
+        self._topics_snapshot: Snapshot[dict[str, TopicDescription]] = Snapshot(
+            self.source.topics,
+            self._refresher,
+            fresh_ms=self.options.snapshot_fresh_ms,
+            stale_ms=self.options.snapshot_stale_ms,
+        )
+        self._figures_snapshot: Snapshot[TopicFigures] = Snapshot(
+            self._all_topic_figures,
+            self._refresher,
+            fresh_ms=self.options.snapshot_fresh_ms,
+            stale_ms=self.options.snapshot_stale_ms,
+        )
         self._get: dict[str, Callable[[Request, pages.PageContext], Response]] = {
             "/": self._cluster,
             "/topics": self._topics,
@@ -109,6 +139,15 @@ class Console:
             "/topic/config": self._set_config,
             "/topic/delete": self._delete_topic,
         }
+
+    def close(self) -> None:
+        self._refresher.shutdown()
+        self._side.shutdown()
+
+    def _changed(self) -> None:
+        """The console changed the cluster: the next views ask afresh."""
+        self._topics_snapshot.invalidate()
+        self._figures_snapshot.invalidate()
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -215,23 +254,35 @@ class Console:
 
     def _cluster(self, request: Request, context: pages.PageContext) -> Response:
         cluster = self.source.cluster()
-        topics = self.source.topics()
-        return self._page(200, pages.cluster_page(context, cluster, topics, self.options.rows_max))
+        topics, as_of_ms = self._topics_snapshot.get()
+        return self._page(200, pages.cluster_page(context, cluster, topics, self.options.rows_max, as_of_ms))
+
+    def _all_topic_figures(self) -> TopicFigures:
+        """Every topic with its partitions' offsets and sizes (the topics list's snapshot)."""
+        topics, _ = self._topics_snapshot.get()
+        return self._topic_figures(topics, every=True)
+
+    def _topic_figures(self, topics: Mapping[str, TopicDescription], *, every: bool) -> TopicFigures:
+        partitions = [
+            TopicPartition(name, p.partition) for name, topic in topics.items() for p in topic.partitions
+        ]
+        # Sizes are asked for while the offsets are: each is a request per broker.
+        asked = self._side.submit(self.source.sizes, None if every else list(topics))
+        offsets = self.source.offsets(partitions)
+        sizes: Mapping[TopicPartition, int] | None
+        try:
+            sizes = asked.result()
+        except KafkaError:
+            sizes = None  # a cluster without DescribeLogDirs, or a refusal: sizes show as "-"
+        return TopicFigures(dict(topics), offsets, sizes)
 
     def _topics(self, request: Request, context: pages.PageContext) -> Response:
         query = request.query.get("q", "").strip()
-        everything = self.source.topics()
-        chosen = [topic for name, topic in sorted(everything.items()) if query.lower() in name.lower()]
+        figures, as_of_ms = self._figures_snapshot.get()
+        chosen = [topic for name, topic in sorted(figures.topics.items()) if query.lower() in name.lower()]
         shown = chosen[: self.options.rows_max]
-        partitions = [TopicPartition(topic.name, p.partition) for topic in shown for p in topic.partitions]
-        offsets = self.source.offsets(partitions)
-        try:
-            sizes: Mapping[TopicPartition, int] | None = self.source.sizes(
-                None if len(shown) == len(everything) else [topic.name for topic in shown]
-            )
-        except KafkaError:
-            sizes = None  # a cluster without DescribeLogDirs, or a refusal: sizes show as "-"
-        return self._page(200, pages.topics_page(context, shown, len(chosen), offsets, sizes, query))
+        page = pages.topics_page(context, shown, len(chosen), figures.offsets, figures.sizes, query, as_of_ms)
+        return self._page(200, page)
 
     def _topic(self, request: Request, context: pages.PageContext) -> Response:
         name = self._required(request.query, "name")
@@ -269,6 +320,7 @@ class Console:
             )
             configs = self._config_lines(form.get("configs", ""))
             self.source.create_topic(name, partitions, replication, configs)
+            self._changed()
         except (BadRequest, KafkaError) as error:
             return self._page(
                 400 if isinstance(error, BadRequest) else 409, pages.new_topic_page(context, form, str(error))
@@ -280,6 +332,7 @@ class Console:
         key = self._required(request.form, "key").strip()
         value = None if request.form.get("reset") else request.form.get("value", "")
         self.source.set_topic_config(name, key, value)
+        self._changed()
         return self._redirect(url("/topic", name=name, notice="config"))
 
     def _delete_topic_confirm(self, request: Request, context: pages.PageContext) -> Response:
@@ -296,6 +349,7 @@ class Console:
                 pages.delete_topic_page(context, name, "The name typed does not match: nothing was deleted."),
             )
         self.source.delete_topic(name)
+        self._changed()
         return self._redirect(url("/topics", notice="deleted"))
 
     # -- messages ------------------------------------------------------------------------------

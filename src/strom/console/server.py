@@ -61,6 +61,7 @@ class ConsoleServer:
         loop = asyncio.get_running_loop()
         # Pages still running finish in their threads; the clients close after them.
         await loop.run_in_executor(None, self._executor.shutdown)
+        self.console.close()
         await loop.run_in_executor(None, self.source.close)
 
     async def _sample_forever(self) -> None:

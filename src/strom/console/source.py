@@ -9,6 +9,7 @@ and run in the console's worker threads, never on an event loop.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,6 +31,9 @@ from strom.client.admin import (
 )
 from strom.client.cluster import TopicPartition
 from strom.client.consumer import Consumer
+
+# The message browser's consumer: how long the broker may hold a fetch that found nothing.
+BROWSER_FETCH_WAIT_MS = 10
 
 __all__ = [
     "BrowsedRecord",
@@ -142,6 +146,8 @@ class ClientSource:
         self._admin: Admin | None = None
         self._consumer: Consumer | None = None
         self._consumer_lock = threading.Lock()
+        # Asks for earliest and latest offsets at once (each is a request per leader).
+        self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="strom-console-offsets")
 
     @property
     def admin(self) -> Admin:
@@ -158,11 +164,19 @@ class ClientSource:
                 if key not in {"group.id", "enable.auto.commit"}
             }
             self._consumer = Consumer(
-                {**settings, "client.id": "strom-console-browser", "enable.auto.commit": False}
+                {
+                    **settings,
+                    "client.id": "strom-console-browser",
+                    "enable.auto.commit": False,
+                    # It reads what is there: a fetch that waits for more (500 ms by default) would
+                    # hold up the next page's read behind it.
+                    "fetch.max.wait.ms": BROWSER_FETCH_WAIT_MS,
+                }
             )
         return self._consumer
 
     def close(self) -> None:
+        self._side.shutdown()
         with self._lock:
             admin, self._admin = self._admin, None
         if admin is not None:
@@ -187,8 +201,10 @@ class ClientSource:
         wanted = list(partitions)
         if not wanted:
             return {}
-        earliest = self.admin.list_offsets(dict.fromkeys(wanted, "earliest"))
-        latest = self.admin.list_offsets(dict.fromkeys(wanted, "latest"))
+        admin = self.admin
+        asked = self._side.submit(admin.list_offsets, dict.fromkeys(wanted, "earliest"))
+        latest = admin.list_offsets(dict.fromkeys(wanted, "latest"))
+        earliest = asked.result()
         ranges: dict[TopicPartition, OffsetRange] = {}
         for tp in wanted:
             start, end = earliest.get(tp), latest.get(tp)
