@@ -153,3 +153,24 @@ def test_parse_head_and_form_refuse_malformed_input() -> None:
     with pytest.raises(HttpError):
         parse_form(b"\xff\xfe")
     assert parse_form(b"a=1&a=2&b=%3Cx%3E") == {"a": "1", "b": "<x>"}
+
+
+def test_a_console_beside_a_broker_that_is_not_up_yet_says_so() -> None:
+    from strom.console.app import ConsoleOptions
+    from strom.console.server import BrokerConsole
+
+    def not_yet() -> str:
+        raise LookupError("the broker is not listening yet")
+
+    async def main() -> None:
+        console = BrokerConsole(ConsoleOptions(), 0)
+        await console.start(not_yet)
+        try:
+            assert console.server is not None
+            answer = await exchange(console.server.port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert status_of(answer) == 502
+            assert b"the broker is not serving yet: the broker is not listening yet" in answer
+        finally:
+            await console.stop()
+
+    asyncio.run(main())

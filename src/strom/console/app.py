@@ -165,7 +165,7 @@ class Console:
             return self._static(request.path)
         notice = NOTICES.get(request.query.get("notice", ""))
         context = pages.PageContext(self.options.read_only, self.csrf_token, notice)
-        if request.method == "GET" or request.method == "HEAD":
+        if request.method == "GET":
             route = self._get.get(request.path)
         elif request.method == "POST":
             if request.path not in self._post:

@@ -35,6 +35,11 @@ class ConsoleServer:
         )
         self._http = HttpServer(self.console.handle, options.host, port, self._executor)
         self._sampler: asyncio.Task[None] | None = None
+        # The lag sampler asks every group in turn (seconds with 1,000 groups): a thread of its
+        # own, so pages do not wait behind it.
+        self._sampler_executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="strom-console-lag"
+        )
 
     async def start(self) -> None:
         await self._http.start()
@@ -61,6 +66,7 @@ class ConsoleServer:
         loop = asyncio.get_running_loop()
         # Pages still running finish in their threads; the clients close after them.
         await loop.run_in_executor(None, self._executor.shutdown)
+        await loop.run_in_executor(None, self._sampler_executor.shutdown)
         self.console.close()
         await loop.run_in_executor(None, self.source.close)
 
@@ -72,7 +78,7 @@ class ConsoleServer:
             # group's page records a sample of its own when it is opened).
             await asyncio.sleep(interval_s)
             try:
-                await loop.run_in_executor(self._executor, self.console.sample_lag)
+                await loop.run_in_executor(self._sampler_executor, self.console.sample_lag)
             except KafkaError as error:
                 log.info("lag sample skipped: %s", error)
             except RuntimeError:
