@@ -75,7 +75,9 @@ def _console(arguments: argparse.Namespace) -> int:
     from strom.console.server import ConsoleServer
     from strom.console.source import ClientSource
 
-    interval_ms = arguments.lag_sample_interval_ms or limits.console_lag_sample_interval_ms
+    interval_ms = arguments.lag_sample_interval_ms
+    if interval_ms is None:
+        interval_ms = limits.console_lag_sample_interval_ms
     if interval_ms <= 0 or interval_ms > limits.console_lag_window_ms:
         raise UsageError(
             f"--lag-sample-interval-ms must be 1..{limits.console_lag_window_ms}, not {interval_ms}"

@@ -1,0 +1,42 @@
+"""``strom console`` and ``strom broker --console-*`` on the command line (no cluster needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.cli.main import build_parser, main
+
+
+def test_console_options_parse() -> None:
+    arguments = build_parser().parse_args(
+        [
+            "console",
+            "--bootstrap-server",
+            "k:9092",
+            "--port",
+            "0",
+            "--host",
+            "::1",
+            "--console-read-only",
+            "-X",
+            "a=b",
+        ]
+    )
+    assert (arguments.port, arguments.host, arguments.console_read_only) == (0, "::1", True)
+    assert arguments.client_config == [("a", "b")]
+    broker = build_parser().parse_args(["broker", "--console-port", "8080", "--console-read-only"])
+    assert (broker.console_port, broker.console_read_only) == (8080, True)
+    assert build_parser().parse_args(["broker"]).console_port is None  # off by default
+
+
+@pytest.mark.parametrize("interval", ["0", "-5", "3600001"])
+def test_a_bad_sample_interval_is_a_usage_error(interval: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["console", "--lag-sample-interval-ms", interval, "--bootstrap-server", "127.0.0.1:1"]) == 2
+    assert "--lag-sample-interval-ms must be 1..3600000" in capsys.readouterr().err
+
+
+def test_a_port_out_of_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["console", "--port", "70000"])
+    assert exited.value.code == 2
+    assert "out of range" in capsys.readouterr().err
