@@ -71,6 +71,7 @@ class ConsoleProcess:
                 sys.executable,
                 "-m",
                 "strom.cli.main",
+                "-v",  # the console's info lines (a lag sample skipped, and why) in its log
                 "console",
                 "--bootstrap-server",
                 bootstrap,

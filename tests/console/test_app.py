@@ -345,8 +345,11 @@ def test_groups_and_group_page_show_members_assignment_and_lag(source: FakeSourc
         in row0.group(0)
     )
     assert "id=total-lag>5<" in page
-    assert "<svg id=lag-chart" in page  # the page's own sample is the chart's first point
-    # The list shows the last sample now that there is one.
+    assert "<svg id=lag-chart" in page and page.count("<circle") == 1  # the lag just computed
+    again = text(get(console, "/group?id=billing"))
+    assert again.count("<circle") == 1  # ... which is not kept: opening the page again adds none
+    assert "<td class=num>-</td>" in text(get(console, "/groups"))  # no sample yet
+    console.sample_lag()
     assert re.search(r'<tr data-group="billing">.*?<td class=num>5</td>', text(get(console, "/groups")))
 
 
@@ -360,7 +363,7 @@ def test_the_lag_sampler_feeds_the_chart(source: FakeSource) -> None:
     points = console.history.points("billing", now[0])
     assert [point.lag for point in points] == [5, 6]
     page = text(get(console, "/group?id=billing"))
-    assert page.count("<circle") == 2
+    assert page.count("<circle") == 3  # two samples and the lag now
 
 
 def test_post_to_unknown_path_and_other_methods(source: FakeSource) -> None:

@@ -282,8 +282,13 @@ def test_group_pages_show_members_offsets_lag_and_its_trend(stack: Stack) -> Non
 
     try:
         wait_until(two_members_stable, "the group to rebalance to two members", WAIT_S)
-        # Lag is sampled every second: a few samples while the producer runs draw a rising line.
-        time.sleep(4)
+
+        # Lag is sampled every second: samples taken while the producer runs draw a rising line.
+        def chart_points() -> int:
+            stack.open(f"/group?id={GROUP}")
+            return len(stack.driver.find_elements(By.CSS_SELECTOR, "#lag-chart circle"))
+
+        wait_until(lambda: chart_points() >= 6, "six lag samples", WAIT_S)
         stack.producer.pause()
         stack.open("/groups")
         row = stack.driver.find_element(By.CSS_SELECTOR, f'#groups tr[data-group="{GROUP}"]')

@@ -37,7 +37,10 @@ def test_lag_history_is_bounded_in_points_groups_and_time() -> None:
     history.record("b", 0, 1)
     history.record("c", 0, 1)  # a third group is beyond the bound
     assert history.latest("c") is None and history.latest("b") is not None
-    history.forget_except(["a"])
+    history.forget_except(["a"], now_ms=1_000)  # b is missing from one listing: kept a while
+    assert history.latest("b") is not None
+    history.forget_except(["a"], now_ms=2_001)  # and then dropped, freeing its slot
+    assert history.latest("b") is None
     history.record("c", 0, 1)
     assert history.latest("c") is not None
     assert history.points("a", 100_000) == []  # nothing within the window any more

@@ -453,9 +453,11 @@ class Console:
         ends = self.source.end_offsets(sorted(set(committed) | assigned))
         now_ms = self.clock_ms()
         with self.history_lock:
-            if committed:
-                self.history.record(group_id, now_ms, total_lag(committed, ends))
             points = self.history.points(group_id, now_ms)
+        if committed:
+            # The chart ends with the lag just computed. It is not kept: only the sampler writes
+            # the history, one point an interval, however often the page is opened.
+            points.append(LagPoint(now_ms, total_lag(committed, ends)))
         return self._page(
             200, pages.group_page(context, group, committed, ends, points, now_ms, self.options.lag_window_ms)
         )

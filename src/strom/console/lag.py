@@ -2,7 +2,8 @@
 
 ``LagHistory`` is pure (times are given to it); ``sample_lag`` asks the cluster once for every
 group it is given. The console's sampler calls it every ``console_lag_sample_interval_ms`` in a
-worker thread; the group page adds the lag it has just computed, so a chart has a point at once.
+worker thread; the group page draws the lag it has just computed after them (without keeping it),
+so a chart has a point at once.
 """
 
 from __future__ import annotations
@@ -82,10 +83,17 @@ class LagHistory:
         points = self._points.get(group_id)
         return points[-1] if points else None
 
-    def forget_except(self, group_ids: Iterable[str]) -> None:
-        """Drop the groups no longer in the cluster (deleted ones), freeing their slots."""
+    def forget_except(self, group_ids: Iterable[str], now_ms: int) -> None:
+        """Drop the groups no longer in the cluster (deleted ones), freeing their slots: those not
+        in ``group_ids`` and without a point for two intervals (a group a listing misses once,
+        while its coordinator moves, keeps its history)."""
         keep = set(group_ids)
-        for group_id in [group_id for group_id in self._points if group_id not in keep]:
+        since = now_ms - 2 * self.interval_ms
+        for group_id in [
+            group_id
+            for group_id, points in self._points.items()
+            if group_id not in keep and (not points or points[-1].time_ms < since)
+        ]:
             del self._points[group_id]
 
 
@@ -109,6 +117,6 @@ def measure_lag(cluster: ClusterSource, groups_max: int) -> tuple[list[str], dic
 
 
 def record_lag(history: LagHistory, group_ids: Iterable[str], lags: Mapping[str, int], now_ms: int) -> None:
-    history.forget_except(group_ids)
+    history.forget_except(group_ids, now_ms)
     for group_id, lag in lags.items():
         history.record(group_id, now_ms, lag)

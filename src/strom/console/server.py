@@ -81,8 +81,9 @@ class ConsoleServer:
                 await loop.run_in_executor(self._sampler_executor, self.console.sample_lag)
             except KafkaError as error:
                 log.info("lag sample skipped: %s", error)
-            except RuntimeError:
-                return  # the executor is shutting down
+            except Exception:
+                # Not the cluster's answer: a bug, logged loudly; the sampler goes on.
+                log.exception("lag sample failed")
 
 
 class BrokerConsole:
