@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from strom.cli.main import build_parser, main
@@ -40,3 +43,24 @@ def test_a_port_out_of_range_is_refused(capsys: pytest.CaptureFixture[str]) -> N
         build_parser().parse_args(["console", "--port", "70000"])
     assert exited.value.code == 2
     assert "out of range" in capsys.readouterr().err
+
+
+def test_the_broker_refuses_a_console_without_a_plaintext_listener(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from strom.broker.config import BrokerConfig
+    from strom.broker.run import run_broker
+
+    class NeverStarted:
+        async def start(self, bootstrap: Callable[[], str]) -> None:
+            raise AssertionError("started")
+
+        async def stop(self) -> None:
+            raise AssertionError("stopped")
+
+    config = BrokerConfig(
+        host=None, port=None, data_dir=tmp_path, values={"listeners": "SASL_PLAINTEXT://127.0.0.1:0"}
+    )
+    assert run_broker(config, beside=NeverStarted()) == 1
+    assert "--console-port needs a PLAINTEXT listener" in caplog.text
+    assert not any(tmp_path.iterdir())  # refused before the broker touched its data directory

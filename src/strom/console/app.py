@@ -124,6 +124,9 @@ class Console:
             fresh_ms=self.options.snapshot_fresh_ms,
             stale_ms=self.options.snapshot_stale_ms,
         )
+        # Pages by path. A page added later (a group's rebalance timeline: /group/history?id=...)
+        # is a route here, a render function in pages, and what it needs a method of
+        # ClusterSource; the group page links to it, or NAVIGATION lists it.
         self._get: dict[str, Callable[[Request, pages.PageContext], Response]] = {
             "/": self._cluster,
             "/topics": self._topics,
