@@ -64,3 +64,11 @@ def test_the_broker_refuses_a_console_without_a_plaintext_listener(
     assert run_broker(config, beside=NeverStarted()) == 1
     assert "--console-port needs a PLAINTEXT listener" in caplog.text
     assert not any(tmp_path.iterdir())  # refused before the broker touched its data directory
+
+
+def test_console_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["console", "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: strom console" in out and "--console-read-only" in out and "docs/console.md" in out
