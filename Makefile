@@ -28,8 +28,9 @@ venv: $(VENV)/.installed
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test system-deps
 
-# Debian packages the tests drive: kcat (a real Kafka client in C) and zookeeper (the cluster's
-# coordination service; tests/cluster runs its jar with java on 127.0.0.1).
+# Debian packages the tests drive: kcat (a real Kafka client in C), zookeeper (the cluster's
+# coordination service; tests/cluster runs its jar with java on 127.0.0.1), and chromium with
+# chromium-driver (tests/console drive the web console in headless Chromium through selenium).
 system-deps:
 	@if ! command -v kcat >/dev/null 2>&1; then \
 		echo "installing kcat with apt-get"; \
@@ -38,6 +39,10 @@ system-deps:
 	@if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then \
 		echo "installing zookeeper with apt-get"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null; \
+	fi
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+		echo "installing chromium and chromium-driver with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
 run: $(VENV)/.installed

@@ -244,3 +244,47 @@ consumer_subscription_regex_chars_max = 1_000
 # clients send UUIDs and short names; each is kept per member in memory and in the member's record,
 # so one of a megabyte (the wire allows 32 KiB strings times several fields) is refused.
 consumer_member_identifier_chars_max = 1_000
+
+# ---- the web console (strom.console) ------------------------------------------------------------
+# The console answers one HTTP request per connection (Connection: close). A browser's request
+# line and headers are 1-2 KiB (cookies aside, and the console sets none); 16 KiB leaves room and
+# is still nothing to hold. A longer head is refused with 431 before more is read.
+console_request_head_bytes_max = 16_384
+# A POSTed form: the largest is a topic's creation with its configs, a few KiB. Refused with 413
+# from its Content-Length, before a byte of it is buffered.
+console_form_bytes_max = 65_536
+# The whole request (head and body) must arrive within this long, and the answer must be taken
+# within the second bound: a peer trickling bytes (slowloris) or never reading cannot pin a
+# connection. A page's own work is bounded by the client's request.timeout.ms.
+console_request_receive_ms_max = 10_000
+console_response_send_ms_max = 30_000
+# Connections open at once; one more is answered 503 at once and closed. A person with a few tabs
+# open and the test suite's browser need a handful; the bound keeps a script from holding sockets.
+console_connections_max = 64
+# Threads that run the pages (cluster requests and rendering, off the event loop: beside a broker
+# the loop is the broker's). Two: one slow page does not hold up the next; more would only contend
+# for the interpreter on the 2-core machines strom is tested on.
+console_worker_threads = 2
+# Rows of a list page (topics, groups, partitions of the cluster page): 1,000 topics or 1,000
+# groups fit whole; beyond, the page says how many it left out and the name filter narrows it.
+console_list_rows_max = 5_000
+# Records one message-browser page shows, and how many records a search may scan (each record is
+# decoded, so this bounds the time and memory of a search).
+console_records_max = 500
+console_search_records_max = 100_000
+# A browse or a search stops after this long, showing what it found by then.
+console_read_ms_max = 10_000
+# Characters of one key, value or header shown (as text, JSON or hex); the rest is cut with a note.
+console_field_chars_max = 65_536
+# Consumer lag is sampled every interval and kept for the window (the group page's trend chart):
+# at most window / interval points per group, for at most this many groups (the first by id).
+console_lag_sample_interval_ms = 30_000
+console_lag_window_ms = 3_600_000
+console_lag_groups_max = 1_000
+# The cluster page and the topics list answer from a snapshot of every topic's metadata, offsets
+# and sizes (strom.console.snapshot): fresh for this long, then refreshed in the background while
+# the snapshot still answers, until it is this old (then a view waits for a fresh one). At 10,000
+# partitions one round of those requests takes longer than a page may (200 ms); 5 s is about how
+# long a person takes to look at a page before the next click.
+console_snapshot_fresh_ms = 5_000
+console_snapshot_stale_ms = 60_000

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import resource
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from strom.broker.config import BrokerConfig, BrokerConfigError
 from strom.broker.scram_store import ScramStoreError
@@ -41,10 +43,32 @@ def raise_open_files_limit() -> int:
     return raised
 
 
+class BesideBroker(Protocol):
+    """A service run in the broker's process and event loop (the web console, ``strom broker
+    --console-port``): started before the broker, stopped after it. What the broker gives it is
+    ``bootstrap()``: the host:port of its first PLAINTEXT listener, to reach it as any client
+    would (LookupError until the broker listens)."""
+
+    async def start(self, bootstrap: Callable[[], str]) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def plaintext_bootstrap(server: BrokerServer) -> str:
+    """host:port of the broker's first PLAINTEXT listener, as it advertises it once it listens."""
+    for endpoint in server.state.advertised.values():
+        if endpoint.security_protocol == "PLAINTEXT":
+            if endpoint.port == 0 or not server._servers:
+                raise LookupError("the broker is not listening yet")
+            return f"{endpoint.host or '127.0.0.1'}:{endpoint.port}"
+    raise LookupError("the broker has no PLAINTEXT listener")
+
+
 def run_broker(
     config: BrokerConfig,
     metrics_port: int | None = None,
     add_scram: list[tuple[str, str, str, int]] | None = None,
+    beside: BesideBroker | None = None,
 ) -> int:
     import uvloop
 
@@ -54,10 +78,23 @@ def run_broker(
         # One line for them all: a stock server.properties sets a dozen of these.
         log.warning("ignoring Kafka settings strom does not use: %s", ", ".join(unused))
 
+    if beside is not None and not any(e.security_protocol == "PLAINTEXT" for e in config.listeners()):
+        log.error(
+            "cannot start the broker: --console-port needs a PLAINTEXT listener to read the broker through"
+        )
+        return 1
+
     async def main() -> None:
         server = BrokerServer(config, metrics_port=metrics_port)
         server.add_scram = list(add_scram or [])
-        await server.serve_until_signalled()
+        if beside is None:
+            await server.serve_until_signalled()
+            return
+        await beside.start(lambda: plaintext_bootstrap(server))
+        try:
+            await server.serve_until_signalled()
+        finally:
+            await beside.stop()
 
     from strom.broker.authorization import AclStoreError
     from strom.broker.cluster.runtime import ClusterStartError

@@ -32,7 +32,8 @@ def register(commands: Any) -> None:
             "(node ids 1..N) on 127.0.0.1, print how to reach them, and wait. Ctrl-C (or SIGTERM) "
             "stops the brokers one after the other (each moves its leaderships to the others) and "
             "then ZooKeeper, all by PID. Data and logs stay in --data-dir: running the command "
-            "again brings the same cluster back. For development: the brokers of a real cluster "
+            "again brings the same cluster back. Broker 1 serves the web console (docs/console.md) "
+            "unless --no-console. For development: the brokers of a real cluster "
             "run on their own machines, one `strom broker --zookeeper ... --node-id N` each."
         ),
         run=_up,
@@ -68,6 +69,14 @@ def register(commands: Any) -> None:
         help="broker N serves Prometheus metrics at http://127.0.0.1:PORT+N-1/metrics (default off; 0: free ports)",
     )
     up.add_argument(
+        "--console-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="broker 1 serves the web console at http://127.0.0.1:PORT/ (default: a free port)",
+    )
+    up.add_argument("--no-console", action="store_true", help="serve no web console")
+    up.add_argument(
         "--set",
         action="append",
         metavar="KEY=VALUE",
@@ -78,7 +87,7 @@ def register(commands: Any) -> None:
 
 def _up(arguments: argparse.Namespace) -> int:
     from strom.cli.dev_cluster import BrokerStartError, LocalCluster
-    from strom.cli.local_zookeeper import ZooKeeperMissingError, ZooKeeperStartError
+    from strom.cli.local_zookeeper import ZooKeeperMissingError, ZooKeeperStartError, free_port
 
     if not 1 <= arguments.brokers <= 64:
         raise CliError(f"--brokers must be between 1 and 64, not {arguments.brokers}")
@@ -100,6 +109,7 @@ def _up(arguments: argparse.Namespace) -> int:
             base_port=arguments.base_port,
             zookeeper_port=arguments.zookeeper_port,
             metrics_base_port=arguments.metrics_base_port,
+            console_port=None if arguments.no_console else arguments.console_port or free_port(),
         )
     except ZooKeeperMissingError as error:
         raise CliError(f"{error} (or: make cluster)") from None
@@ -112,6 +122,9 @@ def _up(arguments: argparse.Namespace) -> int:
         for node_id, broker in cluster.brokers.items():
             metrics = f", metrics {broker.metrics_url}" if broker.metrics_url else ""
             print(f"broker {node_id}   {broker.address}  (pid {broker.pid}, log {broker.log_path}{metrics})")
+        console_port = cluster.brokers[1].console_port
+        if console_port is not None:
+            print(f"console    http://127.0.0.1:{console_port}/  (served by broker 1)")
         print(f"bootstrap servers: {cluster.bootstrap}")
         print("Ctrl-C stops them all.", flush=True)
         while True:

@@ -69,6 +69,7 @@ class BrokerProcess:
         zookeeper_connect: str,
         settings: Mapping[str, str] | None = None,
         metrics_port: int | None = None,
+        console_port: int | None = None,
     ) -> None:
         self.node_id = node_id
         self.port = port
@@ -77,6 +78,7 @@ class BrokerProcess:
         self.zookeeper_connect = zookeeper_connect
         self.settings = dict(settings or {})
         self.metrics_port = metrics_port  # serves /metrics there when set
+        self.console_port = console_port  # serves the web console there when set
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
@@ -87,6 +89,8 @@ class BrokerProcess:
             command += ["--set", f"{key}={value}"]
         if self.metrics_port is not None:
             command += ["--metrics-port", str(self.metrics_port)]
+        if self.console_port is not None:
+            command += ["--console-port", str(self.console_port)]
         return command
 
     @property
@@ -187,8 +191,10 @@ class LocalCluster:
         zookeeper: ZooKeeperServer | None = None,
         chroot: str = "",
         metrics_base_port: int | None = None,
+        console_port: int | None = None,
     ) -> None:
-        """``metrics_base_port``: broker N serves ``/metrics`` on it + N - 1 (0: free ports; None: off)."""
+        """``metrics_base_port``: broker N serves ``/metrics`` on it + N - 1 (0: free ports; None: off).
+        ``console_port``: broker 1 serves the web console there (None: off)."""
         self.work_dir = work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
         self._own_zookeeper = zookeeper is None
@@ -208,6 +214,7 @@ class LocalCluster:
                 self.zookeeper_connect,
                 settings,
                 metrics_port,
+                console_port if node_id == 1 else None,
             )
 
     @property

@@ -19,6 +19,7 @@ from strom.cli import (
     bench,
     cluster,
     configs,
+    console,
     consume,
     groups,
     log_dump,
@@ -75,7 +76,13 @@ def _broker(arguments: argparse.Namespace) -> int:
     )
     from strom.broker.run import run_broker
 
-    return run_broker(config, metrics_port=arguments.metrics_port, add_scram=add_scram)
+    beside = None
+    if arguments.console_port is not None:
+        from strom.console.app import ConsoleOptions
+        from strom.console.server import BrokerConsole
+
+        beside = BrokerConsole(ConsoleOptions(read_only=arguments.console_read_only), arguments.console_port)
+    return run_broker(config, metrics_port=arguments.metrics_port, add_scram=add_scram, beside=beside)
 
 
 def _port_number(text: str) -> int:
@@ -165,6 +172,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://HOST:PORT/metrics (off unless given; 0 picks a free port)",
     )
     broker.add_argument(
+        "--console-port",
+        type=_port_number,
+        default=None,
+        metavar="PORT",
+        help="serve the web console for this broker at http://127.0.0.1:PORT/ (off unless given; it"
+        " reads the broker through its first PLAINTEXT listener; docs/console.md)",
+    )
+    broker.add_argument(
+        "--console-read-only", action="store_true", help="with --console-port: a console that changes nothing"
+    )
+    broker.add_argument(
         "--add-scram",
         action="append",
         metavar="MECHANISM=[name=USER,password=PASSWORD]",
@@ -191,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         bench,
         log_dump,
         cluster,
+        console,
     ):
         command_group.register(commands)
     users.register(commands)

@@ -1,0 +1,112 @@
+"""``strom console``: the web console (strom.console) against any Kafka-compatible cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+from strom.cli.common import add_command, check_client_config, client_settings
+
+__all__ = ["register"]
+
+DEFAULT_PORT = 8080
+
+
+def _port_number(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range (0..65535; 0 picks a free port)")
+    return port
+
+
+def add_console_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options `strom console` shares with nothing else (the broker has its own --console-*)."""
+    parser.add_argument(
+        "--console-read-only",
+        action="store_true",
+        help="show everything, change nothing: no forms, and every POST is refused",
+    )
+    parser.add_argument(
+        "--lag-sample-interval-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="how often every group's lag is sampled for the lag charts (default 30000)",
+    )
+
+
+def register(commands: Any) -> None:
+    parser = add_command(
+        commands,
+        "console",
+        help_text="serve the web console (topics, messages, groups, lag) for a cluster",
+        description=(
+            "Serve strom's web console at http://HOST:PORT/ until Ctrl-C or SIGTERM: the cluster's "
+            "brokers and partitions' health, topics (create, alter configs, delete), a message "
+            "browser, and consumer groups with members, lag and an hour of lag trend. It talks to "
+            "the cluster with strom's client over the Kafka protocol, so any Kafka-compatible "
+            "cluster works. It listens on 127.0.0.1 unless told otherwise and has no login: see "
+            "docs/console.md before opening it to a network."
+        ),
+        run=_console,
+        output=False,
+    )
+    parser.add_argument(
+        "--port",
+        type=_port_number,
+        default=DEFAULT_PORT,
+        help=f"port to serve on (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    add_console_arguments(parser)
+
+
+def _console(arguments: argparse.Namespace) -> int:
+    from strom.base import limits
+    from strom.cli.output import UsageError
+    from strom.client.config import AdminConfig
+    from strom.console.app import ConsoleOptions
+    from strom.console.server import ConsoleServer
+    from strom.console.source import ClientSource
+
+    interval_ms = arguments.lag_sample_interval_ms
+    if interval_ms is None:
+        interval_ms = limits.console_lag_sample_interval_ms
+    if interval_ms <= 0 or interval_ms > limits.console_lag_window_ms:
+        raise UsageError(
+            f"--lag-sample-interval-ms must be 1..{limits.console_lag_window_ms}, not {interval_ms}"
+        )
+    check_client_config(arguments, AdminConfig)
+    settings = client_settings(arguments, passthrough=True)
+    options = ConsoleOptions(
+        read_only=arguments.console_read_only, host=arguments.host, lag_sample_interval_ms=interval_ms
+    )
+
+    async def serve() -> None:
+        server = ConsoleServer(ClientSource(lambda: dict(settings)), options, arguments.port)
+        await server.start()
+        print(f"strom console on {server.url} (cluster {settings['bootstrap.servers']})", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signal_number, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+
+    try:
+        asyncio.run(serve())
+    except OSError as error:
+        print(
+            f"strom: error: cannot serve the console on {arguments.host}:{arguments.port}: {error}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,721 @@
+"""The console's pages, rendered from what the cluster answered. Pure: data in, ``Markup`` out.
+
+Every value from the cluster goes through ``markup.html``/``markup.join`` (escaped); forms are
+drawn only when the console is not read-only, each with the process's CSRF token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from strom.client.admin import (
+    ClusterDescription,
+    ConfigEntry,
+    GroupDescription,
+    GroupListing,
+    OffsetAndMetadata,
+    PartitionDescription,
+    TopicDescription,
+)
+from strom.client.cluster import TopicPartition
+from strom.console.lag import LagPoint, partition_lag
+from strom.console.markup import Markup, html, join, url
+from strom.console.records import FORMATS, format_time_ms, show_bytes
+from strom.console.source import OffsetRange, ReadResult
+
+__all__ = ["NAVIGATION", "PageContext"]
+
+# The navigation bar: (path, label). A page added later (a group's rebalance timeline) links
+# from the group page; a top-level one adds itself here.
+NAVIGATION: list[tuple[str, str]] = [("/", "Cluster"), ("/topics", "Topics"), ("/groups", "Groups")]
+
+# Names of config sources (DescribeConfigs' ConfigSource).
+CONFIG_SOURCES = {
+    0: "unknown",
+    1: "topic",
+    2: "broker (dynamic)",
+    3: "broker default (dynamic)",
+    4: "broker (static)",
+    5: "default",
+    6: "broker logger",
+    7: "client metrics",
+    8: "group",
+}
+
+
+@dataclass(frozen=True)
+class PageContext:
+    read_only: bool
+    csrf_token: str
+    # A message to show at the top (after a create, alter or delete); from a fixed set.
+    notice: str | None = None
+
+
+def layout(context: PageContext, title: str, active: str, body: Markup) -> Markup:
+    nav = join(
+        html('<a href="{}"{}>{}</a>', path, Markup(' class="active"' if path == active else ""), label)
+        for path, label in NAVIGATION
+    )
+    badge = Markup('<span class="badge">read-only</span>') if context.read_only else Markup("")
+    notice = html('<p class="notice" role="status">{}</p>', context.notice) if context.notice else Markup("")
+    return html(
+        "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width, initial-scale=1">'
+        "<title>{} · strom console</title>"
+        '<link rel=stylesheet href="/static/console.css"><script src="/static/console.js" defer></script>'
+        "</head><body><header><span class=brand>strom console</span><nav>{}</nav>{}</header>"
+        "<main><h1>{}</h1>{}{}</main></body></html>\n",
+        title,
+        nav,
+        badge,
+        title,
+        notice,
+        body,
+    )
+
+
+def csrf_field(context: PageContext) -> Markup:
+    return html('<input type=hidden name=csrf value="{}">', context.csrf_token)
+
+
+def table(
+    headers: Sequence[str], rows: Iterable[Markup], *, table_id: str = "", empty: str = "none"
+) -> Markup:
+    head = join(html("<th>{}</th>", header) for header in headers)
+    body = join(rows)
+    if not body:
+        body = html('<tr><td colspan="{}" class=empty>{}</td></tr>', len(headers), empty)
+    id_attribute = html(' id="{}"', table_id) if table_id else Markup("")
+    return html("<table{}><thead><tr>{}</tr></thead><tbody>{}</tbody></table>", id_attribute, head, body)
+
+
+def cells(*values: object) -> Markup:
+    return html("<tr>{}</tr>", join(html("<td>{}</td>", value) for value in values))
+
+
+def number(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def size_text(size: int | None) -> str:
+    if size is None:
+        return "-"
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor:
+            return f"{size / factor:.1f} {unit}"
+    return f"{size} B"
+
+
+def ids(values: Iterable[int]) -> str:
+    return ", ".join(str(value) for value in values)
+
+
+def topic_link(name: str) -> Markup:
+    # Not url(): one quote() is a third of urlencode's time, and list pages make thousands.
+    return html('<a href="/topic?name={}">{}</a>', quote(name, safe=""), name)
+
+
+def group_link(group_id: str) -> Markup:
+    return html('<a href="/group?id={}">{}</a>', quote(group_id, safe=""), group_id)
+
+
+def cut_note(shown: int, total: int) -> Markup:
+    if shown >= total:
+        return Markup("")
+    return html(
+        "<p class=note>Showing the first {} of {}; filter by name to narrow.</p>",
+        number(shown),
+        number(total),
+    )
+
+
+def as_of(time_ms: int, what: str) -> Markup:
+    return html(
+        "<p class=note id=as-of>{} as of {} (asked again at most every few seconds; a topic's own page is live).</p>",
+        what,
+        format_time_ms(time_ms),
+    )
+
+
+def filter_form(path: str, query: str, placeholder: str) -> Markup:
+    return html(
+        '<form method=get action="{}" class=filter><input type=search name=q value="{}" placeholder="{}" '
+        'aria-label="{}"><button>Filter</button></form>',
+        path,
+        query,
+        placeholder,
+        placeholder,
+    )
+
+
+# -- cluster -------------------------------------------------------------------------------------
+
+
+def cluster_page(
+    context: PageContext,
+    cluster: ClusterDescription,
+    topics: Mapping[str, TopicDescription],
+    rows_max: int,
+    as_of_ms: int,
+) -> Markup:
+    brokers = table(
+        ["Id", "Host", "Port", "Rack", "Role"],
+        (
+            cells(
+                b.node_id,
+                b.host,
+                b.port,
+                b.rack or "-",
+                "controller" if b.node_id == cluster.controller_id else "",
+            )
+            for b in sorted(cluster.brokers, key=lambda b: b.node_id)
+        ),
+        table_id="brokers",
+    )
+    partitions = [(name, p) for name, topic in sorted(topics.items()) for p in topic.partitions]
+    under = [(name, p) for name, p in partitions if p.leader >= 0 and len(p.isr) < len(p.replicas)]
+    offline = [(name, p) for name, p in partitions if p.leader < 0]
+
+    def partition_rows(found: list[tuple[str, PartitionDescription]]) -> Iterable[Markup]:
+        for name, p in found[:rows_max]:
+            yield cells(
+                topic_link(name),
+                p.partition,
+                p.leader if p.leader >= 0 else "none",
+                ids(p.replicas),
+                ids(p.isr),
+            )
+
+    summary = html(
+        "<dl class=summary><dt>Cluster id</dt><dd id=cluster-id>{}</dd><dt>Controller</dt><dd id=controller>{}</dd>"
+        "<dt>Brokers</dt><dd>{}</dd><dt>Topics</dt><dd id=topic-count>{}</dd><dt>Partitions</dt><dd id=partition-count>{}</dd>"
+        "<dt>Under-replicated</dt><dd id=under-replicated-count>{}</dd><dt>Offline</dt><dd id=offline-count>{}</dd></dl>",
+        cluster.cluster_id or "-",
+        cluster.controller_id if cluster.controller_id >= 0 else "none",
+        len(cluster.brokers),
+        number(len(topics)),
+        number(len(partitions)),
+        number(len(under)),
+        number(len(offline)),
+    )
+    headers = ["Topic", "Partition", "Leader", "Replicas", "In-sync replicas"]
+    body = html(
+        "{}{}<h2>Brokers</h2>{}<h2>Under-replicated partitions</h2>{}{}<h2>Offline partitions</h2>{}{}",
+        summary,
+        as_of(as_of_ms, "Partitions"),
+        brokers,
+        table(headers, partition_rows(under), table_id="under-replicated"),
+        cut_note(min(len(under), rows_max), len(under)),
+        table(headers, partition_rows(offline), table_id="offline"),
+        cut_note(min(len(offline), rows_max), len(offline)),
+    )
+    return layout(context, "Cluster", "/", body)
+
+
+# -- topics --------------------------------------------------------------------------------------
+
+
+def topics_page(
+    context: PageContext,
+    topics: Sequence[TopicDescription],
+    total: int,
+    offsets: Mapping[TopicPartition, OffsetRange],
+    sizes: Mapping[TopicPartition, int] | None,
+    query: str,
+    as_of_ms: int,
+) -> Markup:
+    # One pass over the partitions' answers, summed by topic (10,000 partitions: no object per
+    # partition made here).
+    answered: dict[str, int] = {}
+    records_by_topic: dict[str, int] = {}
+    ends_by_topic: dict[str, int] = {}
+    for (name, _), found in offsets.items():
+        answered[name] = answered.get(name, 0) + 1
+        records_by_topic[name] = records_by_topic.get(name, 0) + found.end - found.start
+        ends_by_topic[name] = ends_by_topic.get(name, 0) + found.end
+    size_by_topic: dict[str, int] = {}
+    for (name, _), size in (sizes or {}).items():
+        size_by_topic[name] = size_by_topic.get(name, 0) + size
+    rows = []
+    for topic in topics:
+        complete = answered.get(topic.name, 0) == len(topic.partitions)
+        replication = max((len(p.replicas) for p in topic.partitions), default=0)
+        rows.append(
+            html(
+                '<tr data-name="{}"><td>{}{}</td><td class=num>{}</td><td class=num>{}</td><td class=num>{}</td>'
+                "<td class=num>{}</td><td class=num>{}</td></tr>",
+                topic.name,
+                topic_link(topic.name),
+                Markup(" <span class=tag>internal</span>") if topic.is_internal else Markup(""),
+                len(topic.partitions),
+                replication,
+                number(records_by_topic.get(topic.name, 0) if complete else None),
+                number(ends_by_topic.get(topic.name, 0) if complete else None),
+                size_text(size_by_topic.get(topic.name, 0) if sizes is not None else None),
+            )
+        )
+    create = (
+        Markup("")
+        if context.read_only
+        else Markup('<p><a class=button href="/topics/new" id=create-topic>Create a topic</a></p>')
+    )
+    body = html(
+        "{}{}{}{}{}",
+        create,
+        filter_form("/topics", query, "topic name contains"),
+        as_of(as_of_ms, "Figures"),
+        table(
+            ["Topic", "Partitions", "Replicas", "Records", "End offsets (sum)", "Size"],
+            rows,
+            table_id="topics",
+            empty="no topics",
+        ),
+        cut_note(len(topics), total),
+    )
+    return layout(context, "Topics", "/topics", body)
+
+
+def topic_page(
+    context: PageContext,
+    topic: TopicDescription,
+    offsets: Mapping[TopicPartition, OffsetRange],
+    sizes: Mapping[TopicPartition, int] | None,
+    configs: Mapping[str, ConfigEntry] | None,
+    problems: Sequence[str],
+) -> Markup:
+    rows = []
+    for p in topic.partitions:
+        tp = TopicPartition(topic.name, p.partition)
+        found = offsets.get(tp)
+        rows.append(
+            html(
+                '<tr data-partition="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="num start">{}</td>'
+                '<td class="num end">{}</td><td class=num>{}</td><td><a href="{}">browse</a></td></tr>',
+                p.partition,
+                p.partition,
+                p.leader if p.leader >= 0 else "none",
+                ids(p.replicas),
+                ids(p.isr),
+                number(found.start if found else None),
+                number(found.end if found else None),
+                size_text(sizes.get(tp) if sizes is not None else None),
+                url("/messages", topic=topic.name, partition=p.partition),
+            )
+        )
+    partitions = table(
+        ["Partition", "Leader", "Replicas", "In-sync replicas", "Log start", "Log end", "Size", ""],
+        rows,
+        table_id="partitions",
+    )
+    actions = Markup("")
+    config_form = Markup("")
+    if not context.read_only:
+        actions = html(
+            '<p><a class="button danger" id=delete-topic href="{}">Delete this topic…</a></p>',
+            url("/topic/delete", name=topic.name),
+        )
+        names = join(html('<option value="{}">', name) for name in sorted(configs or {}))
+        config_form = html(
+            '<form method=post action="/topic/config" class=inline id=set-config>{}<input type=hidden name=name value="{}">'
+            "<input name=key list=config-names placeholder=key required aria-label=key>"
+            "<datalist id=config-names>{}</datalist>"
+            "<input name=value placeholder=value aria-label=value><button>Set</button></form>",
+            csrf_field(context),
+            topic.name,
+            names,
+        )
+    config_rows = []
+    for name, entry in sorted((configs or {}).items()):
+        value = "(sensitive)" if entry.is_sensitive else ("null" if entry.value is None else entry.value)
+        reset = Markup("")
+        if not context.read_only and entry.source == 1:
+            reset = html(
+                '<form method=post action="/topic/config" class=inline>{}<input type=hidden name=name value="{}">'
+                '<input type=hidden name=key value="{}"><input type=hidden name=reset value=1>'
+                "<button>reset to default</button></form>",
+                csrf_field(context),
+                topic.name,
+                name,
+            )
+        config_rows.append(
+            html(
+                '<tr data-config="{}"{}><td>{}</td><td class=value>{}</td><td>{}</td><td>{}</td></tr>',
+                name,
+                Markup(' class="set"') if entry.source == 1 else Markup(""),
+                name,
+                value,
+                CONFIG_SOURCES.get(entry.source, str(entry.source)),
+                reset,
+            )
+        )
+    config_table = (
+        table(["Key", "Value", "Source", ""], config_rows, table_id="configs")
+        if configs is not None
+        else Markup("<p class=note>The cluster did not describe this topic's configs.</p>")
+    )
+    warnings = join(html("<p class=warning>{}</p>", problem) for problem in problems)
+    summary = html(
+        "<dl class=summary><dt>Topic id</dt><dd>{}</dd><dt>Partitions</dt><dd>{}</dd><dt>Internal</dt><dd>{}</dd></dl>",
+        topic.topic_id or "-",
+        len(topic.partitions),
+        "yes" if topic.is_internal else "no",
+    )
+    body = html(
+        "{}{}{}<h2>Partitions</h2>{}<h2>Configs</h2>{}{}",
+        warnings,
+        summary,
+        actions,
+        partitions,
+        config_form,
+        config_table,
+    )
+    return layout(context, f"Topic {topic.name}", "/topics", body)
+
+
+def new_topic_page(context: PageContext, values: Mapping[str, str], error: str | None) -> Markup:
+    problem = html("<p class=error role=alert>{}</p>", error) if error else Markup("")
+    body = html(
+        '{}<form method=post action="/topics" class=stacked id=new-topic>{}'
+        '<label>Name <input name=name required maxlength=249 value="{}" pattern="[a-zA-Z0-9._\\-]+"></label>'
+        '<label>Partitions <input name=partitions type=number min=1 value="{}"></label>'
+        '<label>Replication factor <input name=replication_factor type=number min=-1 value="{}">'
+        "<small>-1: the broker's default</small></label>"
+        "<label>Configs, one key=value a line <textarea name=configs rows=4>{}</textarea></label>"
+        "<button>Create</button></form>",
+        problem,
+        csrf_field(context),
+        values.get("name", ""),
+        values.get("partitions", "1"),
+        values.get("replication_factor", "-1"),
+        values.get("configs", ""),
+    )
+    return layout(context, "Create a topic", "/topics", body)
+
+
+def delete_topic_page(context: PageContext, name: str, error: str | None) -> Markup:
+    problem = html("<p class=error role=alert>{}</p>", error) if error else Markup("")
+    body = html(
+        "{}<p>Deleting topic <strong>{}</strong> removes its partitions and every record in them. It "
+        "cannot be undone.</p>"
+        '<form method=post action="/topic/delete" class=stacked id=delete-form>{}<input type=hidden name=name value="{}">'
+        "<label>Type the topic's name to confirm <input name=confirm autocomplete=off required></label>"
+        '<button class=danger>Delete topic</button> <a href="{}">Cancel</a></form>',
+        problem,
+        name,
+        csrf_field(context),
+        name,
+        url("/topic", name=name),
+    )
+    return layout(context, f"Delete topic {name}?", "/topics", body)
+
+
+# -- messages ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrowseForm:
+    topic: str
+    partition: int
+    partitions: int
+    start: str  # as typed: an offset, or empty
+    timestamp: str  # as typed, or empty
+    limit: int
+    form: str
+    search: str
+    log_start: int | None
+    log_end: int | None
+
+
+def messages_page(
+    context: PageContext,
+    browse: BrowseForm,
+    result: ReadResult | None,
+    start_offset: int | None,
+    error: str | None,
+) -> Markup:
+    partition_options = join(
+        html(
+            '<option value="{}"{}>{}</option>',
+            p,
+            Markup(" selected") if p == browse.partition else Markup(""),
+            p,
+        )
+        for p in range(browse.partitions)
+    )
+    format_options = join(
+        html("<option{}>{}</option>", Markup(" selected") if f == browse.form else Markup(""), f)
+        for f in FORMATS
+    )
+    form = html(
+        '<form method=get action="/messages" class=browse id=browse>'
+        '<input type=hidden name=topic value="{}">'
+        "<label>Partition <select name=partition>{}</select></label>"
+        '<label>From offset <input name=offset value="{}" size=10 placeholder="{}"></label>'
+        '<label>or time <input name=timestamp value="{}" size=22 placeholder="2026-01-31T12:00:00 (UTC)"></label>'
+        '<label>Records <input name=limit type=number min=1 value="{}" size=5></label>'
+        "<label>Show as <select name=format>{}</select></label>"
+        '<label>Search <input type=search name=search value="{}" placeholder="substring"></label>'
+        "<button>Read</button></form>",
+        browse.topic,
+        partition_options,
+        browse.start,
+        number(browse.log_start),
+        browse.timestamp,
+        browse.limit,
+        format_options,
+        browse.search,
+    )
+    info = html(
+        "<p class=note>Partition {} holds offsets <span id=log-start>{}</span> to <span id=log-end>{}</span> (exclusive).</p>",
+        browse.partition,
+        number(browse.log_start),
+        number(browse.log_end),
+    )
+    parts = [form, info]
+    if error:
+        parts.append(html("<p class=error role=alert>{}</p>", error))
+    if result is not None:
+        reasons = {
+            "limit": "the number of records asked for",
+            "end": "the end of the partition",
+            "scan": "the most records a search scans",
+            "time": "the time a read may take",
+        }
+        parts.append(
+            html(
+                "<p class=note id=read-summary>{} records from offset {} ({} read); stopped at {}.{}</p>",
+                number(len(result.records)),
+                number(start_offset),
+                number(result.scanned),
+                reasons.get(result.stopped_by, result.stopped_by),
+                html(
+                    ' <a href="{}" id=next-page>Next records →</a>',
+                    url(
+                        "/messages",
+                        topic=browse.topic,
+                        partition=browse.partition,
+                        offset=result.next_offset,
+                        limit=browse.limit,
+                        format=browse.form,
+                        search=browse.search,
+                    ),
+                )
+                if browse.log_end is not None and result.next_offset < browse.log_end
+                else Markup(""),
+            )
+        )
+        rows = []
+        for record in result.records:
+            headers = join(
+                (
+                    html("<div><b>{}</b>: {}</div>", name, show_bytes(value, browse.form))
+                    for name, value in record.headers
+                ),
+            )
+            rows.append(
+                html(
+                    '<tr data-offset="{}"><td class=num>{}</td><td>{}</td><td><pre class=key>{}</pre></td>'
+                    "<td><pre class=value>{}</pre></td><td class=headers>{}</td></tr>",
+                    record.offset,
+                    record.offset,
+                    format_time_ms(record.timestamp_ms),
+                    show_bytes(record.key, browse.form),
+                    show_bytes(record.value, browse.form),
+                    headers,
+                )
+            )
+        parts.append(
+            table(
+                ["Offset", "Timestamp", "Key", "Value", "Headers"],
+                rows,
+                table_id="records",
+                empty="no records",
+            )
+        )
+    back = html('<p><a href="{}">← topic {}</a></p>', url("/topic", name=browse.topic), browse.topic)
+    return layout(context, f"Messages of {browse.topic}", "/topics", html("{}{}", back, join(parts)))
+
+
+# -- groups --------------------------------------------------------------------------------------
+
+
+def groups_page(
+    context: PageContext,
+    groups: Sequence[GroupListing],
+    total: int,
+    latest_lag: Mapping[str, LagPoint],
+    query: str,
+    sample_interval_ms: int,
+) -> Markup:
+    rows = [
+        html(
+            '<tr data-group="{}"><td>{}</td><td>{}</td><td>{}</td><td class=num>{}</td></tr>',
+            listing.group_id,
+            group_link(listing.group_id),
+            listing.state or "-",
+            listing.protocol_type or "-",
+            number(latest_lag[listing.group_id].lag) if listing.group_id in latest_lag else "-",
+        )
+        for listing in groups
+    ]
+    body = html(
+        "{}{}{}<p class=note>Lag: the console's last sample (taken every {} s) of the records between "
+        "each partition's committed offset and its end, summed over the group's partitions.</p>",
+        filter_form("/groups", query, "group id contains"),
+        table(["Group", "State", "Protocol type", "Lag"], rows, table_id="groups", empty="no groups"),
+        cut_note(len(groups), total),
+        f"{sample_interval_ms / 1000:g}",
+    )
+    return layout(context, "Consumer groups", "/groups", body)
+
+
+def span_text(span_ms: int) -> str:
+    if span_ms >= 120_000:
+        return f"-{span_ms // 60_000} min"
+    return f"-{span_ms // 1000} s"
+
+
+def lag_chart(points: Sequence[LagPoint], now_ms: int, window_ms: int) -> Markup:
+    """An inline SVG line of total lag (no script, no external file). The time axis runs from the
+    first sample within the window (at most ``window_ms`` back) to now."""
+    width, height, pad = 600, 160, 30
+    if not points:
+        return Markup("<p class=note id=lag-chart>No lag samples yet.</p>")
+    lag_max = max(point.lag for point in points) or 1
+    span_ms = max(now_ms - max(points[0].time_ms, now_ms - window_ms), 1_000)
+    start_ms = now_ms - span_ms
+
+    def x(time_ms: int) -> float:
+        return pad + (width - 2 * pad) * min(max(0, time_ms - start_ms), span_ms) / span_ms
+
+    def y(lag: int) -> float:
+        return height - pad - (height - 2 * pad) * lag / lag_max
+
+    line = " ".join(f"{x(p.time_ms):.1f},{y(p.lag):.1f}" for p in points)
+    dots = join(
+        html(
+            '<circle cx="{}" cy="{}" r="2.5"><title>{}: {}</title></circle>',
+            f"{x(p.time_ms):.1f}",
+            f"{y(p.lag):.1f}",
+            format_time_ms(p.time_ms),
+            number(p.lag),
+        )
+        for p in points
+    )
+    return html(
+        '<svg id=lag-chart class=chart viewBox="0 0 {} {}" role=img aria-label="total lag over time">'
+        '<line x1="{}" y1="{}" x2="{}" y2="{}" class=axis></line>'
+        '<line x1="{}" y1="{}" x2="{}" y2="{}" class=axis></line>'
+        '<text x="{}" y="{}" class=label>{}</text><text x="{}" y="{}" class=label>0</text>'
+        '<text x="{}" y="{}" class=label>{}</text><text x="{}" y="{}" class=label text-anchor=end>now</text>'
+        '<polyline points="{}" class=line></polyline>{}</svg>',
+        width,
+        height,
+        pad,
+        height - pad,
+        width - pad,
+        height - pad,
+        pad,
+        pad,
+        pad,
+        height - pad,
+        2,
+        pad - 6,
+        number(lag_max),
+        2,
+        height - pad,
+        pad,
+        height - 8,
+        span_text(span_ms),
+        width - pad,
+        height - 8,
+        line,
+        dots,
+    )
+
+
+def group_page(
+    context: PageContext,
+    group: GroupDescription,
+    committed: Mapping[TopicPartition, OffsetAndMetadata],
+    ends: Mapping[TopicPartition, int],
+    points: Sequence[LagPoint],
+    now_ms: int,
+    window_ms: int,
+) -> Markup:
+    owner: dict[TopicPartition, str] = {}
+    member_rows = []
+    for member in group.members:
+        assigned = [TopicPartition(*tp) for tp in member.assignment.partitions] if member.assignment else []
+        for tp in assigned:
+            owner[tp] = member.member_id
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(assigned):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        member_rows.append(
+            html(
+                '<tr data-member="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=assignment>{}</td></tr>',
+                member.member_id,
+                member.member_id,
+                member.group_instance_id or "-",
+                member.client_id,
+                member.host,
+                "; ".join(f"{topic} [{ids(numbers)}]" for topic, numbers in by_topic.items()) or "-",
+            )
+        )
+    partitions = sorted(set(committed) | set(owner))
+    total = 0
+    partition_rows = []
+    for tp in partitions:
+        offset = committed.get(tp)
+        lag = partition_lag(offset.offset if offset else None, ends.get(tp))
+        total += lag or 0
+        partition_rows.append(
+            html(
+                '<tr data-topic="{}" data-partition="{}"><td>{}</td><td>{}</td><td class=member>{}</td>'
+                '<td class="num committed">{}</td><td class="num end">{}</td><td class="num lag">{}</td></tr>',
+                tp.topic,
+                tp.partition,
+                topic_link(tp.topic),
+                tp.partition,
+                owner.get(tp, "-"),
+                number(offset.offset if offset else None),
+                number(ends.get(tp)),
+                number(lag),
+            )
+        )
+    summary = html(
+        "<dl class=summary><dt>State</dt><dd id=group-state>{}</dd><dt>Protocol type</dt><dd>{}</dd>"
+        "<dt>Assignor</dt><dd>{}</dd><dt>Members</dt><dd id=member-count>{}</dd><dt>Total lag</dt><dd id=total-lag>{}</dd></dl>",
+        group.state,
+        group.protocol_type or "-",
+        group.protocol or "-",
+        len(group.members),
+        number(total),
+    )
+    refresh = Markup("<label class=refresh><input type=checkbox id=auto-refresh> refresh every 5 s</label>")
+    body = html(
+        "{}{}<h2>Members</h2>{}<h2>Committed offsets and lag</h2>{}<h2>Total lag (up to the last hour)</h2>{}",
+        refresh,
+        summary,
+        table(
+            ["Member", "Instance id", "Client id", "Host", "Assignment"],
+            member_rows,
+            table_id="members",
+            empty="no members",
+        ),
+        table(
+            ["Topic", "Partition", "Member", "Committed", "Log end", "Lag"],
+            partition_rows,
+            table_id="offsets",
+            empty="nothing committed",
+        ),
+        lag_chart(points, now_ms, window_ms),
+    )
+    return layout(context, f"Group {group.group_id}", "/groups", body)
+
+
+def error_page(context: PageContext, title: str, message: str) -> Markup:
+    return layout(context, title, "", html("<p class=error role=alert>{}</p>", message))
