@@ -376,6 +376,12 @@ def test_unknown_topic_ids_refresh_metadata_and_are_reconciled_once_named() -> N
     assert harness.refreshes == [RefreshMetadata(frozenset())]
     assert harness.member.metadata_topics() is None  # every topic, to learn the id
     assert harness.poll() == [PartitionsAssigned([tp("a", 0)])]
+    harness.tick(10 * BACKOFF_MS)
+    assert len(harness.refreshes) == 1  # one in flight at a time
+    harness.metadata("a")  # the topic is too new for the broker's metadata: asked again later
+    assert len(harness.refreshes) == 1
+    harness.tick(BACKOFF_MS)
+    assert len(harness.refreshes) == 2
     harness.metadata("a", "c")
     assert harness.member.state is ConsumerMemberState.RECONCILING
     assert harness.poll() == [PartitionsAssigned([tp("c", 1)])]

@@ -227,7 +227,10 @@ class ConsumerGroupMembership:
         self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
         self.topic_counts: dict[str, int] = {}
-        self._unresolved_asked: set[uuid.UUID] = set()
+        # A refresh asked for to name unknown topic ids (a topic the coordinator assigned before
+        # this client's metadata saw it); asked again after a backoff while some stay unknown.
+        self._metadata_pending = False
+        self._metadata_retry_at_ms = now_ms
         # Coordinator discovery.
         self.coordinator: Coordinator | None = None
         self.coordinator_wanted = False
@@ -325,6 +328,8 @@ class ConsumerGroupMembership:
     ) -> None:
         """The client's view of topics changed: partition counts, and the topic ids."""
         self.topic_counts = dict(topic_counts)
+        self._metadata_pending = False
+        self._metadata_retry_at_ms = now_ms + self.settings.retry_backoff_ms
         for name, topic_id in (topic_ids or {}).items():
             if topic_id.int == 0:
                 continue
@@ -361,19 +366,25 @@ class ConsumerGroupMembership:
 
     def _settle(self) -> None:
         """After the target, the owned partitions or the names changed: is there anything to
-        reconcile? Unknown topic ids get a metadata refresh (once each)."""
+        reconcile?"""
         if self.state not in _IN_GROUP:
             return
-        unresolved = self._unresolved_ids() - self._unresolved_asked
-        if unresolved:
-            self._unresolved_asked |= unresolved
-            self._outputs.append(RefreshMetadata(frozenset()))
         if self._reconciling_to is not None:
             return  # callbacks_done settles again
         if self.resolved_target() != self.owned:
             self._transition_to(ConsumerMemberState.RECONCILING)
         else:
             self._transition_to(ConsumerMemberState.STABLE)
+
+    def _ask_metadata_for_unknown_ids(self, now_ms: int | None) -> None:
+        """Ask for a refresh (of every topic: only ids are known) when an assigned topic id has no
+        name and none is in flight; ``now_ms`` None: a new assignment, ask without waiting."""
+        if self._metadata_pending or not self._unresolved_ids():
+            return
+        if now_ms is not None and now_ms < self._metadata_retry_at_ms:
+            return
+        self._metadata_pending = True
+        self._outputs.append(RefreshMetadata(frozenset()))
 
     # -- the application thread ----------------------------------------------------------------
 
@@ -442,6 +453,8 @@ class ConsumerGroupMembership:
         ):
             # Nothing to report lost: no need to wait for a poll before joining again.
             self._start_joining(now_ms)
+        if self.state in _IN_GROUP:
+            self._ask_metadata_for_unknown_ids(now_ms)
         wanted = self.coordinator_wanted or self.state in (
             ConsumerMemberState.JOINING,
             ConsumerMemberState.STABLE,
@@ -475,6 +488,8 @@ class ConsumerGroupMembership:
             deadlines.append(now_ms if self._heartbeat_now else self._next_heartbeat_ms)
         if self.state in _IN_GROUP:
             deadlines.append(self.last_poll_ms + self.settings.max_poll_interval_ms + 1)
+            if self._unresolved_ids() and not self._metadata_pending:
+                deadlines.append(self._metadata_retry_at_ms)
         return max(now_ms, min(deadlines))
 
     def _poll_timeout_expired(self, now_ms: int) -> None:
@@ -569,13 +584,13 @@ class ConsumerGroupMembership:
                 self._next_heartbeat_ms = now_ms + response.heartbeat_interval_ms
             if self.state is ConsumerMemberState.JOINING:
                 self._transition_to(ConsumerMemberState.STABLE)
-                self._unresolved_asked = set()
             if response.assignment is not None:
                 self.target = {
                     entry.topic_id: frozenset(entry.partitions)
                     for entry in response.assignment.topic_partitions
                     if entry.partitions
                 }
+                self._ask_metadata_for_unknown_ids(None)
             self._settle()
             return
         # Whatever went wrong, the next heartbeat says everything again.
