@@ -681,3 +681,43 @@ def test_remote_assignor_is_for_the_consumer_protocol_only() -> None:
         ConfigError, match=re.escape("group.remote.assignor cannot be set when group.protocol=classic")
     ):
         ConsumerConfig.from_settings({"group.remote.assignor": "uniform"})
+
+
+# -- on the wire -------------------------------------------------------------------------------
+
+
+def wire(message: Any, version: int) -> Any:
+    """``message`` as the coordinator reads it at ``version``."""
+    return type(message).decode(memoryview(message.encode(version)), version)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_every_heartbeat_encodes_at_the_version_it_is_fitted_to(version: int) -> None:
+    harness = Harness(version=version, instance_id="i-1", rack="r1", assignor="uniform")
+    harness.metadata("logs-1", "a")
+    harness.member.subscribe_pattern(re.compile("logs-.*"))
+    harness.poll()
+    harness.find_coordinator()
+    send, join = harness.heartbeat()
+    sent = wire(join, version)
+    assert sent.member_epoch == 0 and sent.topic_partitions == [] and sent.instance_id == "i-1"
+    assert (sent.subscribed_topic_names, getattr(sent, "subscribed_topic_regex", None)) == (
+        (None, "logs-.*") if version == 1 else (["logs-1"], None)
+    )
+    harness.ok(send, assigned=assignment(**{"logs-1": [0, 1]}), member_id="m" if version == 0 else None)
+    harness.poll()
+    send, ack = harness.heartbeat()
+    assert owned_in(wire(ack, version)) == {tp("logs-1", 0), tp("logs-1", 1)}
+    harness.ok(send, epoch=harness.epoch)
+    harness.member.leave_group("closing")
+    _, leave = harness.heartbeat()
+    assert (wire(leave, version).member_epoch, wire(leave, version).instance_id) == (-2, "i-1")
+
+
+@pytest.mark.parametrize("version", [8, 9])
+def test_offset_fetch_names_the_member_from_v9(version: int) -> None:
+    from strom.client.consumer.coordinator import _offset_fetch_request
+
+    request = wire(_offset_fetch_request(GROUP, {"a": [0]}, version, member=("m-1", 7)), version)
+    group = request.groups[0]
+    assert (group.member_id, group.member_epoch) == (("m-1", 7) if version == 9 else (None, -1))

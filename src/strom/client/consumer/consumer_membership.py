@@ -306,7 +306,7 @@ class ConsumerGroupMembership:
         return frozenset(
             topic
             for topic in self.topic_counts
-            if self.pattern.match(topic) is not None and not topic.startswith("__")
+            if self.pattern.fullmatch(topic) is not None and not topic.startswith("__")
         )
 
     def unsubscribe(self) -> None:
