@@ -143,9 +143,14 @@ def test_groups_list_describe_reset_delete_against_a_confluent_group(
 
         code, out, _ = run_cli(capsys, "groups", "list", *connection)
         assert code == 0
-        assert [group, "Stable", "consumer"] in [line.split() for line in out.splitlines()]
+        assert [group, "classic", "Stable", "consumer"] in [line.split() for line in out.splitlines()]
         code, out, _ = run_cli(capsys, "groups", "list", "--output", "json", *connection)
-        assert {"group": group, "state": "Stable", "protocol_type": "consumer"} in json.loads(out)
+        assert {
+            "group": group,
+            "type": "classic",
+            "state": "Stable",
+            "protocol_type": "consumer",
+        } in json.loads(out)
 
         code, out, _ = run_cli(capsys, "groups", "describe", group, "--output", "json", *connection)
         assert code == 0

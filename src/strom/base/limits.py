@@ -237,3 +237,12 @@ tls_handshake_ms_max = 10_000
 # within this long. Reading /config/users costs one round trip per user; a few seconds keeps that
 # negligible for hundreds of users.
 scram_credentials_refresh_ms = 3_000
+
+# The consumer group protocol (KIP-848): a member's subscription as a heartbeat carries it. Topic
+# names are at most 249 characters; a member naming more topics than a cluster usually holds is
+# refused INVALID_REQUEST rather than kept per member in memory and in its group record.
+consumer_subscribed_topics_max = 10_000
+# A subscription regex is compiled and matched (fullmatch) against every topic name on the broker's
+# loop: a bounded length bounds the compile and keeps a member from storing a megabyte of pattern
+# in every record of its group. Kafka's patterns (RE2) are a line or two.
+consumer_subscription_regex_chars_max = 1_000

@@ -24,7 +24,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from strom.assignors.server.registry import SERVER_ASSIGNORS
 from strom.base import limits
 from strom.broker.kafka_broker_keys import KAFKA_BROKER_CONFIG_KEYS, is_kafka_broker_key
 from strom.broker.listeners import (
@@ -41,6 +43,26 @@ from strom.coordinator.transactions import TransactionCoordinatorConfig
 from strom.security.acl import parse_super_users
 from strom.storage import ConfigError, LogConfig
 from strom.storage.files import write_file_atomically
+
+# group.coordinator.rebalance.protocols strom knows (Kafka's share and streams groups it does not).
+REBALANCE_PROTOCOLS = ("classic", "consumer")
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+
+# Kafka's server.properties names its built-in assignors by class.
+_KAFKA_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _assignor_name(name: str) -> str:
+    return _KAFKA_ASSIGNOR_CLASSES.get(name, name)
+
+
+def _list_of(value: str) -> list[str]:
+    """A comma-separated list key's names, trimmed, empties dropped."""
+    return [name.strip() for name in value.split(",") if name.strip()]
 
 
 class BrokerConfigError(ValueError):
@@ -291,6 +313,68 @@ _KEYS = [
         "group.max.session.timeout.ms", "int", "1800000", "Largest session timeout a member may ask for."
     ),
     ConfigKey("group.max.size", "int", str(2**31 - 1), "Most members a group may have."),
+    # ---- the consumer group protocol (KIP-848: group.protocol=consumer) ------------------------
+    ConfigKey(
+        "group.coordinator.rebalance.protocols",
+        "list",
+        "classic,consumer",
+        "The group protocols the coordinator accepts: classic (JoinGroup/SyncGroup) and consumer"
+        " (ConsumerGroupHeartbeat, KIP-848); classic is required.",
+    ),
+    ConfigKey(
+        "group.consumer.session.timeout.ms",
+        "int",
+        "45000",
+        "A consumer-protocol member that sends no heartbeat for this long is removed from its group.",
+    ),
+    ConfigKey(
+        "group.consumer.min.session.timeout.ms",
+        "int",
+        "45000",
+        "Smallest group.consumer.session.timeout.ms (a group config may not go below it).",
+    ),
+    ConfigKey(
+        "group.consumer.max.session.timeout.ms",
+        "int",
+        "60000",
+        "Largest group.consumer.session.timeout.ms (a group config may not go above it).",
+    ),
+    ConfigKey(
+        "group.consumer.heartbeat.interval.ms",
+        "int",
+        "5000",
+        "How often consumer-protocol members heartbeat (told to them in every heartbeat answer).",
+    ),
+    ConfigKey(
+        "group.consumer.min.heartbeat.interval.ms",
+        "int",
+        "5000",
+        "Smallest group.consumer.heartbeat.interval.ms.",
+    ),
+    ConfigKey(
+        "group.consumer.max.heartbeat.interval.ms",
+        "int",
+        "15000",
+        "Largest group.consumer.heartbeat.interval.ms.",
+    ),
+    ConfigKey(
+        "group.consumer.max.size", "int", str(2**31 - 1), "Most members a consumer-protocol group may have."
+    ),
+    ConfigKey(
+        "group.consumer.assignors",
+        "list",
+        "uniform,range",
+        "The server-side assignors consumer-protocol members may choose (group.remote.assignor);"
+        " the first is used when a member names none.",
+    ),
+    ConfigKey(
+        "group.consumer.migration.policy",
+        "string",
+        "bidirectional",
+        "Whether a group converts between the classic and consumer protocols as its members change:"
+        " bidirectional, upgrade (classic to consumer only), downgrade (consumer to classic only) or"
+        " disabled.",
+    ),
     ConfigKey(
         "offsets.retention.minutes", "int", "10080", "How long committed offsets of an empty group are kept."
     ),
@@ -863,6 +947,8 @@ class BrokerConfig:
             raise BrokerConfigError(str(error)) from None
 
     def coordinator_config(self) -> CoordinatorConfig:
+        """The group coordinator's settings; raises BrokerConfigError for consumer-protocol
+        settings that contradict each other (as Kafka refuses to start with them)."""
         return CoordinatorConfig(
             group_initial_rebalance_delay_ms=self.get_int("group.initial.rebalance.delay.ms"),
             group_min_session_timeout_ms=self.get_int("group.min.session.timeout.ms"),
@@ -873,7 +959,79 @@ class BrokerConfig:
             offset_metadata_max_bytes=self.get_int("offset.metadata.max.bytes"),
             offsets_topic_num_partitions=self.get_int("offsets.topic.num.partitions"),
             offsets_commit_timeout_ms=self.get_int("offsets.commit.timeout.ms"),
+            **self._consumer_group_settings(),
         )
+
+    def _consumer_group_settings(self) -> dict[str, Any]:
+        """The group.consumer.* keys and group.coordinator.rebalance.protocols, checked."""
+        session = self.get_int("group.consumer.session.timeout.ms")
+        session_min = self.get_int("group.consumer.min.session.timeout.ms")
+        session_max = self.get_int("group.consumer.max.session.timeout.ms")
+        heartbeat = self.get_int("group.consumer.heartbeat.interval.ms")
+        heartbeat_min = self.get_int("group.consumer.min.heartbeat.interval.ms")
+        heartbeat_max = self.get_int("group.consumer.max.heartbeat.interval.ms")
+        max_size = self.get_int("group.consumer.max.size")
+        for name, value in (
+            ("group.consumer.min.session.timeout.ms", session_min),
+            ("group.consumer.min.heartbeat.interval.ms", heartbeat_min),
+            ("group.consumer.max.size", max_size),
+        ):
+            if value < 1:
+                raise BrokerConfigError(f"{name}: {value} must be at least 1")
+        if not session_min <= session <= session_max:
+            raise BrokerConfigError(
+                f"group.consumer.session.timeout.ms: {session} must lie between"
+                f" group.consumer.min.session.timeout.ms ({session_min}) and"
+                f" group.consumer.max.session.timeout.ms ({session_max})"
+            )
+        if not heartbeat_min <= heartbeat <= heartbeat_max:
+            raise BrokerConfigError(
+                f"group.consumer.heartbeat.interval.ms: {heartbeat} must lie between"
+                f" group.consumer.min.heartbeat.interval.ms ({heartbeat_min}) and"
+                f" group.consumer.max.heartbeat.interval.ms ({heartbeat_max})"
+            )
+        if heartbeat >= session:
+            raise BrokerConfigError(
+                f"group.consumer.heartbeat.interval.ms ({heartbeat}) must be below"
+                f" group.consumer.session.timeout.ms ({session})"
+            )
+        protocols = [name.lower() for name in _list_of(self.get_str("group.coordinator.rebalance.protocols"))]
+        unknown = [name for name in protocols if name not in REBALANCE_PROTOCOLS]
+        if unknown:
+            raise BrokerConfigError(
+                f"group.coordinator.rebalance.protocols: unknown {', '.join(unknown)}"
+                f" (strom offers {', '.join(REBALANCE_PROTOCOLS)})"
+            )
+        if "classic" not in protocols:
+            raise BrokerConfigError("group.coordinator.rebalance.protocols: classic must be enabled")
+        assignors = tuple(
+            dict.fromkeys(_assignor_name(name) for name in _list_of(self.get_str("group.consumer.assignors")))
+        )
+        if not assignors:
+            raise BrokerConfigError("group.consumer.assignors: names no assignor")
+        unknown = [name for name in assignors if name not in SERVER_ASSIGNORS]
+        if unknown:
+            raise BrokerConfigError(
+                f"group.consumer.assignors: no server-side assignor named {', '.join(unknown)}"
+                f" (strom has {', '.join(sorted(SERVER_ASSIGNORS))})"
+            )
+        policy = self.get_str("group.consumer.migration.policy").lower()
+        if policy not in MIGRATION_POLICIES:
+            raise BrokerConfigError(
+                f"group.consumer.migration.policy: {policy!r} is not one of {', '.join(MIGRATION_POLICIES)}"
+            )
+        return {
+            "consumer_group_session_timeout_ms": session,
+            "consumer_group_min_session_timeout_ms": session_min,
+            "consumer_group_max_session_timeout_ms": session_max,
+            "consumer_group_heartbeat_interval_ms": heartbeat,
+            "consumer_group_min_heartbeat_interval_ms": heartbeat_min,
+            "consumer_group_max_heartbeat_interval_ms": heartbeat_max,
+            "consumer_group_max_size": max_size,
+            "consumer_group_assignors": assignors,
+            "rebalance_protocols": frozenset(protocols),
+            "consumer_group_migration_policy": policy,
+        }
 
     def transaction_config(self) -> TransactionCoordinatorConfig:
         try:

@@ -21,10 +21,11 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from strom.base.clock import Clock
+from strom.broker.group_topics import BrokerTopics
 from strom.broker.refused import Refused
 from strom.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupCoordinator
 from strom.coordinator.log_replay import CompactedPartition
@@ -383,12 +384,14 @@ class GroupService:
         clock: Clock,
         notify_append: Callable[[str, int], None],
         flush: Callable[[int], asyncio.Future[None] | None],
+        topics: BrokerTopics,
     ) -> None:
         self.config = config
         self._logs = logs
         self.timer = AsyncioTimer()
         self.writer = CoordinatorTopicWriter(logs, clock, notify_append, flush)
-        self.coordinator = GroupCoordinator(config, clock, self.timer, self.writer)
+        self.topics = topics
+        self.coordinator = GroupCoordinator(config, clock, self.timer, self.writer, topics=topics)
         self._loading: asyncio.Task[None] | None = None
         self._partition_loads: dict[int, asyncio.Task[int]] = {}
 
@@ -411,6 +414,14 @@ class GroupService:
                 partitions,
             )
         self.coordinator.use_partition_count(partitions)
+
+    def topics_changed(self, names: Iterable[str] | None) -> None:
+        """Topics were created, deleted or gained partitions (``names``; None: any may have): the
+        consumer-protocol groups subscribed to them get a new target assignment, and regular
+        expression subscriptions are matched again."""
+        names = None if names is None else list(names)
+        self.topics.forget(names)
+        self.coordinator.topics_changed(names)
 
     def replicate_through(self, replicated: ReplicatedWrites) -> None:
         """A broker of a cluster: the coordinator's writes count once its offsets partition's

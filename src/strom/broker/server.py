@@ -43,6 +43,7 @@ from strom.broker.connection_budget import (
     OverdueReason,
 )
 from strom.broker.context import RequestContext
+from strom.broker.handlers.consumer_groups import CONSUMER_PROTOCOL_API_KEYS
 from strom.broker.listener_security import ListenerSecurity, check_cluster_listener, listener_security
 from strom.broker.listeners import format_listener
 from strom.broker.loop_lag import LoopLagMonitor
@@ -223,6 +224,14 @@ class BrokerServer:
         # A broker of a cluster (--zookeeper): replication for real, and the cluster's own APIs.
         self.cluster = join_cluster(self.state) if config.is_set("zookeeper.connect") else None
         self.handlers = handler_table(self.cluster is not None)
+        if "consumer" not in self.state.groups.config.rebalance_protocols:
+            # group.coordinator.rebalance.protocols without consumer: KIP-848's APIs are neither
+            # served nor advertised (clients fall back to, or report, the classic protocol).
+            self.handlers = {
+                key: handler
+                for key, handler in self.handlers.items()
+                if key not in CONSUMER_PROTOCOL_API_KEYS
+            }
         # SCRAM credentials (loaded at start) and what each non-PLAINTEXT listener asks of its
         # connections; a missing or unreadable keystore stops the broker here.
         self.scram_store: FileScramStore | ZooKeeperScramStore = (

@@ -32,6 +32,7 @@ from strom.base.clock import Clock
 from strom.broker.authorization import AclService, FileAclStore
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.fetch_sessions import FetchSessionCache
+from strom.broker.group_topics import BrokerTopics
 from strom.broker.groups import GroupService
 from strom.broker.metrics import BrokerMetrics, add_remote_wait
 from strom.broker.produce_validation import ProduceValidation
@@ -144,6 +145,7 @@ class BrokerState:
             clock,
             lambda topic, partition: self.notify_append(topic, partition),
             self._flush_offsets_partition,
+            BrokerTopics(lambda: self.replication, self._broker_racks),
         )
         # The transaction coordinator on __transaction_state; a single node writes its markers itself.
         self.transactions = TransactionService(
@@ -173,6 +175,14 @@ class BrokerState:
             super_users, allow_if_no_acl = settings
             self.authorizer = Authorizer(super_users, allow_if_no_acl)
             self.acls = AclService(self.authorizer, FileAclStore(config.data_dir))
+
+    def _broker_racks(self) -> dict[int, str]:
+        """The rack of each broker that has one (``broker.rack``): a single node's own, or the
+        live brokers' of a cluster."""
+        if self.cluster is None:
+            rack = self.config.get_str("broker.rack")
+            return {self.node_id: rack} if rack else {}
+        return {broker.node_id: broker.rack for broker in self.cluster.brokers("") if broker.rack}
 
     def _flush_offsets_partition(self, partition: int) -> asyncio.Future[None] | None:
         return self._flush_internal(OFFSETS_TOPIC, partition)
@@ -285,7 +295,9 @@ class BrokerState:
                 except BaseException:
                     self.logs.abandon_create(pending)
                     raise
-                return self.logs.install_create(built)
+                installed = self.logs.install_create(built)
+            self.groups.topics_changed([name])
+            return installed
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
         async with self._topic_locks.hold(name):
@@ -300,12 +312,14 @@ class BrokerState:
                     self.logs.abandon_create(pending)
                     raise
                 self.logs.install_create(built)
+            self.groups.topics_changed([name])
 
     async def delete_topic(self, name: str) -> TopicMetadata:
         """Forget the topic at once (loop), commit the delete and rename its directories (admin
         thread, awaited), then remove them in the background, as Kafka does."""
         async with self._topic_locks.hold(name):
             detached = self.logs.detach_topic(name)
+            self.groups.topics_changed([name])
             for partition in range(detached.metadata.partitions):
                 self._flush_locks.pop((name, partition), None)
             renamed = await self._in_admin_thread(lambda: self.logs.remove_topic_files(detached))

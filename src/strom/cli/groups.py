@@ -1,9 +1,15 @@
 """``strom groups``: list, describe (with lag), delete consumer groups and reset their offsets.
 
-The admin client's group operations (``list_groups``, ``describe_groups``, ``list_group_offsets``,
-``alter_group_offsets``, ``delete_groups``) answer in the client's own types; the ``*_view``
-adapters below read them into this module's plain views, so the tables and the JSON are built by
-pure functions the unit tests call directly.
+The admin client's group operations (``list_groups``, ``describe_groups``,
+``describe_consumer_protocol_groups``, ``list_group_offsets``, ``alter_group_offsets``,
+``delete_groups``) answer in the client's own types; the ``*_view`` adapters below read them into
+this module's plain views, so the tables and the JSON are built by pure functions the unit tests
+call directly.
+
+Groups are of two types: ``classic`` (JoinGroup/SyncGroup, the members assign) and ``consumer``
+(KIP-848's protocol, the coordinator assigns). ``describe`` asks ConsumerGroupDescribe first and
+shows a consumer group's epochs and each member's assignment beside its target; a classic group
+(which ConsumerGroupDescribe does not know) is described by DescribeGroups.
 """
 
 from __future__ import annotations
@@ -30,7 +36,14 @@ from strom.cli.reset_plan import (
 )
 
 if TYPE_CHECKING:
-    from strom.client.admin import Admin, GroupListing, MemberDescription, OffsetAndMetadata
+    from strom.client.admin import (
+        Admin,
+        ConsumerGroupDescription,
+        ConsumerGroupMemberDescription,
+        GroupListing,
+        MemberDescription,
+        OffsetAndMetadata,
+    )
     from strom.client.admin import GroupDescription as ClientGroupDescription
     from strom.client.cluster import TopicPartition
 
@@ -39,6 +52,7 @@ __all__ = [
     "GroupDescription",
     "GroupMember",
     "committed_view",
+    "consumer_description_view",
     "describe_group_report",
     "description_view",
     "is_active",
@@ -64,6 +78,10 @@ class GroupMember:
     host: str
     assignment: tuple[Partition, ...] = ()
     group_instance_id: str | None = None
+    # A consumer-protocol group's member: its epoch and the partitions its target assignment gives
+    # it (None for a classic group's member).
+    member_epoch: int | None = None
+    target_assignment: tuple[Partition, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,10 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[GroupMember, ...] = field(default_factory=tuple)
+    # "classic" or "consumer"; a consumer group's epoch and its target assignment's epoch.
+    group_type: str = "classic"
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
 
 def register(commands: Any) -> None:
@@ -206,6 +228,36 @@ def description_view(description: ClientGroupDescription) -> GroupDescription:
     )
 
 
+def _sorted_partitions(partitions: Iterable[TopicPartition]) -> tuple[Partition, ...]:
+    return tuple(sorted((topic, partition) for topic, partition in partitions))
+
+
+def consumer_member_view(member: ConsumerGroupMemberDescription) -> GroupMember:
+    return GroupMember(
+        member_id=member.member_id,
+        client_id=member.client_id,
+        host=member.host,
+        assignment=_sorted_partitions(member.assignment),
+        group_instance_id=member.instance_id,
+        member_epoch=member.member_epoch,
+        target_assignment=_sorted_partitions(member.target_assignment),
+    )
+
+
+def consumer_description_view(description: ConsumerGroupDescription) -> GroupDescription:
+    """A consumer-protocol group: its protocol is the server-side assignor."""
+    return GroupDescription(
+        group_id=description.group_id,
+        state=description.state,
+        protocol_type="consumer",
+        protocol=description.assignor_name,
+        members=tuple(consumer_member_view(member) for member in description.members),
+        group_type="consumer",
+        group_epoch=description.group_epoch,
+        assignment_epoch=description.assignment_epoch,
+    )
+
+
 def committed_view(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> dict[Partition, int | None]:
     """Committed offsets by partition; a negative offset (Kafka's -1) means nothing committed."""
     return {
@@ -214,8 +266,12 @@ def committed_view(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> dict[
     }
 
 
-def listing_rows(listings: Iterable[GroupListing]) -> list[tuple[str, str | None, str]]:
-    return [(listing.group_id, listing.state, listing.protocol_type) for listing in listings]
+def listing_rows(listings: Iterable[GroupListing]) -> list[tuple[str, str | None, str | None, str]]:
+    """(group id, type, state, protocol type) per group; type and state None where the broker's
+    ListGroups does not say them (type below v5, state below v4)."""
+    return [
+        (listing.group_id, listing.group_type, listing.state, listing.protocol_type) for listing in listings
+    ]
 
 
 def is_active(description: GroupDescription) -> bool:
@@ -225,6 +281,10 @@ def is_active(description: GroupDescription) -> bool:
 
 
 def _describe_one(admin: Admin, group_id: str) -> GroupDescription:
+    """A consumer-protocol group as ConsumerGroupDescribe gives it, else DescribeGroups' answer."""
+    consumer = admin.describe_consumer_protocol_groups([group_id])[group_id]
+    if consumer is not None:
+        return consumer_description_view(consumer)
     return description_view(admin.describe_groups([group_id])[group_id])
 
 
@@ -260,12 +320,15 @@ def _log_bounds(admin: Admin, partitions: Iterable[Partition], spec: str) -> dic
 # -- reports (pure) ----------------------------------------------------------------------------------
 
 
-def list_groups_report(groups: Iterable[tuple[str, str | None, str]]) -> Report:
-    """Rows of (group id, state, protocol type), by group id; a state is None from brokers whose
-    ListGroups (below v4) does not say it."""
+def list_groups_report(groups: Iterable[tuple[str, str | None, str | None, str]]) -> Report:
+    """Rows of (group id, type, state, protocol type), by group id; a type or state is None from
+    brokers whose ListGroups does not say it (type below v5, state below v4)."""
     rows = sorted(groups, key=lambda row: row[0])
-    value = [{"group": group, "state": state, "protocol_type": kind} for group, state, kind in rows]
-    report = Report(value, [Table(["GROUP", "STATE", "PROTOCOL-TYPE"], [list(row) for row in rows])])
+    value = [
+        {"group": group, "type": group_type, "state": state, "protocol_type": kind}
+        for group, group_type, state, kind in rows
+    ]
+    report = Report(value, [Table(["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"], [list(row) for row in rows])])
     if not rows:
         report.notes.append("no groups")
     return report
@@ -297,8 +360,10 @@ def describe_group_report(
                 "client_id": owner.client_id if owner else None,
             }
         )
-    members = [
-        {
+    consumer_protocol = description.group_type == "consumer"
+    members: list[dict[str, Any]] = []
+    for member in description.members:
+        shown: dict[str, Any] = {
             "member_id": member.member_id,
             "group_instance_id": member.group_instance_id,
             "client_id": member.client_id,
@@ -307,11 +372,17 @@ def describe_group_report(
                 {"topic": topic, "partition": partition} for topic, partition in member.assignment
             ],
         }
-        for member in description.members
-    ]
+        if consumer_protocol:
+            shown["member_epoch"] = member.member_epoch
+            shown["target_assignment"] = [
+                {"topic": topic, "partition": partition}
+                for topic, partition in member.target_assignment or ()
+            ]
+        members.append(shown)
     total_lag = sum(row["lag"] or 0 for row in offsets)
-    value = {
+    value: dict[str, Any] = {
         "group": description.group_id,
+        "type": description.group_type,
         "state": description.state,
         "protocol_type": description.protocol_type,
         "protocol": description.protocol,
@@ -319,11 +390,20 @@ def describe_group_report(
         "offsets": offsets,
         "total_lag": total_lag,
     }
-    title = (
-        f"Group: {description.group_id}  state: {description.state}  protocol: "
-        f"{description.protocol or '-'} ({description.protocol_type or '-'})  members: {len(members)}  "
-        f"total lag: {total_lag}"
-    )
+    if consumer_protocol:
+        value["group_epoch"] = description.group_epoch
+        value["assignment_epoch"] = description.assignment_epoch
+        title = (
+            f"Group: {description.group_id}  type: consumer  state: {description.state}  assignor: "
+            f"{description.protocol or '-'}  epoch: {description.group_epoch}  assignment epoch: "
+            f"{description.assignment_epoch}  members: {len(members)}  total lag: {total_lag}"
+        )
+    else:
+        title = (
+            f"Group: {description.group_id}  state: {description.state}  protocol: "
+            f"{description.protocol or '-'} ({description.protocol_type or '-'})  members: {len(members)}  "
+            f"total lag: {total_lag}"
+        )
     tables = [
         Table(
             [
@@ -352,23 +432,40 @@ def describe_group_report(
             title=title,
         )
     ]
-    if members:
+    if members and consumer_protocol:
         tables.append(
             Table(
-                ["MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"],
+                ["MEMBER-ID", "CLIENT-ID", "HOST", "EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT"],
                 [
                     [
                         member.member_id,
                         member.client_id,
                         member.host,
-                        " ".join(f"{topic}-{partition}" for topic, partition in member.assignment) or None,
+                        member.member_epoch,
+                        _partitions_text(member.assignment),
+                        _partitions_text(member.target_assignment or ()),
                     ]
                     for member in description.members
                 ],
                 title="Members",
             )
         )
+    elif members:
+        tables.append(
+            Table(
+                ["MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"],
+                [
+                    [member.member_id, member.client_id, member.host, _partitions_text(member.assignment)]
+                    for member in description.members
+                ],
+                title="Members",
+            )
+        )
     return Report(value, tables)
+
+
+def _partitions_text(partitions: Iterable[Partition]) -> str | None:
+    return " ".join(f"{topic}-{partition}" for topic, partition in partitions) or None
 
 
 def reset_plan_report(group_id: str, plan: list[PlannedReset], executed: bool) -> Report:

@@ -48,6 +48,10 @@ from strom.client.transport import LoopThread, Transport
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
 from strom.protocol.messages.alter_configs import AlterConfigsRequest
+from strom.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
 from strom.protocol.messages.create_acls import CreateAclsRequest
 from strom.protocol.messages.create_partitions import CreatePartitionsRequest
 from strom.protocol.messages.create_topics import CreateTopicsRequest
@@ -88,6 +92,8 @@ __all__ = [
     "ConfigEntry",
     "ConfigResource",
     "ConfigResourceType",
+    "ConsumerGroupDescription",
+    "ConsumerGroupMemberDescription",
     "GroupDescription",
     "GroupListing",
     "MemberDescription",
@@ -223,6 +229,9 @@ class GroupListing:
     protocol_type: str
     # None when the broker answers ListGroups below v4, which carries no state.
     state: str | None
+    # "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848's protocol); None when the broker
+    # answers ListGroups below v5, which carries no type.
+    group_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +253,38 @@ class GroupDescription:
     # The assignor the group chose ("range", "cooperative-sticky", ...); empty while rebalancing.
     protocol: str
     members: list[MemberDescription]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMemberDescription:
+    """One member of a consumer-protocol group (KIP-848), as ConsumerGroupDescribe gives it."""
+
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    # The epoch the member has acknowledged (its assignment is that of this epoch).
+    member_epoch: int
+    client_id: str
+    host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    # What the member owns now, and what the coordinator's target assignment gives it: they
+    # differ while the member reconciles (revoking before it is given new partitions).
+    assignment: list[TopicPartition]
+    target_assignment: list[TopicPartition]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    """A consumer-protocol group (KIP-848): its state (Empty, Assigning, Reconciling, Stable,
+    Dead), its epoch, the epoch of its target assignment, the server-side assignor and members."""
+
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    members: list[ConsumerGroupMemberDescription]
 
 
 # -- transactions: results ----------------------------------------------------------------------
@@ -349,6 +390,49 @@ def group_description_from(described: DescribeGroupsResponse.DescribedGroup) -> 
         )
     return GroupDescription(
         described.group_id, described.group_state, described.protocol_type, described.protocol_data, members
+    )
+
+
+def _described_partitions(
+    assignment: ConsumerGroupDescribeResponse.Assignment,
+) -> list[TopicPartition]:
+    return sorted(
+        TopicPartition(topic.topic_name, partition)
+        for topic in assignment.topic_partitions
+        for partition in topic.partitions
+    )
+
+
+def consumer_group_description_from(
+    described: ConsumerGroupDescribeResponse.DescribedGroup,
+) -> ConsumerGroupDescription | None:
+    """One ConsumerGroupDescribe result; None when the group is no consumer-protocol group (the
+    broker answers GROUP_ID_NOT_FOUND for a classic group and for one that does not exist).
+    Raises any other error code."""
+    if described.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+        return None
+    _raise_for(described.error_code, described.error_message, f"describe group {described.group_id!r}")
+    return ConsumerGroupDescription(
+        described.group_id,
+        described.group_state,
+        described.group_epoch,
+        described.assignment_epoch,
+        described.assignor_name,
+        [
+            ConsumerGroupMemberDescription(
+                member.member_id,
+                member.instance_id,
+                member.rack_id,
+                member.member_epoch,
+                member.client_id,
+                member.client_host,
+                list(member.subscribed_topic_names),
+                member.subscribed_topic_regex,
+                _described_partitions(member.assignment),
+                _described_partitions(member.target_assignment),
+            )
+            for member in described.members
+        ],
     )
 
 
@@ -1010,10 +1094,14 @@ class Admin:
 
         return self._run(self._transport.with_retries(attempt))
 
-    def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+    def list_groups(
+        self, states: Iterable[str] | None = None, types: Iterable[str] | None = None
+    ) -> list[GroupListing]:
         """Every group on every broker, optionally only those in ``states`` ("Stable", "Empty",
-        "PreparingRebalance", "CompletingRebalance", "Dead"), sorted by group id."""
+        "PreparingRebalance", "CompletingRebalance", "Dead"; a consumer-protocol group's
+        "Assigning", "Reconciling") and of ``types`` ("classic", "consumer"), sorted by group id."""
         wanted_states = None if states is None else sorted(set(states))
+        wanted_types = None if types is None else sorted(set(types))
 
         async def ask(node_id: int) -> list[GroupListing]:
             version = await self._version(node_id, ListGroupsRequest.API_KEY)
@@ -1021,13 +1109,24 @@ class Admin:
                 raise UnsupportedVersionError(
                     f"filtering groups by state needs ListGroups v4+; broker {node_id} offers v{version}"
                 )
-            request = (
-                ListGroupsRequest(states_filter=wanted_states or []) if version >= 4 else ListGroupsRequest()
-            )
+            if wanted_types and version < 5:
+                raise UnsupportedVersionError(
+                    f"filtering groups by type needs ListGroups v5+; broker {node_id} offers v{version}"
+                )
+            request = ListGroupsRequest()
+            if version >= 4:
+                request.states_filter = wanted_states or []
+            if version >= 5:
+                request.types_filter = wanted_types or []
             response: ListGroupsResponse = await self._transport.send(node_id, request)
             _raise_for(response.error_code, None, f"list groups on broker {node_id}")
             return [
-                GroupListing(group.group_id, group.protocol_type, group.group_state if version >= 4 else None)
+                GroupListing(
+                    group.group_id,
+                    group.protocol_type,
+                    group.group_state if version >= 4 else None,
+                    group.group_type if version >= 5 else None,
+                )
                 for group in response.groups
             ]
 
@@ -1058,6 +1157,33 @@ class Admin:
             for described in response.groups:
                 if described.group_id == group_id:
                     return group_description_from(described)
+            raise ProtocolError(f"describe group {group_id!r}: the response does not name the group")
+
+        return self._on_coordinator(group_id, describe)
+
+    def describe_consumer_protocol_groups(
+        self, group_ids: Iterable[str]
+    ) -> dict[str, ConsumerGroupDescription | None]:
+        """Each group as a consumer-protocol group (ConsumerGroupDescribe): member epochs, current
+        and target assignments. None for a group that is not one (a classic group, a group that
+        does not exist) or when its coordinator does not offer ConsumerGroupDescribe."""
+        descriptions: dict[str, ConsumerGroupDescription | None] = {}
+        for group_id in dict.fromkeys(group_ids):
+            descriptions[group_id] = self._describe_consumer_protocol_group(group_id)
+        return descriptions
+
+    def _describe_consumer_protocol_group(self, group_id: str) -> ConsumerGroupDescription | None:
+        async def describe(coordinator: int) -> ConsumerGroupDescription | None:
+            try:
+                await self._version(coordinator, ConsumerGroupDescribeRequest.API_KEY)
+            except UnsupportedVersionError:
+                return None
+            response: ConsumerGroupDescribeResponse = await self._transport.send(
+                coordinator, ConsumerGroupDescribeRequest(group_ids=[group_id])
+            )
+            for described in response.groups:
+                if described.group_id == group_id:
+                    return consumer_group_description_from(described)
             raise ProtocolError(f"describe group {group_id!r}: the response does not name the group")
 
         return self._on_coordinator(group_id, describe)

@@ -5,21 +5,34 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from strom.coordinator.consumer_group import Assignment, ConsumerGroup
+from strom.coordinator.consumer_membership import ConsumerMembership
+from strom.coordinator.consumer_records import group_tombstones
 from strom.coordinator.group import Group
 from strom.coordinator.membership import Membership
 from strom.coordinator.records import Record, group_key_bytes, offset_key_bytes, offset_write_error
 from strom.coordinator.runtime import CoordinatorRuntime
-from strom.coordinator.state import GroupState, parse_state
+from strom.coordinator.state import GroupState
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
 from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from strom.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 
+CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
+
 
 class Admin:
-    def __init__(self, runtime: CoordinatorRuntime, membership: Membership) -> None:
+    def __init__(
+        self, runtime: CoordinatorRuntime, membership: Membership, consumer: ConsumerMembership
+    ) -> None:
         self.runtime = runtime
         self.membership = membership
+        self.consumer = consumer
 
     # ================================================================ DescribeGroups
     def describe(self, request: DescribeGroupsRequest, version: int) -> DescribeGroupsResponse:
@@ -34,6 +47,16 @@ class Admin:
             # An unknown group is reported Dead with no error, as Kafka does.
             return DescribeGroupsResponse.DescribedGroup(
                 error_code=error or ErrorCode.NONE,
+                group_id=group_id,
+                group_state=GroupState.DEAD.value,
+                protocol_type="",
+                protocol_data="",
+            )
+        if group.is_consumer_group:
+            # As Kafka 4 answers: DescribeGroups is the classic groups' API (clients fall back to
+            # it from ConsumerGroupDescribe on this very error).
+            return DescribeGroupsResponse.DescribedGroup(
+                error_code=ErrorCode.GROUP_ID_NOT_FOUND,
                 group_id=group_id,
                 group_state=GroupState.DEAD.value,
                 protocol_type="",
@@ -65,22 +88,114 @@ class Admin:
             members=members,
         )
 
+    # ================================================================ ConsumerGroupDescribe
+    def describe_consumer_groups(
+        self, request: ConsumerGroupDescribeRequest, version: int
+    ) -> ConsumerGroupDescribeResponse:
+        return ConsumerGroupDescribeResponse(
+            groups=[self._describe_consumer_group(group_id) for group_id in request.group_ids]
+        )
+
+    def _describe_consumer_group(self, group_id: str) -> ConsumerGroupDescribeResponse.DescribedGroup:
+        if not group_id:
+            return ConsumerGroupDescribeResponse.DescribedGroup(
+                error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id
+            )
+        error = self.runtime.group_error(group_id)
+        if error is not None:
+            return ConsumerGroupDescribeResponse.DescribedGroup(error_code=error, group_id=group_id)
+        group = self.runtime.groups.get(group_id)
+        if (
+            group is None
+            or group.state is GroupState.DEAD
+            or group.consumer is None
+            or not group.is_consumer_group
+        ):
+            message = (
+                f"Group {group_id} not found."
+                if group is None
+                or group.state is GroupState.DEAD
+                or (group.protocol_type is None and group.consumer is None)
+                else f"Group {group_id} is not a consumer group."
+            )
+            return ConsumerGroupDescribeResponse.DescribedGroup(
+                error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message, group_id=group_id
+            )
+        consumer = group.consumer
+        members = []
+        for member_id, member in sorted(consumer.members.items()):
+            current = consumer.current_of(member_id)
+            members.append(
+                ConsumerGroupDescribeResponse.Member(
+                    member_id=member_id,
+                    instance_id=member.instance_id,
+                    rack_id=member.rack_id,
+                    member_epoch=current.member_epoch,
+                    client_id=member.client_id,
+                    client_host=member.client_host,
+                    subscribed_topic_names=list(member.subscribed_topic_names),
+                    subscribed_topic_regex=member.subscribed_topic_regex,
+                    assignment=self._described_assignment(consumer, current.assigned),
+                    target_assignment=self._described_assignment(consumer, consumer.target_of(member_id)),
+                )
+            )
+        return ConsumerGroupDescribeResponse.DescribedGroup(
+            error_code=ErrorCode.NONE,
+            group_id=group_id,
+            group_state=consumer.state().value,
+            group_epoch=consumer.group_epoch,
+            assignment_epoch=consumer.target_epoch,
+            assignor_name=self.consumer.preferred_assignor(consumer.members.values()),
+            members=members,
+        )
+
+    @staticmethod
+    def _described_assignment(
+        consumer: ConsumerGroup, assignment: Assignment
+    ) -> ConsumerGroupDescribeResponse.Assignment:
+        return ConsumerGroupDescribeResponse.Assignment(
+            topic_partitions=[
+                ConsumerGroupDescribeResponse.TopicPartitions(
+                    topic_id=topic_id,
+                    topic_name=consumer.topic_name(topic_id) or "",
+                    partitions=sorted(partitions),
+                )
+                for topic_id, partitions in sorted(assignment.items())
+            ]
+        )
+
     # ================================================================ ListGroups
     def list_groups(self, request: ListGroupsRequest, version: int) -> ListGroupsResponse:
-        wanted: set[GroupState] | None = None
+        wanted: set[str] | None = None
         if version >= 4 and request.states_filter:
-            wanted = {state for name in request.states_filter if (state := parse_state(name)) is not None}
+            wanted = {name.lower() for name in request.states_filter}
+        wanted_types: set[str] | None = None
+        if version >= 5 and request.types_filter:
+            wanted_types = {name.lower() for name in request.types_filter}
         listed = []
         for group_id, group in sorted(self.runtime.groups.items()):
             if self.runtime.group_error(group_id) is not None or group.state is GroupState.DEAD:
                 continue
-            if wanted is not None and group.state not in wanted:
+            if group.consumer is not None and group.is_consumer_group:
+                group_type = CONSUMER_GROUP_TYPE
+                state = group.consumer.state().value
+                protocol_type = CONSUMER_GROUP_TYPE
+            elif group.consumer is not None:
+                continue  # a consumer group being made: its first records are not written yet
+            else:
+                group_type = CLASSIC_GROUP_TYPE
+                state = group.state.value
+                protocol_type = group.protocol_type or ""
+            if wanted is not None and state.lower() not in wanted:
+                continue
+            if wanted_types is not None and group_type not in wanted_types:
                 continue
             listed.append(
                 ListGroupsResponse.ListedGroup(
                     group_id=group_id,
-                    protocol_type=group.protocol_type or "",
-                    group_state=group.state.value if version >= 4 else "",
+                    protocol_type=protocol_type,
+                    group_state=state if version >= 4 else "",
+                    group_type=group_type if version >= 5 else "",
                 )
             )
         # While a partition loads, the list may be incomplete: Kafka says so with an error.
@@ -119,7 +234,9 @@ class Admin:
                 results[group_id] = error
             elif group is None or group.state is GroupState.DEAD:
                 results[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
-            elif group.state is not GroupState.EMPTY:
+            elif group.state is not GroupState.EMPTY or (
+                group.consumer is not None and (group.consumer.members or group.consumer.writing)
+            ):
                 results[group_id] = ErrorCode.NON_EMPTY_GROUP
             else:
                 group.transition_to(GroupState.DEAD, self.runtime.now_wall_ms())
@@ -130,7 +247,10 @@ class Admin:
                 records: list[Record] = [
                     (offset_key_bytes(group_id, topic, partition), None) for topic, partition in keys
                 ]
-                records.append((group_key_bytes(group_id), None))
+                if group.consumer is not None:
+                    records.extend(group_tombstones(group.consumer))
+                if group.protocol_type is not None or group.consumer is None:
+                    records.append((group_key_bytes(group_id), None))
                 results[group_id] = ErrorCode.NONE
                 waiting.add(group_id)
                 to_write.append((group, records))

@@ -7,11 +7,15 @@ records to ``__consumer_offsets`` and tells us when they are written).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
+import strom.assignors.server
+from strom.assignors.server import ServerAssignor
 from strom.base.clock import Clock
 from strom.coordinator.admin import Admin
 from strom.coordinator.config import CoordinatorConfig
+from strom.coordinator.consumer_membership import ConsumerMembership
+from strom.coordinator.consumer_topics import NoTopics, TopicsView
 from strom.coordinator.group import Group, JoinResult, SyncResult
 from strom.coordinator.membership import Membership, join_response, sync_response
 from strom.coordinator.offsets import Offsets
@@ -21,6 +25,14 @@ from strom.coordinator.state import GroupState
 from strom.coordinator.timers import Timer, offsets_expiry_key
 from strom.coordinator.transactional_offsets import TransactionalOffsets
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
+from strom.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from strom.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from strom.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
@@ -34,14 +46,37 @@ from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupRespon
 from strom.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 
+def configured_assignors(config: CoordinatorConfig) -> dict[str, ServerAssignor]:
+    """The server assignors group.consumer.assignors names, from strom.assignors.server's registry."""
+    get_server_assignor: Callable[[str], ServerAssignor] | None = getattr(
+        strom.assignors.server, "get_server_assignor", None
+    )
+    if get_server_assignor is None:  # until the registry lands
+        return {}
+    return {name: get_server_assignor(name) for name in config.consumer_group_assignors}
+
+
 class GroupCoordinator:
     def __init__(
-        self, config: CoordinatorConfig, clock: Clock, timer: Timer, writer: CoordinatorLogWriter
+        self,
+        config: CoordinatorConfig,
+        clock: Clock,
+        timer: Timer,
+        writer: CoordinatorLogWriter,
+        topics: TopicsView | None = None,
+        *,
+        assignors: Mapping[str, ServerAssignor] | None = None,
     ) -> None:
+        """``topics`` is the cluster's topics as the consumer group protocol sees them (none if
+        None); ``assignors`` the server assignors by name (default: those
+        ``config.consumer_group_assignors`` names, from strom.assignors.server)."""
         self._runtime = CoordinatorRuntime(config, clock, timer, writer)
         self._membership = Membership(self._runtime)
+        if assignors is None:
+            assignors = configured_assignors(config)
+        self._consumer = ConsumerMembership(self._runtime, topics or NoTopics(), assignors)
         self._offsets = Offsets(self._runtime, self._membership)
-        self._admin = Admin(self._runtime, self._membership)
+        self._admin = Admin(self._runtime, self._membership, self._consumer)
         self._transactional = TransactionalOffsets(self._runtime)
         self._offsets.schedule_expiry()
 
@@ -105,7 +140,14 @@ class GroupCoordinator:
         for producer_id, commit in self._runtime.markers_while_loading.pop(partition, []):
             self._runtime.complete_transaction(partition, producer_id, commit)
         for group in self._groups_of(partition):
+            consumer = group.consumer
+            if consumer is not None and not consumer.exists:
+                # Member records without their group's (a log cut short): nothing to serve.
+                group.consumer = None
+                self._runtime.forget_if_unused(group)
+                continue
             self._membership.arm_loaded_sessions(group)
+            self._consumer.arm_loaded(group)
 
     def unload(self, partition: int) -> None:
         """The partition moved away: forget its groups, answering parked requests NOT_COORDINATOR."""
@@ -126,6 +168,7 @@ class GroupCoordinator:
             group.transition_to(GroupState.DEAD, self._runtime.now_wall_ms())
         self._runtime.cancel_group_timers(group)
         self._membership.fail_parked(group, error)
+        self._consumer.fail_waiting(group, error)
         self._runtime.groups.pop(group.group_id, None)
 
     # ---------------------------------------------------------------- membership
@@ -155,6 +198,30 @@ class GroupCoordinator:
 
     def leave_group(self, request: LeaveGroupRequest, version: int) -> LeaveGroupResponse:
         return self._membership.leave(request, version)
+
+    # ---------------------------------------------------------------- the consumer group protocol
+    def consumer_group_heartbeat(
+        self,
+        request: ConsumerGroupHeartbeatRequest,
+        version: int,
+        client_id: str,
+        client_host: str,
+        respond: Callable[[ConsumerGroupHeartbeatResponse], None],
+    ) -> None:
+        """ConsumerGroupHeartbeat (KIP-848): ``respond`` is called at once or once the group's
+        records are written."""
+        self._consumer.heartbeat(request, version, client_id, client_host, respond)
+
+    def consumer_group_describe(
+        self, request: ConsumerGroupDescribeRequest, version: int
+    ) -> ConsumerGroupDescribeResponse:
+        """ConsumerGroupDescribe (authorized operations left at their default: the broker fills them)."""
+        return self._admin.describe_consumer_groups(request, version)
+
+    def topics_changed(self, names: Iterable[str] | None = None) -> None:
+        """Topics were created, deleted or gained partitions (``names``; None: any may have). Consumer
+        groups whose subscribed topics' metadata changed get a new epoch and target assignment."""
+        self._consumer.topics_changed(names)
 
     # ---------------------------------------------------------------- offsets
     def commit_offsets(

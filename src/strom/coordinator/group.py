@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from strom.coordinator.consumer_group import ConsumerGroup
 from strom.coordinator.records import CommittedOffset, TransactionalOffset, consumer_subscribed_topics
 from strom.coordinator.state import GroupState, check_transition
 from strom.protocol.errors import ErrorCode
@@ -130,6 +131,27 @@ class Group:
     initial_delay_active: bool = False
     new_member_added: bool = False
     initial_delay_remaining_ms: int = 0
+    # Set when the group is a group of the consumer protocol (KIP-848): its members, epochs and
+    # assignments are there, and the classic fields above stay those of an Empty group with no
+    # record (the offsets are the group's whatever its protocol).
+    consumer: ConsumerGroup | None = None
+
+    @property
+    def is_consumer_group(self) -> bool:
+        return self.consumer is not None and self.consumer.exists
+
+    def reset_classic(self, now_wall_ms: int) -> None:
+        """The classic group's record was deleted (it became a consumer group): an Empty group."""
+        self.state = GroupState.EMPTY
+        self.state_timestamp_ms = now_wall_ms
+        self.generation_id = 0
+        self.protocol_type = None
+        self.protocol_name = None
+        self.leader_id = None
+        self.members = {}
+        self.static_members = {}
+        self.pending_members = set()
+        self.pending_sync_members = set()
 
     def transition_to(self, target: GroupState, now_wall_ms: int) -> None:
         check_transition(self.group_id, self.state, target)

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 
 from strom.base import limits
+from strom.coordinator.consumer_records import group_tombstones
 from strom.coordinator.group import Group, JoinCallback, JoinResult, Member, SyncCallback, SyncResult
 from strom.coordinator.records import group_key_bytes, group_value_bytes, group_write_error
 from strom.coordinator.runtime import CoordinatorRuntime
@@ -114,6 +115,18 @@ class Membership:
                 return
             group = Group(group_id, state_timestamp_ms=runtime.now_wall_ms())
             runtime.groups[group_id] = group
+        if group.consumer is not None:
+            consumer = group.consumer
+            if consumer.members or consumer.writing or consumer.waiting:
+                # Members of the consumer protocol hold the group: a classic member cannot join it.
+                callback(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+                return
+            # An empty consumer group becomes a classic group again (its offsets stay): its records
+            # are deleted and the classic join goes on as for an Empty group.
+            log.info("group %s: the empty consumer group becomes a classic group", group_id)
+            runtime.cancel_group_timers(group)
+            group.consumer = None
+            runtime.write(group_id, group_tombstones(consumer), lambda error: None)
         error = self._join_precheck(group, member_id, group_instance_id, request.protocol_type, protocols)
         if error is not None:
             self._forget_if_unused(group)

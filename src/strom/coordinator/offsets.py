@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from strom.coordinator.consumer_records import group_tombstones
 from strom.coordinator.group import Group
 from strom.coordinator.membership import Membership
 from strom.coordinator.records import (
@@ -84,7 +85,10 @@ class Offsets:
                 return
             group = Group(group_id, state_timestamp_ms=runtime.now_wall_ms())
             runtime.groups[group_id] = group
-        group_error = self._commit_group_error(group, member_id, generation_id, group_instance_id)
+        if group.consumer is not None and group.is_consumer_group:
+            group_error = _consumer_commit_error(group, member_id, generation_id, version)
+        else:
+            group_error = self._commit_group_error(group, member_id, generation_id, group_instance_id)
         if group_error is not None:
             answer_all(group_error)
             return
@@ -162,6 +166,8 @@ class Offsets:
                     if entry.topics is None
                     else [(t.name, list(t.partition_indexes)) for t in entry.topics],
                     require_stable,
+                    entry.member_id if version >= 9 else None,
+                    entry.member_epoch if version >= 9 else -1,
                 )
                 for entry in request.groups
             ]
@@ -194,8 +200,16 @@ class Offsets:
         return OffsetFetchResponse(topics=response_topics)
 
     def _fetch_group_v8(
-        self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool
+        self,
+        group_id: str,
+        topics: list[tuple[str, list[int]]] | None,
+        require_stable: bool,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
+        member_error = self._fetch_member_error(group_id, member_id, member_epoch)
+        if member_error is not None:
+            return OffsetFetchResponse.OffsetFetchResponseGroup(group_id=group_id, error_code=member_error)
         error, found = self._fetch(group_id, topics, require_stable)
         return OffsetFetchResponse.OffsetFetchResponseGroup(
             group_id=group_id,
@@ -217,6 +231,25 @@ class Offsets:
                 for topic, partitions in found
             ],
         )
+
+    def _fetch_member_error(
+        self, group_id: str, member_id: str | None, member_epoch: int
+    ) -> ErrorCode | None:
+        """OffsetFetch v9 from a member of a consumer group (KIP-848): it must be a member, at its
+        current epoch. An admin's fetch (no member id, epoch -1) and classic groups are not checked."""
+        if member_id is None and member_epoch < 0:
+            return None
+        if self.runtime.group_error(group_id) is not None:
+            return None  # the group-level error says it
+        group = self.runtime.groups.get(group_id)
+        if group is None or group.consumer is None or not group.is_consumer_group:
+            return None
+        consumer = group.consumer
+        if not member_id or member_id not in consumer.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != consumer.current_of(member_id).member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return None
 
     def _fetch(
         self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool
@@ -328,9 +361,22 @@ class Offsets:
             expired = self._expired_offsets(group, now_ms, retention_ms)
             records: list[Record] = [(offset_key_bytes(group_id, topic, p), None) for topic, p in expired]
             remaining = set(group.offsets) - set(expired)
-            if group.state is GroupState.EMPTY and not remaining and not group.pending_transactional_offsets:
+            consumer = group.consumer
+            busy_consumer_group = consumer is not None and bool(
+                consumer.members or consumer.writing or consumer.waiting
+            )
+            if (
+                group.state is GroupState.EMPTY
+                and not busy_consumer_group
+                and not remaining
+                and not group.pending_transactional_offsets
+            ):
                 group.transition_to(GroupState.DEAD, now_ms)
-                records.append((group_key_bytes(group_id), None))
+                runtime.cancel_group_timers(group)
+                if consumer is not None:
+                    records.extend(group_tombstones(consumer))
+                if group.protocol_type is not None or consumer is None:
+                    records.append((group_key_bytes(group_id), None))
             if records:
                 runtime.write(group_id, records, functools.partial(self._expiry_written, group))
         self.schedule_expiry()
@@ -353,8 +399,42 @@ class Offsets:
         return expired
 
 
+def _consumer_commit_error(group: Group, member_id: str, member_epoch: int, version: int) -> ErrorCode | None:
+    """OffsetCommit to a consumer group (KIP-848), as Kafka answers it: without a member epoch only
+    while the group has no members; else a member of it at its current epoch, with v9+."""
+    consumer = group.consumer
+    assert consumer is not None
+    if member_epoch < 0 and not consumer.members:
+        return None
+    if member_id not in consumer.members:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if version < 9:
+        return ErrorCode.UNSUPPORTED_VERSION
+    if member_epoch != consumer.current_of(member_id).member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH
+    return None
+
+
 def _expired_by_retention(group: Group, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
     expired = []
+    consumer = group.consumer
+    if consumer is not None and group.is_consumer_group:
+        if consumer.members:
+            # Offsets of topics the members no longer subscribe to expire; the others are in use.
+            in_use = consumer.subscribed_topic_names()
+            for key, committed in group.offsets.items():
+                if key[0] not in in_use and now_ms - committed.commit_timestamp_ms >= retention_ms:
+                    expired.append(key)
+            return expired
+        for key, committed in group.offsets.items():
+            # An empty group's offsets count from the later of the commit and the group emptying.
+            base_ms = max(committed.commit_timestamp_ms, consumer.empty_since_ms)
+            if committed.expire_timestamp_ms >= 0:
+                if now_ms >= committed.expire_timestamp_ms:
+                    expired.append(key)
+            elif now_ms - base_ms >= retention_ms:
+                expired.append(key)
+        return expired
     if group.state is GroupState.EMPTY:
         for key, committed in group.offsets.items():
             if committed.expire_timestamp_ms >= 0:

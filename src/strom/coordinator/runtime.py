@@ -13,6 +13,13 @@ from typing import Any
 
 from strom.base.clock import Clock
 from strom.coordinator.config import CoordinatorConfig
+from strom.coordinator.consumer_group import ConsumerGroup
+from strom.coordinator.consumer_records import (
+    CONSUMER_KEY_VERSIONS,
+    ConsumerKey,
+    apply_consumer_record,
+    decode_consumer_key,
+)
 from strom.coordinator.group import Group, Member
 from strom.coordinator.partitioning import partition_for_group
 from strom.coordinator.records import (
@@ -27,7 +34,12 @@ from strom.coordinator.records import (
     decode_offset_value,
 )
 from strom.coordinator.state import GroupState
-from strom.coordinator.timers import Timer, group_timer_keys
+from strom.coordinator.timers import (
+    Timer,
+    consumer_rebalance_key,
+    consumer_session_key,
+    group_timer_keys,
+)
 from strom.protocol.coordinator_records.group_metadata import GroupMetadataValue
 from strom.protocol.errors import ErrorCode
 
@@ -201,6 +213,9 @@ class CoordinatorRuntime:
                 group.complete_transaction(producer_id, commit)
 
     def apply_record(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
+        if len(key) >= 2 and key[0] == 0 and key[1] in CONSUMER_KEY_VERSIONS:
+            self._apply_consumer(decode_consumer_key(key[1], key[2:]), value)
+            return
         decoded_key = decode_key(key)
         if isinstance(decoded_key, OffsetKey):
             self._apply_offset(decoded_key, value, loading=loading)
@@ -212,6 +227,41 @@ class CoordinatorRuntime:
                 self._rebuild_group(decoded_key.group_id, decode_group_value(value))
             else:
                 self._confirm_group(decoded_key.group_id, decode_group_value(value))
+
+    def _apply_consumer(self, key: ConsumerKey, value: bytes | None) -> None:
+        """A ConsumerGroup* record: it sets one part of the group's consumer protocol state."""
+        group = self.groups.get(key.group_id)
+        if group is None:
+            if value is None:
+                return
+            group = Group(key.group_id, state_timestamp_ms=-1)
+            self.groups[key.group_id] = group
+        consumer = group.consumer
+        if consumer is None:
+            if value is None:
+                return
+            consumer = group.consumer = ConsumerGroup(key.group_id)
+        apply_consumer_record(consumer, key, value)
+        if consumer.members:
+            consumer.empty_since_ms = -1
+        elif consumer.empty_since_ms < 0:
+            consumer.empty_since_ms = self.now_wall_ms()
+        if consumer.is_empty_of_state() and not consumer.writing and not consumer.waiting:
+            group.consumer = None
+            self.forget_if_unused(group)
+
+    def forget_if_unused(self, group: Group) -> None:
+        """A group with neither records nor offsets is no group."""
+        if (
+            self.groups.get(group.group_id) is group
+            and group.consumer is None
+            and not group.offsets
+            and not group.pending_transactional_offsets
+            and group.protocol_type is None
+            and not group.members
+            and not group.pending_members
+        ):
+            del self.groups[group.group_id]
 
     def _apply_offset(self, key: OffsetKey, value: bytes | None, *, loading: bool) -> None:
         group = self.groups.get(key.group_id)
@@ -226,6 +276,7 @@ class CoordinatorRuntime:
                     and not group.pending_transactional_offsets
                     and group.protocol_type is None
                     and not group.members
+                    and group.consumer is None
                 ):
                     # Loading: a group known only by offsets, all deleted since, is no group (as
                     # if the log had been compacted: the load gives the same state either way).
@@ -243,6 +294,10 @@ class CoordinatorRuntime:
     def _apply_group_tombstone(self, group_id: str) -> None:
         group = self.groups.get(group_id)
         if group is None:
+            return
+        if group.consumer is not None:
+            # The classic group became a consumer group: only its classic part goes.
+            group.reset_classic(self.now_wall_ms())
             return
         if (group.offsets or group.pending_transactional_offsets) and group.state is not GroupState.DEAD:
             # The metadata is gone but offsets remain: an Empty group holding only offsets.
@@ -267,6 +322,7 @@ class CoordinatorRuntime:
             leader_id=value.leader or None,
             offsets={} if previous is None else previous.offsets,
             pending_transactional_offsets={} if previous is None else previous.pending_transactional_offsets,
+            consumer=None if previous is None else previous.consumer,
         )
         for recorded in value.members:
             protocols = [(value.protocol, recorded.subscription)] if value.protocol else []
@@ -303,3 +359,8 @@ class CoordinatorRuntime:
         member_ids = list(group.members) + list(group.pending_members)
         for key in group_timer_keys(group.group_id, member_ids):
             self.timer.cancel(key)
+        if group.consumer is not None:
+            for member_id in group.consumer.members:
+                self.timer.cancel(consumer_session_key(group.group_id, member_id))
+                self.timer.cancel(consumer_rebalance_key(group.group_id, member_id))
+            group.consumer.revoking.clear()

@@ -39,6 +39,16 @@ def sync_timeout_key(group_id: str) -> str:
     return f"sync/{group_id}"
 
 
+def consumer_session_key(group_id: str, member_id: str) -> str:
+    """A member of a consumer group (KIP-848) must heartbeat before this fires."""
+    return f"consumer-session/{group_id}/{member_id}"
+
+
+def consumer_rebalance_key(group_id: str, member_id: str) -> str:
+    """A member of a consumer group revoking partitions must be done before this fires."""
+    return f"consumer-rebalance/{group_id}/{member_id}"
+
+
 def offsets_expiry_key() -> str:
     return "offsets-expiry"
 

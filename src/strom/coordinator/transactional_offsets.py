@@ -127,6 +127,17 @@ def _group_error(
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if generation_id < 0 and not member_id and group_instance_id is None:
         return None
+    if group.consumer is not None and group.is_consumer_group:
+        # A consumer group (KIP-848): the generation is the member's epoch; a stale one is
+        # ILLEGAL_GENERATION here, as Kafka answers TxnOffsetCommit.
+        consumer = group.consumer
+        if member_id not in consumer.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group_instance_id is not None and consumer.static_members.get(group_instance_id) != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+        if generation_id != consumer.current_of(member_id).member_epoch:
+            return ErrorCode.ILLEGAL_GENERATION
+        return None
     if group.is_static_member_fenced(member_id, group_instance_id):
         return ErrorCode.FENCED_INSTANCE_ID
     if member_id not in group.members:

@@ -11,13 +11,14 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from strom.base.clock import ManualClock
 from strom.broker.cluster.partitions import PartitionRoles
+from strom.broker.group_topics import BrokerTopics
 from strom.broker.groups import OFFSETS_TOPIC_CONFIG, CoordinatorTopicWriter, GroupService
 from strom.broker.refused import Refused
-from strom.broker.replication import ReadAccess
+from strom.broker.replication import ReadAccess, Replication
 from strom.cluster.actions import PartitionInfo
 from strom.cluster.config import ReplicationConfig
 from strom.cluster.model import TopicPartition
@@ -33,6 +34,16 @@ from strom.storage import LogConfig, LogManager, PartitionLog
 TOPIC_ID = uuid.uuid4()
 COMMIT_TIMEOUT_MS = 5_000
 TP = TopicPartition(OFFSETS_TOPIC, 0)
+
+
+class NoTopics:
+    """The replication as the consumer-protocol groups see it: no topics (these tests have none)."""
+
+    def topic_names(self) -> list[str]:
+        return []
+
+    def topic(self, name: str) -> None:
+        return None
 
 
 class RolesReplication:
@@ -88,6 +99,7 @@ class Broker:
             self.clock,
             self.roles.on_append if replicated else lambda t, p: None,
             lambda p: None,
+            BrokerTopics(lambda: cast(Replication, NoTopics()), dict),
         )
         if replicated:
             self.log.track_high_watermark()

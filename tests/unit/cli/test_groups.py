@@ -15,6 +15,8 @@ from strom.assignors import Assignment
 from strom.cli import groups
 from strom.cli.main import main
 from strom.client.admin import (
+    ConsumerGroupDescription,
+    ConsumerGroupMemberDescription,
     GroupDescription,
     GroupListing,
     MemberDescription,
@@ -39,6 +41,8 @@ class FakeAdmin:
 
     def __init__(self) -> None:
         self.descriptions: dict[str, GroupDescription] = {}
+        # Consumer-protocol groups (what ConsumerGroupDescribe knows; the rest are classic).
+        self.consumer_groups: dict[str, ConsumerGroupDescription] = {}
         # Listed as an old broker lists groups: ListGroups below v4 has no state.
         self.listed_without_state: list[str] = []
         self.committed: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
@@ -54,10 +58,22 @@ class FakeAdmin:
         self.offsets_deleted: list[tuple[str, list[TopicPartition]]] = []
 
     def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
-        return [
-            GroupListing(description.group_id, description.protocol_type, description.state)
-            for description in self.descriptions.values()
-        ] + [GroupListing(group_id, "consumer", None) for group_id in self.listed_without_state]
+        return (
+            [
+                GroupListing(description.group_id, description.protocol_type, description.state, "classic")
+                for description in self.descriptions.values()
+            ]
+            + [
+                GroupListing(group.group_id, "consumer", group.state, "consumer")
+                for group in self.consumer_groups.values()
+            ]
+            + [GroupListing(group_id, "consumer", None) for group_id in self.listed_without_state]
+        )
+
+    def describe_consumer_protocol_groups(
+        self, group_ids: Iterable[str]
+    ) -> dict[str, ConsumerGroupDescription | None]:
+        return {group_id: self.consumer_groups.get(group_id) for group_id in group_ids}
 
     def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
         return {
@@ -170,16 +186,102 @@ def test_list_prints_state_or_a_dash_when_the_broker_does_not_say(
     admin.listed_without_state.append("old")
     assert main(["groups", "list"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "GROUP       STATE  PROTOCOL-TYPE",
-        "old         -      consumer",
-        "orders-app  Empty  consumer",
+        "GROUP       TYPE     STATE  PROTOCOL-TYPE",
+        "old         -        -      consumer",
+        "orders-app  classic  Empty  consumer",
     ]
     assert main(["groups", "list", "--output", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[0] == {
         "group": "old",
+        "type": None,
         "state": None,
         "protocol_type": "consumer",
     }
+
+
+def consumer_protocol_group() -> ConsumerGroupDescription:
+    """A consumer-protocol group half-way through a move: m-1 still owns partition 1, which its
+    target gives to m-2 (who has nothing yet)."""
+    return ConsumerGroupDescription(
+        "kip848-app",
+        "Reconciling",
+        7,
+        7,
+        "uniform",
+        [
+            ConsumerGroupMemberDescription(
+                "m-1",
+                None,
+                None,
+                6,
+                "client-1",
+                "/127.0.0.1",
+                [TOPIC],
+                None,
+                [TopicPartition(TOPIC, 1), TopicPartition(TOPIC, 0)],
+                [TopicPartition(TOPIC, 0)],
+            ),
+            ConsumerGroupMemberDescription(
+                "m-2",
+                "i-2",
+                "rack-a",
+                7,
+                "client-2",
+                "/127.0.0.1",
+                [],
+                "^ord.*",
+                [],
+                [TopicPartition(TOPIC, 1)],
+            ),
+        ],
+    )
+
+
+def test_list_shows_the_group_type(admin: FakeAdmin, capsys: pytest.CaptureFixture[str]) -> None:
+    group = consumer_protocol_group()
+    admin.consumer_groups[group.group_id] = group
+    assert main(["groups", "list"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "GROUP       TYPE      STATE        PROTOCOL-TYPE",
+        "kip848-app  consumer  Reconciling  consumer",
+        "orders-app  classic   Empty        consumer",
+    ]
+
+
+def test_describe_a_consumer_protocol_group_shows_epochs_and_targets(
+    admin: FakeAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group = consumer_protocol_group()
+    admin.consumer_groups[group.group_id] = group
+    admin.committed[group.group_id] = {TopicPartition(TOPIC, 0): OffsetAndMetadata(90)}
+    assert main(["groups", "describe", group.group_id, "--output", "json"]) == 0
+    [value] = json.loads(capsys.readouterr().out)
+    assert (value["type"], value["state"], value["protocol"]) == ("consumer", "Reconciling", "uniform")
+    assert (value["group_epoch"], value["assignment_epoch"]) == (7, 7)
+    first, second = value["members"]
+    assert first["member_epoch"] == 6
+    assert first["assignment"] == [{"topic": TOPIC, "partition": 0}, {"topic": TOPIC, "partition": 1}]
+    assert first["target_assignment"] == [{"topic": TOPIC, "partition": 0}]
+    assert (second["member_epoch"], second["group_instance_id"], second["assignment"]) == (7, "i-2", [])
+    assert second["target_assignment"] == [{"topic": TOPIC, "partition": 1}]
+    assert [(row["partition"], row["lag"], row["member_id"]) for row in value["offsets"]] == [
+        (0, 10, "m-1"),
+        (1, None, "m-1"),
+    ]
+    assert main(["groups", "describe", group.group_id]) == 0
+    text = capsys.readouterr().out
+    assert "type: consumer  state: Reconciling  assignor: uniform  epoch: 7  assignment epoch: 7" in text
+    members = text[text.index("Members") :].splitlines()
+    assert members[1].split() == [
+        "MEMBER-ID",
+        "CLIENT-ID",
+        "HOST",
+        "EPOCH",
+        "ASSIGNMENT",
+        "TARGET-ASSIGNMENT",
+    ]
+    assert members[2].split() == ["m-1", "client-1", "/127.0.0.1", "6", "orders-0", "orders-1", "orders-0"]
+    assert members[3].split() == ["m-2", "client-2", "/127.0.0.1", "7", "-", "orders-1"]
 
 
 def test_describe_shows_lag_and_owner_per_partition(

@@ -166,9 +166,11 @@ def test_group_describe_report_lag_and_owners() -> None:
 
 
 def test_list_groups_report() -> None:
-    report = list_groups_report([("b", "Empty", "consumer"), ("a", "Stable", "consumer")])
-    assert [row["group"] for row in report.value] == ["a", "b"]
-    assert printed(list_groups_report([])) == "GROUP  STATE  PROTOCOL-TYPE\n\nno groups\n"
+    report = list_groups_report(
+        [("b", "classic", "Empty", "consumer"), ("a", "consumer", "Stable", "consumer")]
+    )
+    assert [(row["group"], row["type"]) for row in report.value] == [("a", "consumer"), ("b", "classic")]
+    assert printed(list_groups_report([])) == "GROUP  TYPE  STATE  PROTOCOL-TYPE\n\nno groups\n"
 
 
 def test_reset_plan_report_says_whether_it_ran() -> None:

@@ -128,12 +128,15 @@ class Harness:
         self.clock = ManualClock()
         self.timer = ManualTimer(self.clock)
         self.log = FakeLog()
-        self.coordinator = GroupCoordinator(self.config, self.clock, self.timer, self.log)
+        self.coordinator = self._build()
         for partition in (
             partitions if partitions is not None else range(self.config.offsets_topic_num_partitions)
         ):
             self.coordinator.begin_loading(partition)
             self.coordinator.finish_loading(partition)
+
+    def _build(self) -> GroupCoordinator:
+        return GroupCoordinator(self.config, self.clock, self.timer, self.log)
 
     def advance(self, ms: int) -> None:
         self.timer.advance(ms)

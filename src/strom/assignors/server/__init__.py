@@ -13,5 +13,21 @@ from strom.assignors.server.base import (
     TargetAssignment,
     TopicSpec,
 )
+from strom.assignors.server.problem import member_order_key
+from strom.assignors.server.range_assignor import RangeAssignor
+from strom.assignors.server.registry import DEFAULT_SERVER_ASSIGNOR, SERVER_ASSIGNORS, get_server_assignor
+from strom.assignors.server.uniform import UniformAssignor
 
-__all__ = ["GroupSpec", "MemberSpec", "ServerAssignor", "TargetAssignment", "TopicSpec"]
+__all__ = [
+    "DEFAULT_SERVER_ASSIGNOR",
+    "SERVER_ASSIGNORS",
+    "GroupSpec",
+    "MemberSpec",
+    "RangeAssignor",
+    "ServerAssignor",
+    "TargetAssignment",
+    "TopicSpec",
+    "UniformAssignor",
+    "get_server_assignor",
+    "member_order_key",
+]

@@ -8,7 +8,7 @@ returns the new target assignment: for every member, the partitions it should ow
 then moves each member towards its target, revoking before assigning, so an assignor never has to
 care about the order of moves.
 
-Contract (the property tests in tests/assignors/server check it for every built-in assignor):
+Contract (the property tests in tests/unit/assignors/server check it for every built-in assignor):
 - every partition of a topic some member subscribes to is assigned to exactly one member that
   subscribes to it; no member gets a partition of a topic it does not subscribe to;
 - the result names every member (with an empty assignment if it gets nothing);

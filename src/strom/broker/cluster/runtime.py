@@ -565,6 +565,8 @@ class ClusterReplication:
                     # Deleted: a topic created again under the name has its own config.
                     self._topic_overrides.pop(info.topic, None)
             self._metadata_changed()
+            # Consumer-protocol groups subscribed to these topics see partitions come and go.
+            self._state.groups.topics_changed({info.topic for info in command.partitions})
         return error
 
     async def on_stop_replica(self, command: StopReplicaCommand) -> CommandOutcome:

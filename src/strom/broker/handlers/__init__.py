@@ -14,6 +14,7 @@ def register_all() -> None:
         client_quotas,
         cluster,
         configs,
+        consumer_groups,
         fetch,
         groups,
         list_offsets,

@@ -1,5 +1,10 @@
 """FindCoordinator 0-6 and the group APIs, which hand each request to the group coordinator.
 
+OffsetCommit and OffsetFetch go up to v9 (KIP-848: the member id and epoch of a consumer-protocol
+group's member), ListGroups to v5 (its group type filter); the consumer group protocol's own APIs
+are in ``consumer_groups``. A classic request naming a consumer-protocol group is answered as the
+coordinator decides (as Kafka 4 does), passed through unchanged.
+
 The coordinator answers some requests at once and parks others (a JoinGroup waits for the
 rebalance, a SyncGroup for the leader's assignment, an OffsetCommit for its write); each handler
 turns the coordinator's ``respond`` callback into an awaited future. Only this broker's requests
@@ -269,7 +274,7 @@ async def _commit_existing_partitions(
     return build(by_topic)
 
 
-@handles(OffsetCommitRequest, OffsetCommitResponse, 0, 8)
+@handles(OffsetCommitRequest, OffsetCommitResponse, 0, 9)
 async def handle_offset_commit(context: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     """Partitions that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION without reaching the
     coordinator, as Kafka does (an admin's AlterConsumerGroupOffsets is this same request); the
@@ -369,7 +374,7 @@ async def handle_txn_offset_commit(
     )
 
 
-@handles(OffsetFetchRequest, OffsetFetchResponse, 0, 8)
+@handles(OffsetFetchRequest, OffsetFetchResponse, 0, 9)
 async def handle_offset_fetch(context: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     authorizer = context.broker.authorizer
     if authorizer is None:
@@ -494,7 +499,7 @@ async def handle_describe_groups(
     return response
 
 
-@handles(ListGroupsRequest, ListGroupsResponse, 0, 4)
+@handles(ListGroupsRequest, ListGroupsResponse, 0, 5)
 async def handle_list_groups(context: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     authorizer = context.broker.authorizer
     response = context.broker.groups.coordinator.list_groups(request, context.api_version)

@@ -1,0 +1,487 @@
+"""Classic (cooperative-sticky) against the consumer group protocol (KIP-848), side by side.
+
+``python -m benchmarks.consumer_protocol [--members 10] [--partitions 900] [--heartbeat-interval-ms 500]
+[--protocols classic,consumer] [--output BENCHMARKS.md] [--no-write]``
+
+KIP-848's own headline: a group of 10 consumers to which 900 partitions are added settles in 5 s
+with the new protocol instead of 103 s with the classic one. Here both protocols run against the
+same ``strom broker`` subprocess (started here on 127.0.0.1), one after the other in one run, with
+confluent-kafka consumers (librdkafka: ``partition.assignment.strategy=cooperative-sticky`` for
+classic, ``group.protocol=consumer`` for the new protocol), each on its own thread of this process.
+A producer thread writes a steady stream over every partition meanwhile. For each protocol:
+
+- (a) partitions added: ``--members`` members consume a topic of ``START_PARTITIONS`` partitions;
+  the topic grows to ``--partitions`` (CreatePartitions); the time from the growth until every
+  partition is owned by exactly one member (from the members' assign/revoke callbacks) and stays so
+  for ``STABLE_HOLD_S``;
+- (b) one member joins the group of (a): the time from its ``subscribe()`` until settled again
+  (every member owning at least one partition);
+- (c) one member (the newcomer) leaves with ``close()``: the time until the rest own everything;
+- (d) for (b) and (c), the longest gap between two records received by a member that owns
+  partitions before and after, from just before the change until ``AFTER_S`` past settling,
+  against the longest gap of the same members in steady state before it (the bar: no staying
+  member pauses longer than its steady-state fetch gap).
+
+"Settled at" is the time of the last callback before the group held still: a protocol that moves
+partitions in several steps is charged for every step. Both protocols are given the same periods:
+the classic members heartbeat every ``--heartbeat-interval-ms`` and refresh metadata as often
+(how librdkafka notices the new partitions; the consumer protocol's coordinator notices them
+itself and tells the members in their next heartbeat), and the broker tells consumer-protocol
+members to heartbeat that often (``group.consumer.heartbeat.interval.ms``). A partition moving
+between two consumer-protocol members takes up to two heartbeat intervals (the owner learns it
+must revoke it on its next heartbeat, the new owner that it may take it on its own next one), so
+the settle times scale with it.
+
+The results replace the section between ``<!-- consumer-protocol:start -->`` and
+``<!-- consumer-protocol:end -->`` in the output file (appended when absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
+
+from benchmarks.harness import Broker
+from benchmarks.rebalance import machine_description
+from benchmarks.report import replace_section
+
+MEMBERS = 10
+PARTITIONS = 900
+START_PARTITIONS = 10
+HEARTBEAT_INTERVAL_MS = 500
+SESSION_TIMEOUT_MS = 45_000
+PRODUCE_RATE_PER_S = 2_000
+STEADY_S = 3.0
+AFTER_S = 2.0
+STABLE_HOLD_S = 1.5
+STABLE_TIMEOUT_S = 300.0
+POLL_TIMEOUT_S = 0.005
+THREAD_JOIN_TIMEOUT_S = 60.0
+# The bar (the issue's "Speed" section): the consumer protocol settles within a second.
+BAR_SETTLE_S = 1.0
+PROTOCOLS = ("classic", "consumer")
+
+
+def broker_settings(heartbeat_interval_ms: int) -> dict[str, str]:
+    return {
+        "group.initial.rebalance.delay.ms": "0",
+        "group.min.session.timeout.ms": "1000",
+        "group.consumer.heartbeat.interval.ms": str(heartbeat_interval_ms),
+        "group.consumer.min.heartbeat.interval.ms": str(min(heartbeat_interval_ms, 5000)),
+        "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    }
+
+
+Partition = tuple[str, int]
+
+
+# -- members ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MemberRecord:
+    # Every callback: (when, "assign" | "revoke" | "lost", partitions).
+    events: list[tuple[float, str, list[Partition]]] = field(default_factory=list)
+    received_at_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def member_config(
+    protocol: str, bootstrap: str, group: str, name: str, heartbeat_interval_ms: int
+) -> dict[str, object]:
+    config: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "broker.address.family": "v4",
+        "group.id": group,
+        "client.id": name,
+        "auto.offset.reset": "latest",
+        "enable.auto.commit": False,
+        "fetch.wait.max.ms": 100,
+        "fetch.queue.backoff.ms": 10,
+        "topic.metadata.refresh.interval.ms": heartbeat_interval_ms,
+    }
+    if protocol == "consumer":
+        # The coordinator assigns and sets the session and heartbeat periods.
+        config["group.protocol"] = "consumer"
+    else:
+        config["partition.assignment.strategy"] = "cooperative-sticky"
+        config["session.timeout.ms"] = SESSION_TIMEOUT_MS
+        config["heartbeat.interval.ms"] = heartbeat_interval_ms
+    return config
+
+
+class Member:
+    """One confluent-kafka consumer on its own thread; callbacks and arrivals are timestamped."""
+
+    def __init__(self, name: str, config: dict[str, object], topic: str) -> None:
+        self.name = name
+        self.config = config
+        self.topic = topic
+        self.record = MemberRecord()
+        self.lock = threading.Lock()
+        self.assignment: set[Partition] = set()
+        self.close_requested = threading.Event()
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> Member:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            consumer = Consumer(self.config)
+        except Exception as error:
+            with self.lock:
+                self.record.errors.append(f"{type(error).__name__}: {error}")
+            self.closed.set()
+            return
+        try:
+            consumer.subscribe(
+                [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+            while not self.close_requested.is_set():
+                messages = consumer.consume(num_messages=1000, timeout=POLL_TIMEOUT_S)
+                if not messages:
+                    continue
+                now = time.monotonic()
+                good = 0
+                for message in messages:
+                    error = message.error()
+                    if error is None:
+                        good += 1
+                    elif error.code() != KafkaError._PARTITION_EOF:
+                        with self.lock:
+                            self.record.errors.append(str(error))
+                with self.lock:
+                    self.record.received_at_s.extend([now] * good)
+        finally:
+            consumer.close()
+            self.closed.set()
+
+    def _event(self, kind: str, partitions: list[TopicPartition]) -> None:
+        moved = [(partition.topic or "", partition.partition) for partition in partitions]
+        with self.lock:
+            self.record.events.append((time.monotonic(), kind, moved))
+            if kind == "assign":
+                self.assignment.update(moved)
+            else:
+                self.assignment.difference_update(moved)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._event("assign", partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._event("revoke", partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._event("lost", partitions)
+
+    def state(self) -> tuple[set[Partition], float]:
+        """(current assignment, time of the last callback)."""
+        with self.lock:
+            last_at = self.record.events[-1][0] if self.record.events else float("nan")
+            return set(self.assignment), last_at
+
+    def arrivals(self) -> list[float]:
+        with self.lock:
+            return list(self.record.received_at_s)
+
+
+def stop_members(members: Sequence[Member]) -> None:
+    for member in members:
+        member.close_requested.set()
+    for member in members:
+        member.thread.join(THREAD_JOIN_TIMEOUT_S)
+
+
+def is_settled(assignments: Sequence[set[Partition]], topic: str, partitions: int) -> bool:
+    """Every partition owned exactly once, and every member owning one (when there are enough)."""
+    owners = Counter(partition for assignment in assignments for partition in assignment)
+    if set(owners) != {(topic, index) for index in range(partitions)} or max(owners.values()) != 1:
+        return False
+    return len(assignments) > partitions or all(assignments)
+
+
+def wait_settled(members: Sequence[Member], topic: str, partitions: int) -> float:
+    """Wait until the members' assignments are settled and stay unchanged for ``STABLE_HOLD_S``;
+    the time of the last callback before that (when the group got there)."""
+    deadline = time.monotonic() + STABLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for member in members:
+            if member.record.errors:
+                raise RuntimeError(f"{member.name}: {member.record.errors[:3]}")
+        states = [member.state() for member in members]
+        if is_settled([assignment for assignment, _ in states], topic, partitions):
+            time.sleep(STABLE_HOLD_S)
+            again = [member.state() for member in members]
+            if [assignment for assignment, _ in again] == [assignment for assignment, _ in states]:
+                return max((at for _, at in again if at == at), default=time.monotonic())
+            continue
+        time.sleep(0.01)
+    assignments = {member.name: len(member.state()[0]) for member in members}
+    raise TimeoutError(f"not settled in {STABLE_TIMEOUT_S} s: partitions per member {assignments}")
+
+
+# -- the stream ---------------------------------------------------------------------------------------
+
+
+class SteadyProducer:
+    """Writes ``PRODUCE_RATE_PER_S`` records a second round-robin over the topic's partitions
+    (``partitions`` may grow while it runs)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self._bootstrap = bootstrap
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(THREAD_JOIN_TIMEOUT_S)
+
+    def _run(self) -> None:
+        producer = Producer(
+            {"bootstrap.servers": self._bootstrap, "broker.address.family": "v4", "linger.ms": 1, "acks": 1}
+        )
+        interval_s = 1.0 / PRODUCE_RATE_PER_S
+        next_at = time.monotonic()
+        known = 0  # partitions the producer's own metadata has: it refuses others
+        for sequence in itertools.count():
+            if self._stop.is_set():
+                break
+            if known < self.partitions:
+                known = len(producer.list_topics(self.topic, timeout=10).topics[self.topic].partitions)
+            producer.produce(self.topic, value=b"x" * 100, partition=sequence % max(known, 1))
+            next_at += interval_s
+            delay_s = next_at - time.monotonic()
+            producer.poll(max(delay_s, 0))
+        producer.flush(30)
+
+
+def longest_gap(times_s: Sequence[float], start_s: float, end_s: float) -> float:
+    window = [at for at in times_s if start_s <= at <= end_s]
+    points = [start_s, *window, end_s]
+    return max(later - earlier for earlier, later in itertools.pairwise(points))
+
+
+# -- one protocol's run ------------------------------------------------------------------------------
+
+
+@dataclass
+class Pause:
+    kept_members: int
+    longest_gap_s: float
+    steady_gap_s: float
+
+
+@dataclass
+class ProtocolResult:
+    protocol: str
+    members: int
+    partitions: int
+    add_settle_s: float
+    join_settle_s: float
+    join_pause: Pause
+    leave_settle_s: float
+    leave_pause: Pause
+
+
+def pauses(
+    members: Sequence[Member],
+    before: dict[str, set[Partition]],
+    steady_from: float,
+    change_at: float,
+    end_at: float,
+) -> Pause:
+    gaps, steady = [], []
+    for member in members:
+        if not before.get(member.name) or not member.state()[0]:
+            continue  # owned nothing before or after: no stream of its own to pause
+        arrivals = member.arrivals()
+        gaps.append(longest_gap(arrivals, change_at - 0.2, end_at))
+        steady.append(longest_gap(arrivals, steady_from, change_at - 0.2))
+    return Pause(len(gaps), max(gaps, default=float("nan")), max(steady, default=float("nan")))
+
+
+def measure(
+    bootstrap: str, protocol: str, member_count: int, partitions: int, heartbeat_interval_ms: int
+) -> ProtocolResult:
+    stamp = time.monotonic_ns()
+    topic = f"cp-{protocol}-{stamp}"
+    group = f"cp-group-{protocol}-{stamp}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    admin.create_topics([NewTopic(topic, num_partitions=START_PARTITIONS, replication_factor=1)])[
+        topic
+    ].result(60)
+    members = [
+        Member(
+            f"{protocol}-{index}",
+            member_config(protocol, bootstrap, group, f"m{index}", heartbeat_interval_ms),
+            topic,
+        )
+        for index in range(member_count)
+    ]
+    producer = SteadyProducer(bootstrap, topic, START_PARTITIONS)
+    try:
+        for member in members:
+            member.start()
+        wait_settled(members, topic, START_PARTITIONS)
+        producer.start()
+
+        # (a) the topic grows.
+        grown_at = time.monotonic()
+        admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(60)
+        producer.partitions = partitions
+        add_settle_s = wait_settled(members, topic, partitions) - grown_at
+
+        # (b) one more member.
+        steady_from = time.monotonic() + 0.5
+        time.sleep(STEADY_S)
+        before = {member.name: member.state()[0] for member in members}
+        newcomer = Member(
+            f"{protocol}-new",
+            member_config(protocol, bootstrap, group, "newcomer", heartbeat_interval_ms),
+            topic,
+        )
+        joined_at = time.monotonic()
+        members.append(newcomer.start())
+        join_settle_s = wait_settled(members, topic, partitions) - joined_at
+        time.sleep(AFTER_S)
+        join_pause = pauses(members[:-1], before, steady_from, joined_at, time.monotonic())
+
+        # (c) the newcomer leaves.
+        steady_from = time.monotonic()
+        time.sleep(STEADY_S)
+        before = {member.name: member.state()[0] for member in members}
+        left_at = time.monotonic()
+        newcomer.close_requested.set()
+        newcomer.thread.join(THREAD_JOIN_TIMEOUT_S)
+        members.remove(newcomer)
+        leave_settle_s = wait_settled(members, topic, partitions) - left_at
+        time.sleep(AFTER_S)
+        leave_pause = pauses(members, before, steady_from, left_at, time.monotonic())
+        return ProtocolResult(
+            protocol,
+            member_count,
+            partitions,
+            add_settle_s,
+            join_settle_s,
+            join_pause,
+            leave_settle_s,
+            leave_pause,
+        )
+    finally:
+        producer.stop()
+        stop_members(members)
+
+
+# -- report -------------------------------------------------------------------------------------------
+
+
+def render(results: Sequence[ProtocolResult], heartbeat_interval_ms: int) -> str:
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    first = results[0]
+    lines = [
+        "## Classic against the consumer group protocol (`python -m benchmarks.consumer_protocol`)",
+        "",
+        f"Run: {now}. Machine: {machine_description()}. confluent-kafka {confluent_kafka.__version__},"
+        f" librdkafka {confluent_kafka.libversion()[0]}. {first.members} members (threads of one process)"
+        f" on one topic grown from {START_PARTITIONS} to {first.partitions} partitions while a producer"
+        f" writes {PRODUCE_RATE_PER_S:,} records/s over all of them. Classic: `cooperative-sticky`,"
+        f" `heartbeat.interval.ms` {heartbeat_interval_ms}, `topic.metadata.refresh.interval.ms`"
+        f" {heartbeat_interval_ms}; consumer: `group.protocol=consumer`, the broker's"
+        f" `group.consumer.heartbeat.interval.ms` {heartbeat_interval_ms}. Settled: every partition owned"
+        f" once (from the callbacks), unchanged for {STABLE_HOLD_S} s; the time is to the last callback.",
+        "",
+        "| protocol | (a) settle after partitions added, s | (b) settle after one joins, s | (c) settle after one leaves, s |"
+        " (d) longest pause of a staying member, join / leave, s | its steady-state longest gap, join / leave, s |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        lines.append(
+            f"| {result.protocol} | {result.add_settle_s:.2f} | {result.join_settle_s:.2f} |"
+            f" {result.leave_settle_s:.2f} | {result.join_pause.longest_gap_s:.3f} /"
+            f" {result.leave_pause.longest_gap_s:.3f} | {result.join_pause.steady_gap_s:.3f} /"
+            f" {result.leave_pause.steady_gap_s:.3f} |"
+        )
+    consumer = next((result for result in results if result.protocol == "consumer"), None)
+    if consumer is not None:
+        settle_met = (
+            max(consumer.add_settle_s, consumer.join_settle_s, consumer.leave_settle_s) <= BAR_SETTLE_S
+        )
+        pause_met = (
+            consumer.join_pause.longest_gap_s <= consumer.join_pause.steady_gap_s
+            and consumer.leave_pause.longest_gap_s <= consumer.leave_pause.steady_gap_s
+        )
+        lines += [
+            "",
+            f"Bars: the consumer protocol settles in at most {BAR_SETTLE_S:.0f} s:"
+            f" **{'met' if settle_met else 'not met'}**; no staying member pauses longer than its"
+            f" steady-state gap: **{'met' if pause_met else 'not met'}**.",
+        ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--members", type=int, default=MEMBERS, help="group size")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS, help="partitions the topic grows to")
+    parser.add_argument(
+        "--heartbeat-interval-ms",
+        type=int,
+        default=HEARTBEAT_INTERVAL_MS,
+        help="heartbeat (and classic metadata refresh) interval of both protocols",
+    )
+    parser.add_argument("--protocols", default=",".join(PROTOCOLS), help="classic,consumer (in this order)")
+    parser.add_argument("--output", default="BENCHMARKS.md", help="file whose section is replaced")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    arguments = parser.parse_args()
+    if arguments.partitions <= START_PARTITIONS or arguments.members < 1:
+        parser.error(f"--partitions must exceed {START_PARTITIONS} and --members be at least 1")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="strom-consumer-protocol-") as work_dir:
+        broker = Broker(Path(work_dir), broker_settings(arguments.heartbeat_interval_ms))
+        try:
+            for protocol in arguments.protocols.split(","):
+                results.append(
+                    measure(
+                        broker.bootstrap,
+                        protocol,
+                        arguments.members,
+                        arguments.partitions,
+                        arguments.heartbeat_interval_ms,
+                    )
+                )
+                print(results[-1], flush=True)
+        finally:
+            broker.stop()
+    section = render(results, arguments.heartbeat_interval_ms)
+    print(section)
+    if not arguments.no_write:
+        replace_section(Path(arguments.output), "consumer-protocol", section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,822 @@
+"""ConsumerGroupHeartbeat and what it drives: the consumer group protocol's membership (KIP-848).
+
+Every change is a batch of ConsumerGroup* records (``consumer_records.py``): an operation (a
+heartbeat, a session or rebalance timeout, a change of topics) reads the group's state, computes the
+records that move it on, writes them, and the records are applied once written (the same code
+loading runs) before the member is answered. While one write of a group is in flight its next
+operations wait (``ConsumerGroup.waiting``), so each is computed from the state the previous left.
+
+An operation, in order:
+1. members join, update their metadata, leave or are fenced (member metadata records);
+2. if the members' subscriptions or the subscribed topics changed, the group epoch goes up (the
+   subscribed topics' metadata and the group epoch records);
+3. if the group epoch is past the target assignment's, the server assignor computes a new target
+   (the changed members' targets and the target epoch records);
+4. the member that sent the heartbeat takes one reconciliation step towards its target
+   (``reconciliation.reconcile``; its current assignment record).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from strom.assignors.server import GroupSpec, MemberSpec, ServerAssignor, TopicSpec
+from strom.base import limits
+from strom.coordinator.consumer_group import (
+    JOIN_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    Assignment,
+    ConsumerGroup,
+    MemberAssignment,
+    MemberMetadata,
+    MemberState,
+    normalized,
+    partitions_of,
+)
+from strom.coordinator.consumer_records import (
+    current_record,
+    epoch_record,
+    member_record,
+    member_tombstones,
+    subscription_metadata_record,
+    target_epoch_record,
+    target_record,
+)
+from strom.coordinator.consumer_topics import INTERNAL_TOPICS, TopicsView
+from strom.coordinator.group import Group
+from strom.coordinator.reconciliation import reconcile
+from strom.coordinator.records import Record, group_key_bytes
+from strom.coordinator.runtime import CoordinatorRuntime
+from strom.coordinator.state import GroupState
+from strom.coordinator.timers import consumer_rebalance_key, consumer_session_key
+from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+
+log = logging.getLogger("strom.coordinator")
+
+HeartbeatRespond = Callable[[ConsumerGroupHeartbeatResponse], None]
+
+# Kafka's mapping of a failed write of a consumer group's records to what the member is told: a
+# coordinator that moved says so, one that cannot write now is "not available" (the member finds it
+# again and retries); a batch too large is the server's own fault.
+_WRITE_ERRORS: dict[ErrorCode, ErrorCode] = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
+
+
+def consumer_write_error(error: ErrorCode) -> ErrorCode:
+    return _WRITE_ERRORS.get(error, error)
+
+
+class HeartbeatError(Exception):
+    """A heartbeat refused with ``code`` (and a message for the client)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_subscription_regex(pattern: str) -> re.Pattern[str]:
+    """The compiled pattern (raises re.error for a bad one)."""
+    return re.compile(pattern)
+
+
+@dataclass
+class _Plan:
+    """What an operation writes, and the group as its records will leave it."""
+
+    records: list[Record]
+    members: dict[str, MemberMetadata]
+    subscription_metadata: dict[str, TopicSpec]
+    group_epoch: int
+    target_epoch: int
+    targets: Mapping[str, Assignment]
+
+
+def assignment_from_request(
+    topic_partitions: Iterable[ConsumerGroupHeartbeatRequest.TopicPartitions] | None,
+) -> Assignment | None:
+    if topic_partitions is None:
+        return None
+    merged: dict[uuid.UUID, set[int]] = {}
+    for entry in topic_partitions:
+        merged.setdefault(entry.topic_id, set()).update(entry.partitions)
+    return normalized(merged)
+
+
+def response_assignment(assignment: Assignment) -> ConsumerGroupHeartbeatResponse.Assignment:
+    return ConsumerGroupHeartbeatResponse.Assignment(
+        topic_partitions=[
+            ConsumerGroupHeartbeatResponse.TopicPartitions(topic_id=topic_id, partitions=sorted(partitions))
+            for topic_id, partitions in sorted(assignment.items())
+        ]
+    )
+
+
+class ConsumerMembership:
+    def __init__(
+        self, runtime: CoordinatorRuntime, topics: TopicsView, assignors: Mapping[str, ServerAssignor]
+    ) -> None:
+        self.runtime = runtime
+        self.topics = topics
+        self.assignors = assignors
+
+    # ================================================================ ConsumerGroupHeartbeat
+    def heartbeat(
+        self,
+        request: ConsumerGroupHeartbeatRequest,
+        version: int,
+        client_id: str,
+        client_host: str,
+        respond: HeartbeatRespond,
+    ) -> None:
+        def fail(code: ErrorCode, message: str | None = None) -> None:
+            respond(ConsumerGroupHeartbeatResponse(error_code=code, error_message=message))
+
+        try:
+            self._validate(request, version)
+        except HeartbeatError as error:
+            fail(error.code, error.message)
+            return
+        group_id = request.group_id
+        status_error = self.runtime.group_error(group_id)
+        if status_error is not None:
+            fail(status_error)
+            return
+        try:
+            group = self._consumer_group_for(group_id, request.member_epoch)
+        except HeartbeatError as error:
+            fail(error.code, error.message)
+            return
+        operation = functools.partial(self._heartbeat, group, request, client_id, client_host, respond)
+        self.run(group, operation, lambda code: fail(code))
+
+    def _validate(self, request: ConsumerGroupHeartbeatRequest, version: int) -> None:
+        """Kafka's checks of a request on its own, before the group is looked at."""
+        if not request.group_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        if request.instance_id is not None and not request.instance_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be empty.")
+        if request.rack_id is not None and not request.rack_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
+        epoch = request.member_epoch
+        if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, f"MemberEpoch {epoch} is invalid.")
+        regex = request.subscribed_topic_regex if version >= 1 else None
+        if epoch == JOIN_GROUP_MEMBER_EPOCH:
+            if request.rebalance_timeout_ms <= 0:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request."
+                )
+            if request.topic_partitions:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."
+                )
+            if request.subscribed_topic_names is None and regex is None:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REQUEST,
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+                )
+        elif not request.member_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
+        names = request.subscribed_topic_names
+        if names is not None and len(names) > limits.consumer_subscribed_topics_max:
+            raise HeartbeatError(
+                ErrorCode.INVALID_REQUEST,
+                f"SubscribedTopicNames has {len(names)} topics, more than "
+                f"{limits.consumer_subscribed_topics_max}.",
+            )
+        if regex:
+            if len(regex) > limits.consumer_subscription_regex_chars_max:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex is longer than {limits.consumer_subscription_regex_chars_max} "
+                    "characters.",
+                )
+            try:
+                compile_subscription_regex(regex)
+            except (re.error, RecursionError, OverflowError) as error:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex {regex!r} is invalid: {error}",
+                ) from None
+        assignor = request.server_assignor
+        if assignor is not None and assignor not in self.runtime.config.consumer_group_assignors:
+            raise HeartbeatError(
+                ErrorCode.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {assignor} is not supported."
+            )
+
+    def _consumer_group_for(self, group_id: str, member_epoch: int) -> Group:
+        """The group as a consumer group: made (epoch 0) if it does not exist or is a classic group
+        without members (whose offsets it keeps)."""
+        runtime = self.runtime
+        group = runtime.groups.get(group_id)
+        if group is not None and group.consumer is not None:
+            return group
+        if group is None or group.state is GroupState.DEAD:
+            if member_epoch != JOIN_GROUP_MEMBER_EPOCH:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member like it.")
+            group = Group(group_id, state_timestamp_ms=runtime.now_wall_ms())
+            runtime.groups[group_id] = group
+        elif group.members or group.pending_members or group.state is not GroupState.EMPTY:
+            # A classic group with members: its members would have to move with it (a rolling
+            # upgrade converts it once they have left).
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        elif member_epoch != JOIN_GROUP_MEMBER_EPOCH:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member like it.")
+        group.consumer = ConsumerGroup(group_id, replaces_classic=group.protocol_type is not None)
+        return group
+
+    def run(self, group: Group, operation: Callable[[], None], fail: Callable[[ErrorCode], None]) -> None:
+        """Run ``operation`` on the group now, or once the writes in flight are done."""
+        consumer = group.consumer
+        assert consumer is not None, f"group {group.group_id} is not a consumer group"
+        if consumer.writing:
+            consumer.waiting.append((operation, fail))
+            return
+        operation()
+
+    def _drain(self, group: Group) -> None:
+        consumer = group.consumer
+        if consumer is None:
+            return
+        while consumer.waiting and not consumer.writing:
+            operation, fail = consumer.waiting.popleft()
+            if self.runtime.groups.get(group.group_id) is not group or group.consumer is not consumer:
+                fail(self.runtime.group_error(group.group_id) or ErrorCode.NOT_COORDINATOR)
+                continue
+            operation()
+
+    def fail_waiting(self, group: Group, error: ErrorCode) -> None:
+        """The group is unloaded: answer what waits on it."""
+        consumer = group.consumer
+        if consumer is None:
+            return
+        while consumer.waiting:
+            _, fail = consumer.waiting.popleft()
+            fail(error)
+
+    def write(self, group: Group, records: list[Record], after: Callable[[ErrorCode], None]) -> None:
+        """Write ``records`` (applied once written), then ``after(error)``, then what waited."""
+        consumer = group.consumer
+        assert consumer is not None
+        if not records:
+            after(ErrorCode.NONE)
+            return
+        consumer.writing = True
+
+        def written(error: ErrorCode) -> None:
+            consumer.writing = False
+            if error == ErrorCode.NONE and self.runtime.groups.get(group.group_id) is not group:
+                error = ErrorCode.NOT_COORDINATOR
+            after(error)
+            self._forget_if_unused(group)
+            self._drain(group)
+
+        self.runtime.write(group.group_id, records, written)
+
+    def _forget_if_unused(self, group: Group) -> None:
+        """A consumer group whose first write failed leaves nothing behind (offsets stay)."""
+        consumer = group.consumer
+        if consumer is None or not consumer.is_empty_of_state() or consumer.writing or consumer.waiting:
+            return
+        group.consumer = None
+        if (
+            self.runtime.groups.get(group.group_id) is group
+            and not group.offsets
+            and not group.pending_transactional_offsets
+            and group.protocol_type is None
+            and not group.members
+        ):
+            del self.runtime.groups[group.group_id]
+
+    # ---------------------------------------------------------------- one heartbeat
+    def _heartbeat(
+        self,
+        group: Group,
+        request: ConsumerGroupHeartbeatRequest,
+        client_id: str,
+        client_host: str,
+        respond: HeartbeatRespond,
+    ) -> None:
+        consumer = group.consumer
+        assert consumer is not None
+        epoch = request.member_epoch
+        try:
+            if epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                self._leave(group, consumer, request, respond)
+            else:
+                self._join_or_heartbeat(group, consumer, request, client_id, client_host, respond)
+        except HeartbeatError as error:
+            respond(ConsumerGroupHeartbeatResponse(error_code=error.code, error_message=error.message))
+
+    def _join_or_heartbeat(
+        self,
+        group: Group,
+        consumer: ConsumerGroup,
+        request: ConsumerGroupHeartbeatRequest,
+        client_id: str,
+        client_host: str,
+        respond: HeartbeatRespond,
+    ) -> None:
+        config = self.runtime.config
+        group_id = group.group_id
+        joining = request.member_epoch == JOIN_GROUP_MEMBER_EPOCH
+        member_id = request.member_id or (str(uuid.uuid4()) if joining else "")
+        instance_id = request.instance_id
+        replaced: str | None = None  # the member a static member's new instance takes over from
+        owned = assignment_from_request(request.topic_partitions)
+        old = consumer.members.get(member_id)
+        if joining:
+            owned = {}  # a (re)joining member owns nothing
+            if instance_id is not None:
+                holder = consumer.static_members.get(instance_id)
+                if holder is not None and holder != member_id:
+                    if consumer.current_of(holder).member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                        raise HeartbeatError(
+                            ErrorCode.UNRELEASED_INSTANCE_ID,
+                            f"Static member {holder} with instance id {instance_id} is not released yet.",
+                        )
+                    replaced = holder
+            if old is None and replaced is None and len(consumer.members) >= config.consumer_group_max_size:
+                raise HeartbeatError(
+                    ErrorCode.GROUP_MAX_SIZE_REACHED,
+                    f"The consumer group has reached its maximum capacity of "
+                    f"{config.consumer_group_max_size} members.",
+                )
+        else:
+            self._check_member(consumer, member_id, instance_id, request.member_epoch, owned)
+
+        base = old if old is not None else (consumer.members[replaced] if replaced is not None else None)
+        metadata = _updated_metadata(base, member_id, request, client_id, client_host)
+        members = dict(consumer.members)
+        targets_before: dict[str, Assignment] = dict(consumer.targets)
+        records: list[Record] = []
+        if replaced is not None:
+            # The static member's new instance takes the place of the one that left for a while:
+            # its target and its partitions, with no rebalance unless its subscription changed.
+            records.extend(member_tombstones(group_id, replaced))
+            del members[replaced]
+            targets_before[member_id] = targets_before.pop(replaced, {})
+            previous = consumer.current_of(replaced)
+            current_before = replace(previous, member_epoch=previous.previous_member_epoch)
+            bump = metadata.subscription_differs(consumer.members[replaced])
+            self.cancel_member_timers(group_id, replaced)
+            consumer.revoking.pop(replaced, None)
+        else:
+            bump = old is None or old.subscription_differs(metadata)
+            current_before = consumer.current_of(member_id)
+            if joining:
+                # Whatever it owned it has let go (it says it owns nothing); what its target keeps
+                # it gets again at once.
+                current_before = MemberAssignment(
+                    member_epoch=JOIN_GROUP_MEMBER_EPOCH,
+                    previous_member_epoch=current_before.member_epoch,
+                    state=MemberState.STABLE,
+                    assigned=current_before.assigned,
+                )
+        if old != metadata:
+            records.append(member_record(group_id, member_id, metadata))
+        members[member_id] = metadata
+        plan = self._plan(consumer, members, records, bump, targets_before)
+        if (
+            replaced is not None
+            and member_id not in consumer.targets
+            and plan.target_epoch == consumer.target_epoch
+        ):
+            plan.records.append(target_record(group_id, member_id, targets_before[member_id]))
+
+        def owned_by_another(partition: tuple[uuid.UUID, int]) -> bool:
+            owner = consumer.owner_of(partition)
+            return owner is not None and owner != member_id and owner != replaced
+
+        current_after = reconcile(
+            current_before, plan.target_epoch, plan.targets.get(member_id, {}), owned, owned_by_another
+        )
+        if current_after != consumer.current.get(member_id):
+            plan.records.append(current_record(group_id, member_id, current_after))
+        send_assignment = (
+            joining
+            or consumer.current_of(member_id).assigned != current_after.assigned
+            or (
+                request.rebalance_timeout_ms > 0
+                and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None)
+                and request.topic_partitions is not None
+            )
+        )
+
+        def written(error: ErrorCode) -> None:
+            if error != ErrorCode.NONE:
+                respond(ConsumerGroupHeartbeatResponse(error_code=consumer_write_error(error)))
+                return
+            current = consumer.current_of(member_id)
+            self._arm_session(group, member_id)
+            self._arm_or_cancel_rebalance(group, member_id)
+            respond(
+                ConsumerGroupHeartbeatResponse(
+                    error_code=ErrorCode.NONE,
+                    member_id=member_id,
+                    member_epoch=current.member_epoch,
+                    heartbeat_interval_ms=config.consumer_group_heartbeat_interval_ms,
+                    assignment=response_assignment(current.assigned) if send_assignment else None,
+                )
+            )
+
+        self.write(group, plan.records, written)
+
+    @staticmethod
+    def _check_member(
+        consumer: ConsumerGroup,
+        member_id: str,
+        instance_id: str | None,
+        member_epoch: int,
+        owned: Assignment | None,
+    ) -> None:
+        """A heartbeat of a member of the group (epoch > 0): the member must be known and current."""
+        if member_id not in consumer.members:
+            raise HeartbeatError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {member_id} is not a member of group {consumer.group_id}.",
+            )
+        if instance_id is not None:
+            holder = consumer.static_members.get(instance_id)
+            if holder is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+            if holder != member_id:
+                raise HeartbeatError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Instance id {instance_id} belongs to member {holder}, not {member_id}.",
+                )
+        current = consumer.current_of(member_id)
+        if member_epoch == current.member_epoch:
+            return
+        # The member missed the answer that moved it on: it may go on with its previous epoch as
+        # long as it owns nothing beyond what it is assigned now.
+        if (
+            member_epoch == current.previous_member_epoch
+            and owned is not None
+            and partitions_of(owned) <= partitions_of(current.assigned)
+        ):
+            return
+        raise HeartbeatError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"The member epoch {member_epoch} of {member_id} is fenced: its epoch is {current.member_epoch}.",
+        )
+
+    def _leave(
+        self,
+        group: Group,
+        consumer: ConsumerGroup,
+        request: ConsumerGroupHeartbeatRequest,
+        respond: HeartbeatRespond,
+    ) -> None:
+        group_id = group.group_id
+        member_id = request.member_id
+        instance_id = request.instance_id
+        if instance_id is not None:
+            holder = consumer.static_members.get(instance_id)
+            if holder is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+            if holder != member_id:
+                raise HeartbeatError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Instance id {instance_id} belongs to member {holder}, not {member_id}.",
+                )
+        if member_id not in consumer.members:
+            raise HeartbeatError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}."
+            )
+        epoch = request.member_epoch
+        if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and instance_id is not None:
+            # Leaving for a while: the partitions stay this member's until its session times out
+            # or its instance id joins again.
+            current = consumer.current_of(member_id)
+            records = [
+                current_record(
+                    group_id,
+                    member_id,
+                    replace(
+                        current,
+                        member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                        previous_member_epoch=current.member_epoch,
+                    ),
+                )
+            ]
+            self.runtime.timer.cancel(consumer_rebalance_key(group_id, member_id))
+            consumer.revoking.pop(member_id, None)
+        else:
+            epoch = LEAVE_GROUP_MEMBER_EPOCH
+            records = self.removal_plan(consumer, [member_id]).records
+            self.cancel_member_timers(group_id, member_id)
+            consumer.revoking.pop(member_id, None)
+
+        def written(error: ErrorCode) -> None:
+            if error != ErrorCode.NONE:
+                respond(ConsumerGroupHeartbeatResponse(error_code=consumer_write_error(error)))
+                return
+            if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                self._arm_session(group, member_id)
+            respond(
+                ConsumerGroupHeartbeatResponse(
+                    error_code=ErrorCode.NONE,
+                    member_id=member_id,
+                    member_epoch=epoch,
+                    heartbeat_interval_ms=0,
+                )
+            )
+
+        self.write(group, records, written)
+
+    # ================================================================ the group's step
+    def removal_plan(self, consumer: ConsumerGroup, member_ids: Iterable[str]) -> _Plan:
+        """Members leave (or are fenced): their records deleted, a new epoch and target."""
+        records: list[Record] = []
+        members = dict(consumer.members)
+        for member_id in member_ids:
+            records.extend(member_tombstones(consumer.group_id, member_id))
+            members.pop(member_id, None)
+        targets_before = {mid: target for mid, target in consumer.targets.items() if mid in members}
+        return self._plan(consumer, members, records, True, targets_before)
+
+    def _plan(
+        self,
+        consumer: ConsumerGroup,
+        members: dict[str, MemberMetadata],
+        records: list[Record],
+        bump: bool,
+        targets_before: Mapping[str, Assignment] | None = None,
+        *,
+        refresh_metadata: bool = False,
+    ) -> _Plan:
+        """The records after ``records`` (members' own) that move the group on: the subscribed
+        topics' metadata, the group epoch (bumped if ``bump`` or the metadata changed) and, when
+        the epoch is past the target's, a new target computed from ``targets_before``."""
+        group_id = consumer.group_id
+        records = list(records)
+        if not consumer.exists:
+            bump = True
+            if consumer.replaces_classic:
+                records.insert(0, (group_key_bytes(group_id), None))
+        subscription_metadata = consumer.subscription_metadata
+        if bump or refresh_metadata or consumer.metadata_stale:
+            resolved = self._resolve_subscription_metadata(consumer, members.values())
+            consumer.metadata_stale = False
+            if resolved != subscription_metadata:
+                records.append(subscription_metadata_record(group_id, resolved))
+                subscription_metadata = resolved
+                bump = True
+        group_epoch = consumer.group_epoch + 1 if bump else consumer.group_epoch
+        if bump:
+            records.append(epoch_record(group_id, group_epoch))
+        targets: Mapping[str, Assignment] = consumer.targets
+        target_epoch = consumer.target_epoch
+        if group_epoch > target_epoch:
+            before = consumer.targets if targets_before is None else targets_before
+            new_targets = self._assign(consumer, members, subscription_metadata, before)
+            for member_id in sorted(members):
+                if new_targets[member_id] != consumer.targets.get(member_id):
+                    records.append(target_record(group_id, member_id, new_targets[member_id]))
+            records.append(target_epoch_record(group_id, group_epoch))
+            targets = new_targets
+            target_epoch = group_epoch
+        return _Plan(records, members, subscription_metadata, group_epoch, target_epoch, targets)
+
+    def _member_topics(self, consumer: ConsumerGroup, member: MemberMetadata) -> set[str]:
+        names = set(member.subscribed_topic_names)
+        regex = member.subscribed_topic_regex
+        if regex is not None:
+            matches = consumer.regex_matches.get(regex)
+            if matches is None:
+                pattern = compile_subscription_regex(regex)
+                matches = frozenset(
+                    name
+                    for name in self.topics.topic_names()
+                    if name not in INTERNAL_TOPICS and pattern.fullmatch(name)
+                )
+                consumer.regex_matches[regex] = matches
+            names.update(matches)
+        return names
+
+    def _resolve_subscription_metadata(
+        self, consumer: ConsumerGroup, members: Iterable[MemberMetadata]
+    ) -> dict[str, TopicSpec]:
+        names: set[str] = set()
+        for member in members:
+            names |= self._member_topics(consumer, member)
+        resolved: dict[str, TopicSpec] = {}
+        for name in sorted(names):
+            spec = self.topics.topic(name)
+            if spec is not None and spec.partition_count > 0:
+                resolved[name] = spec
+        return resolved
+
+    def preferred_assignor(self, members: Iterable[MemberMetadata]) -> str:
+        """The assignor most members ask for (ties: the broker's order), else the broker's first."""
+        configured = self.runtime.config.consumer_group_assignors
+        votes = Counter(member.server_assignor for member in members if member.server_assignor)
+        if not votes:
+            return configured[0]
+        best = max(votes.values())
+        for name in configured:
+            if votes.get(name) == best:
+                return name
+        return configured[0]
+
+    def _assign(
+        self,
+        consumer: ConsumerGroup,
+        members: Mapping[str, MemberMetadata],
+        subscription_metadata: Mapping[str, TopicSpec],
+        targets_before: Mapping[str, Assignment],
+    ) -> dict[str, Assignment]:
+        if not members:
+            return {}
+        assignor = self.assignors[self.preferred_assignor(members.values())]
+        specs = {
+            member_id: MemberSpec(
+                member_id=member_id,
+                instance_id=member.instance_id,
+                rack_id=member.rack_id,
+                subscribed_topic_ids=frozenset(
+                    subscription_metadata[name].topic_id
+                    for name in self._member_topics(consumer, member)
+                    if name in subscription_metadata
+                ),
+                assigned=targets_before.get(member_id, {}),
+            )
+            for member_id, member in members.items()
+        }
+        topics = {spec.topic_id: spec for spec in subscription_metadata.values()}
+        result = assignor.assign(GroupSpec(members=specs, topics=topics))
+        assert set(result) >= set(members), (
+            f"assignor {assignor.name} left out members {sorted(set(members) - set(result))}"
+        )
+        return {member_id: normalized(result[member_id]) for member_id in members}
+
+    # ================================================================ members removed by time
+    def _arm_session(self, group: Group, member_id: str) -> None:
+        self.runtime.timer.schedule(
+            consumer_session_key(group.group_id, member_id),
+            self.runtime.config.consumer_group_session_timeout_ms,
+            lambda: self._on_timeout(group, member_id, None),
+        )
+
+    def _arm_or_cancel_rebalance(self, group: Group, member_id: str) -> None:
+        """A member revoking partitions has its rebalance timeout to do so (armed once per epoch)."""
+        key = consumer_rebalance_key(group.group_id, member_id)
+        consumer = group.consumer
+        assert consumer is not None
+        member = consumer.members.get(member_id)
+        current = consumer.current_of(member_id)
+        if current.state is not MemberState.UNREVOKED_PARTITIONS or member is None:
+            self.runtime.timer.cancel(key)
+            consumer.revoking.pop(member_id, None)
+            return
+        epoch = current.member_epoch
+        if consumer.revoking.get(member_id) == epoch:
+            return
+        consumer.revoking[member_id] = epoch
+        self.runtime.timer.schedule(
+            key, max(member.rebalance_timeout_ms, 0), lambda: self._on_timeout(group, member_id, epoch)
+        )
+
+    def cancel_member_timers(self, group_id: str, member_id: str) -> None:
+        self.runtime.timer.cancel(consumer_session_key(group_id, member_id))
+        self.runtime.timer.cancel(consumer_rebalance_key(group_id, member_id))
+
+    def _on_timeout(self, group: Group, member_id: str, revoking_epoch: int | None) -> None:
+        """The member's session expired (``revoking_epoch`` None) or it did not revoke its
+        partitions of ``revoking_epoch`` within its rebalance timeout: it is fenced."""
+        if self.runtime.groups.get(group.group_id) is not group or group.consumer is None:
+            return
+
+        def fence() -> None:
+            consumer = group.consumer
+            if consumer is None or member_id not in consumer.members:
+                return
+            current = consumer.current_of(member_id)
+            if revoking_epoch is not None and (
+                current.state is not MemberState.UNREVOKED_PARTITIONS
+                or current.member_epoch != revoking_epoch
+            ):
+                return
+            log.info(
+                "group %s: member %s %s",
+                group.group_id,
+                member_id,
+                "session expired" if revoking_epoch is None else "did not revoke in its rebalance timeout",
+            )
+            self.cancel_member_timers(group.group_id, member_id)
+            consumer.revoking.pop(member_id, None)
+            plan = self.removal_plan(consumer, [member_id])
+
+            def written(error: ErrorCode) -> None:
+                if error != ErrorCode.NONE and group.consumer is consumer and member_id in consumer.members:
+                    self._arm_session(group, member_id)  # try again later
+
+            self.write(group, plan.records, written)
+
+        self.run(group, fence, lambda error: None)
+
+    def arm_loaded(self, group: Group) -> None:
+        """Members loaded from the log heartbeat within their session timeout or are removed; one
+        that was revoking partitions does so within its rebalance timeout."""
+        consumer = group.consumer
+        if consumer is None:
+            return
+        for member_id in consumer.members:
+            self._arm_session(group, member_id)
+            self._arm_or_cancel_rebalance(group, member_id)
+
+    def cancel_timers(self, group: Group) -> None:
+        consumer = group.consumer
+        if consumer is None:
+            return
+        for member_id in consumer.members:
+            self.cancel_member_timers(group.group_id, member_id)
+
+    # ================================================================ topics
+    def topics_changed(self, names: Iterable[str] | None) -> None:
+        """Topics were created, deleted or grew (``names``; None: any may have): each consumer
+        group whose subscribed topics' metadata changed gets a new epoch and target."""
+        changed = None if names is None else frozenset(names)
+        for group_id, group in list(self.runtime.groups.items()):
+            consumer = group.consumer
+            if consumer is None or not consumer.exists or self.runtime.group_error(group_id) is not None:
+                continue
+            uses_regex = any(member.subscribed_topic_regex for member in consumer.members.values())
+            if (
+                changed is not None
+                and not uses_regex
+                and changed.isdisjoint(consumer.subscribed_topic_names())
+            ):
+                continue
+            consumer.regex_matches.clear()
+            consumer.metadata_stale = True
+            self.run(group, functools.partial(self._refresh, group), lambda error: None)
+
+    def _refresh(self, group: Group) -> None:
+        consumer = group.consumer
+        if consumer is None or not consumer.members:
+            return  # resolved again when a member joins (metadata_stale stays set)
+        plan = self._plan(consumer, dict(consumer.members), [], False, refresh_metadata=True)
+        if plan.records:
+            self.write(group, plan.records, lambda error: None)
+
+
+def _updated_metadata(
+    base: MemberMetadata | None,
+    member_id: str,
+    request: ConsumerGroupHeartbeatRequest,
+    client_id: str,
+    client_host: str,
+) -> MemberMetadata:
+    """The member's metadata after its heartbeat: a field the request leaves null is unchanged."""
+    regex = request.subscribed_topic_regex
+    names = request.subscribed_topic_names
+    return MemberMetadata(
+        member_id=member_id,
+        instance_id=request.instance_id
+        if request.instance_id is not None
+        else (base.instance_id if base else None),
+        rack_id=request.rack_id if request.rack_id is not None else (base.rack_id if base else None),
+        client_id=client_id,
+        client_host=client_host,
+        subscribed_topic_names=(
+            tuple(sorted(set(names))) if names is not None else (base.subscribed_topic_names if base else ())
+        ),
+        # An empty regex clears it.
+        subscribed_topic_regex=(regex or None)
+        if regex is not None
+        else (base.subscribed_topic_regex if base else None),
+        rebalance_timeout_ms=(
+            request.rebalance_timeout_ms
+            if request.rebalance_timeout_ms > 0
+            else (base.rebalance_timeout_ms if base else -1)
+        ),
+        server_assignor=(
+            request.server_assignor
+            if request.server_assignor is not None
+            else (base.server_assignor if base else None)
+        ),
+    )
