@@ -428,13 +428,13 @@ class ConsumerGroupMembership:
                 self._start_joining(now_ms)
         self.tick(now_ms)
 
-    def _start_joining(self, now_ms: int) -> None:
+    def _start_joining(self, join_at_ms: int) -> None:
         self.member_epoch = JOIN_EPOCH
         self.target = {}
         self._sent = None
         self._heartbeat_now = False
         self._transition_to(ConsumerMemberState.JOINING)
-        self._next_heartbeat_ms = now_ms
+        self._next_heartbeat_ms = join_at_ms
 
     # -- time ----------------------------------------------------------------------------------
 
@@ -451,8 +451,9 @@ class ConsumerGroupMembership:
             and self._reconciling_to is None
             and self.pending_error is None
         ):
-            # Nothing to report lost: no need to wait for a poll before joining again.
-            self._start_joining(now_ms)
+            # Nothing to report lost: no need to wait for a poll before joining again (after the
+            # backoff, so a coordinator that keeps fencing the join is not hammered).
+            self._start_joining(now_ms + self.settings.retry_backoff_ms)
         if self.state in _IN_GROUP:
             self._ask_metadata_for_unknown_ids(now_ms)
         wanted = self.coordinator_wanted or self.state in (
