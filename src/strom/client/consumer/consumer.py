@@ -202,7 +202,8 @@ class Consumer:
         listener: ConsumerRebalanceListener | None = None,
     ) -> None:
         """Join the group for ``topics``: a list of names, or a pattern (a compiled regex, or a string
-        starting with ``^``) matched against every topic, including topics created later. Partitions
+        starting with ``^``, alone or as the only entry of the list) matched against every topic,
+        including topics created later. Partitions
         arrive through rebalances inside ``poll()``; ``listener`` hears about them there."""
         membership, group = self._require_group()
         if self._closed:
@@ -219,7 +220,15 @@ class Consumer:
                 names = [topics] if isinstance(topics, str) else list(topics)
                 if not names or not all(isinstance(name, str) and name for name in names):
                     raise ValueError(f"subscribe() needs topic names or a pattern, not {topics!r}")
-                membership.subscribe(names)
+                if any(name.startswith("^") for name in names):
+                    # librdkafka's convention: a list entry starting with ^ is a pattern.
+                    if len(names) > 1:
+                        raise ValueError(
+                            f"subscribe() takes topic names or one pattern, not both: {topics!r}"
+                        )
+                    membership.subscribe_pattern(re.compile(names[0]))
+                else:
+                    membership.subscribe(names)
         self._loop_thread.call_soon(group.request_metadata_refresh)
 
     def subscription(self) -> set[str]:
