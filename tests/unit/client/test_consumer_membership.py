@@ -246,7 +246,7 @@ def test_join_is_a_complete_heartbeat_with_epoch_zero_and_a_generated_member_id(
     assert request.instance_id == "i-1" and request.rack_id == "r1"
     assert request.rebalance_timeout_ms == MAX_POLL_MS
     assert request.subscribed_topic_names == ["a", "b"]
-    assert request.subscribed_topic_regex is None
+    assert request.subscribed_topic_regex == ""  # no regex (clears one a rejoining member had)
     assert request.server_assignor == "range"
     assert request.topic_partitions == []
     assert harness.join_send.coordinator is not None and harness.join_send.coordinator.node_id == 3
@@ -572,9 +572,23 @@ def test_a_pattern_goes_to_the_coordinator_on_v1() -> None:
     harness.poll()
     harness.find_coordinator()
     _, request = harness.heartbeat()
-    assert request.subscribed_topic_regex == "logs-.*" and request.subscribed_topic_names is None
+    assert request.subscribed_topic_regex == "logs-.*" and request.subscribed_topic_names == []
     assert harness.member.subscribed_topics == {"logs-1"}
     assert harness.member.metadata_topics() is None
+
+
+def test_switching_between_names_and_a_pattern_clears_the_other_on_the_coordinator() -> None:
+    harness = Harness(version=1)
+    harness.start(["a"], a=[0])
+    harness.member.subscribe_pattern(re.compile("logs-.*"))
+    harness.tick()
+    send, request = harness.heartbeat()
+    assert (request.subscribed_topic_names, request.subscribed_topic_regex) == ([], "logs-.*")
+    harness.ok(send, epoch=harness.epoch)
+    harness.member.subscribe(["b"])
+    harness.tick()
+    _, request = harness.heartbeat()
+    assert (request.subscribed_topic_names, request.subscribed_topic_regex) == (["b"], "")
 
 
 def test_a_pattern_is_matched_by_the_member_on_v0_and_new_matches_are_sent_at_once() -> None:
@@ -704,7 +718,7 @@ def test_every_heartbeat_encodes_at_the_version_it_is_fitted_to(version: int) ->
     sent = wire(join, version)
     assert sent.member_epoch == 0 and sent.topic_partitions == [] and sent.instance_id == "i-1"
     assert (sent.subscribed_topic_names, getattr(sent, "subscribed_topic_regex", None)) == (
-        (None, "logs-.*") if version == 1 else (["logs-1"], None)
+        ([], "logs-.*") if version == 1 else (["logs-1"], None)
     )
     harness.ok(send, assigned=assignment(**{"logs-1": [0, 1]}), member_id="m" if version == 0 else None)
     harness.poll()

@@ -533,13 +533,15 @@ class ConsumerGroupMembership:
             instance_id=now.instance_id if last is None else None,
             rack_id=now.rack_id if last is None else None,
             rebalance_timeout_ms=now.rebalance_timeout_ms if last is None else -1,
-            subscribed_topic_names=list(names) if subscription_changed and names is not None else None,
-            subscribed_topic_regex=regex if subscription_changed else None,
             server_assignor=now.server_assignor if last is None else None,
             topic_partitions=self._owned_by_topic_id(owned) if last is None or last.owned != owned else None,
         )
-        if subscription_changed and names is None and regex is None:
-            request.subscribed_topic_names = []
+        if subscription_changed:
+            # The coordinator subscribes a member to its names and its regex's matches, a null
+            # field meaning "unchanged": a change sends both, the unused one empty (an empty regex
+            # clears it; v0 has no regex field, fit_heartbeat drops it).
+            request.subscribed_topic_names = [] if names is None else list(names)
+            request.subscribed_topic_regex = "" if regex is None else regex
         self._sent = now
         return request
 
@@ -564,12 +566,13 @@ class ConsumerGroupMembership:
             if not self.member_id:
                 self.member_id = new_member_id()
             request.member_id = self.member_id
-        if version == 0 and request.subscribed_topic_regex is not None:
+        if version == 0 and request.subscribed_topic_regex:
             self.regex_on_broker = False
-            request.subscribed_topic_regex = None
             request.subscribed_topic_names = sorted(self.subscribed_topics)
             if self._sent is not None:
                 self._sent = _replace_subscription(self._sent, tuple(request.subscribed_topic_names))
+        if version == 0:
+            request.subscribed_topic_regex = None
         return request
 
     def _on_heartbeat(self, response: ConsumerGroupHeartbeatResponse, now_ms: int) -> None:
