@@ -323,7 +323,7 @@ while True:
 """
 
 
-def test_a_pattern_picks_up_a_topic_created_later(bootstrap: str) -> None:
+def test_a_pattern_picks_up_a_topic_created_later_and_gives_way_to_names(bootstrap: str) -> None:
     prefix = unique_topic("cp-pattern")
     create_topic(bootstrap, f"{prefix}-a", 2)
     producer = confluent_producer(bootstrap)
@@ -345,6 +345,11 @@ def test_a_pattern_picks_up_a_topic_created_later(bootstrap: str) -> None:
             seen.extend(record.value or b"" for record in member.poll(100))
         assert {tp.topic for tp in member.assignment()} == {f"{prefix}-a", f"{prefix}-b"}
         assert member.subscription() == {f"{prefix}-a", f"{prefix}-b"}
+        # From the pattern to a name: the coordinator drops the pattern's other matches.
+        member.subscribe([f"{prefix}-b"])
+        while {tp.topic for tp in member.assignment()} != {f"{prefix}-b"}:
+            assert time.monotonic() < deadline, f"still assigned {member.assignment()}"
+            member.poll(100)
 
 
 def test_strom_and_librdkafka_members_share_a_consumer_group(
