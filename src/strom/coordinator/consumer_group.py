@@ -78,6 +78,15 @@ def assignment_of(partitions: Iterable[TopicPartition]) -> dict[uuid.UUID, froze
 
 
 @dataclass(frozen=True)
+class ClassicMetadata:
+    """A member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a consumer
+    group: its session timeout and the protocols (assignor names, subscriptions) it offered."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class MemberMetadata:
     """A member as it described itself in its heartbeats (the ConsumerGroupMemberMetadata record)."""
 
@@ -90,6 +99,7 @@ class MemberMetadata:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMetadata | None = None
 
     def subscription_differs(self, other: MemberMetadata) -> bool:
         """Whether the target assignment may depend on what changed between the two."""
@@ -249,6 +259,14 @@ class ConsumerGroup:
         for partition in assignment.owned_partitions():
             self.partition_owners[partition] = member_id
 
+    def prune_orphans(self) -> None:
+        """Loaded: a target or an assignment without its member's metadata (a log cut short) is
+        dropped, so that no partition stays owned by a member that does not exist."""
+        for member_id in [member_id for member_id in self.current if member_id not in self.members]:
+            self.apply_current(member_id, None)
+        for member_id in [member_id for member_id in self.targets if member_id not in self.members]:
+            self.apply_target(member_id, None)
+
     def is_empty_of_state(self) -> bool:
         """Nothing left of the group: no metadata, no member, no target, no assignment."""
-        return not (self.exists or self.members or self.targets or self.current)
+        return not (self.exists or self.members or self.targets or self.current or self.subscription_metadata)

@@ -25,6 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from strom.assignors.server import GroupSpec, MemberSpec, ServerAssignor, TopicSpec
 from strom.base import limits
@@ -133,6 +134,19 @@ def response_assignment(assignment: Assignment) -> ConsumerGroupHeartbeatRespons
     )
 
 
+class Migration(Protocol):
+    """Classic groups becoming consumer groups and back (``consumer_classic.py``)."""
+
+    def upgrade(self, group: Group) -> ErrorCode | None:
+        """Start converting the classic group with members; None if started, else why not."""
+
+    def downgrade(
+        self, group: Group, consumer: ConsumerGroup, remaining: list[MemberMetadata]
+    ) -> tuple[list[Record], Callable[[], None]] | None:
+        """The records that make the consumer group (left with only ``remaining``, all classic)
+        a classic group, and what to do once they are written; None if it cannot be."""
+
+
 class ConsumerMembership:
     def __init__(
         self, runtime: CoordinatorRuntime, topics: TopicsView, assignors: Mapping[str, ServerAssignor]
@@ -140,6 +154,7 @@ class ConsumerMembership:
         self.runtime = runtime
         self.topics = topics
         self.assignors = assignors
+        self.migration: Migration | None = None
 
     # ================================================================ ConsumerGroupHeartbeat
     def heartbeat(
@@ -239,9 +254,15 @@ class ConsumerMembership:
             group = Group(group_id, state_timestamp_ms=runtime.now_wall_ms())
             runtime.groups[group_id] = group
         elif group.members or group.pending_members or group.state is not GroupState.EMPTY:
-            # A classic group with members: its members would have to move with it (a rolling
-            # upgrade converts it once they have left).
-            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            # A classic group with members: it becomes a consumer group with them (they go on as
+            # classic members) if the policy allows and it can.
+            refusal = ErrorCode.GROUP_ID_NOT_FOUND
+            if member_epoch == JOIN_GROUP_MEMBER_EPOCH and self.migration is not None:
+                refusal = self.migration.upgrade(group) or ErrorCode.NONE
+            if refusal != ErrorCode.NONE:
+                raise HeartbeatError(refusal, f"Group {group_id} is not a consumer group.")
+            assert group.consumer is not None
+            return group
         elif member_epoch != JOIN_GROUP_MEMBER_EPOCH:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member like it.")
         group.consumer = ConsumerGroup(group_id, replaces_classic=group.protocol_type is not None)
@@ -320,7 +341,10 @@ class ConsumerMembership:
         respond: HeartbeatRespond,
     ) -> None:
         consumer = group.consumer
-        assert consumer is not None
+        if consumer is None:
+            # The group became a classic group while this waited.
+            respond(ConsumerGroupHeartbeatResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID))
+            return
         epoch = request.member_epoch
         try:
             if epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
@@ -340,7 +364,6 @@ class ConsumerMembership:
         respond: HeartbeatRespond,
     ) -> None:
         config = self.runtime.config
-        group_id = group.group_id
         joining = request.member_epoch == JOIN_GROUP_MEMBER_EPOCH
         member_id = request.member_id or (str(uuid.uuid4()) if joining else "")
         instance_id = request.instance_id
@@ -369,52 +392,20 @@ class ConsumerMembership:
 
         base = old if old is not None else (consumer.members[replaced] if replaced is not None else None)
         metadata = _updated_metadata(base, member_id, request, client_id, client_host)
-        members = dict(consumer.members)
-        targets_before: dict[str, Assignment] = dict(consumer.targets)
-        records: list[Record] = []
         if replaced is not None:
-            # The static member's new instance takes the place of the one that left for a while:
-            # its target and its partitions, with no rebalance unless its subscription changed.
-            records.extend(member_tombstones(group_id, replaced))
-            del members[replaced]
-            targets_before[member_id] = targets_before.pop(replaced, {})
-            previous = consumer.current_of(replaced)
-            current_before = replace(previous, member_epoch=previous.previous_member_epoch)
-            bump = metadata.subscription_differs(consumer.members[replaced])
-            self.cancel_member_timers(group_id, replaced)
-            consumer.revoking.pop(replaced, None)
-        else:
-            bump = old is None or old.subscription_differs(metadata)
-            current_before = consumer.current_of(member_id)
-            if joining:
-                # Whatever it owned it has let go (it says it owns nothing); what its target keeps
-                # it gets again at once.
-                current_before = MemberAssignment(
-                    member_epoch=JOIN_GROUP_MEMBER_EPOCH,
-                    previous_member_epoch=current_before.member_epoch,
-                    state=MemberState.STABLE,
-                    assigned=current_before.assigned,
-                )
-        if old != metadata:
-            records.append(member_record(group_id, member_id, metadata))
-        members[member_id] = metadata
-        plan = self._plan(consumer, members, records, bump, targets_before)
-        if (
-            replaced is not None
-            and member_id not in consumer.targets
-            and plan.target_epoch == consumer.target_epoch
-        ):
-            plan.records.append(target_record(group_id, member_id, targets_before[member_id]))
-
-        def owned_by_another(partition: tuple[uuid.UUID, int]) -> bool:
-            owner = consumer.owner_of(partition)
-            return owner is not None and owner != member_id and owner != replaced
-
-        current_after = reconcile(
-            current_before, plan.target_epoch, plan.targets.get(member_id, {}), owned, owned_by_another
-        )
-        if current_after != consumer.current.get(member_id):
-            plan.records.append(current_record(group_id, member_id, current_after))
+            left = consumer.current_of(replaced)
+            replaced_current = replace(left, member_epoch=left.previous_member_epoch)
+        current_before = consumer.current_of(member_id) if replaced is None else replaced_current
+        if joining and replaced is None:
+            # Whatever it owned it has let go (it says it owns nothing); what its target keeps it
+            # gets again at once.
+            current_before = MemberAssignment(
+                member_epoch=JOIN_GROUP_MEMBER_EPOCH,
+                previous_member_epoch=current_before.member_epoch,
+                state=MemberState.STABLE,
+                assigned=current_before.assigned,
+            )
+        records, current_after = self.member_step(consumer, metadata, current_before, owned, replaced)
         send_assignment = (
             joining
             or consumer.current_of(member_id).assigned != current_after.assigned
@@ -430,8 +421,8 @@ class ConsumerMembership:
                 respond(ConsumerGroupHeartbeatResponse(error_code=consumer_write_error(error)))
                 return
             current = consumer.current_of(member_id)
-            self._arm_session(group, member_id)
-            self._arm_or_cancel_rebalance(group, member_id)
+            self.arm_session(group, member_id)
+            self.arm_or_cancel_rebalance(group, member_id)
             respond(
                 ConsumerGroupHeartbeatResponse(
                     error_code=ErrorCode.NONE,
@@ -442,7 +433,74 @@ class ConsumerMembership:
                 )
             )
 
-        self.write(group, plan.records, written)
+        self.write(group, records, written)
+
+    def member_step(
+        self,
+        consumer: ConsumerGroup,
+        metadata: MemberMetadata,
+        current_before: MemberAssignment,
+        owned: Assignment | None,
+        replaced: str | None = None,
+    ) -> tuple[list[Record], MemberAssignment]:
+        """A member joins or heartbeats with ``metadata`` (taking the place of ``replaced``, a static
+        member's previous instance, if given): the records that record it, move the group on, and
+        take its reconciliation step from ``current_before``; and its current assignment after."""
+        group_id = consumer.group_id
+        member_id = metadata.member_id
+        old = consumer.members.get(member_id)
+        if (
+            replaced is None
+            and old == metadata
+            and consumer.exists
+            and not consumer.metadata_stale
+            and consumer.group_epoch == consumer.target_epoch
+        ):
+            # The common heartbeat: nothing about the member or the group changed.
+            targets: Mapping[str, Assignment] = consumer.targets
+            target_epoch = consumer.target_epoch
+            records: list[Record] = []
+        else:
+            members = dict(consumer.members)
+            targets_before: dict[str, Assignment] = dict(consumer.targets)
+            records = []
+            if replaced is not None:
+                # The static member's new instance takes the place of the one that left for a
+                # while: its target and its partitions, with no rebalance unless its subscription
+                # changed.
+                records.extend(member_tombstones(group_id, replaced))
+                del members[replaced]
+                targets_before[member_id] = targets_before.pop(replaced, {})
+                bump = metadata.subscription_differs(consumer.members[replaced])
+                self.cancel_member_timers(group_id, replaced)
+                consumer.revoking.pop(replaced, None)
+            else:
+                bump = old is None or old.subscription_differs(metadata)
+            if old != metadata:
+                records.append(member_record(group_id, member_id, metadata))
+            members[member_id] = metadata
+            plan = self._plan(consumer, members, records, bump, targets_before)
+            records = plan.records
+            targets = plan.targets
+            target_epoch = plan.target_epoch
+            if (
+                replaced is not None
+                and member_id not in consumer.targets
+                and target_epoch == consumer.target_epoch
+            ):
+                records.append(target_record(group_id, member_id, targets_before[member_id]))
+                targets = {**targets, member_id: targets_before[member_id]}
+
+        def owned_by_another(partition: tuple[uuid.UUID, int]) -> bool:
+            owner = consumer.owner_of(partition)
+            return owner is not None and owner != member_id and owner != replaced
+
+        current_after = reconcile(
+            current_before, target_epoch, targets.get(member_id, {}), owned, owned_by_another
+        )
+        if current_after != consumer.current.get(member_id):
+            records.append(current_record(group_id, member_id, current_after))
+        return records, current_after
 
     @staticmethod
     def _check_member(
@@ -526,16 +584,14 @@ class ConsumerMembership:
             consumer.revoking.pop(member_id, None)
         else:
             epoch = LEAVE_GROUP_MEMBER_EPOCH
-            records = self.removal_plan(consumer, [member_id]).records
-            self.cancel_member_timers(group_id, member_id)
-            consumer.revoking.pop(member_id, None)
+            records = []
 
         def written(error: ErrorCode) -> None:
             if error != ErrorCode.NONE:
                 respond(ConsumerGroupHeartbeatResponse(error_code=consumer_write_error(error)))
                 return
             if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                self._arm_session(group, member_id)
+                self.arm_session(group, member_id)
             respond(
                 ConsumerGroupHeartbeatResponse(
                     error_code=ErrorCode.NONE,
@@ -545,7 +601,38 @@ class ConsumerMembership:
                 )
             )
 
-        self.write(group, records, written)
+        if epoch == LEAVE_GROUP_MEMBER_EPOCH:
+            self.remove_members(group, [member_id], written)
+        else:
+            self.write(group, records, written)
+
+    def remove_members(self, group: Group, member_ids: list[str], after: Callable[[ErrorCode], None]) -> None:
+        """Members leave or are fenced: a new epoch and target for the others; or, when only
+        classic members are left and the policy allows, the group becomes a classic group."""
+        consumer = group.consumer
+        assert consumer is not None
+        for member_id in member_ids:
+            self.cancel_member_timers(group.group_id, member_id)
+            consumer.revoking.pop(member_id, None)
+        remaining = [member for member_id, member in consumer.members.items() if member_id not in member_ids]
+        if (
+            self.migration is not None
+            and remaining
+            and all(member.classic is not None for member in remaining)
+            and self.runtime.config.consumer_group_migration_policy in ("downgrade", "bidirectional")
+        ):
+            conversion = self.migration.downgrade(group, consumer, remaining)
+            if conversion is not None:
+                records, finish = conversion
+
+                def converted(error: ErrorCode) -> None:
+                    if error == ErrorCode.NONE:
+                        finish()
+                    after(error)
+
+                self.write(group, records, converted)
+                return
+        self.write(group, self.removal_plan(consumer, member_ids).records, after)
 
     # ================================================================ the group's step
     def removal_plan(self, consumer: ConsumerGroup, member_ids: Iterable[str]) -> _Plan:
@@ -674,14 +761,20 @@ class ConsumerMembership:
         return {member_id: normalized(result[member_id]) for member_id in members}
 
     # ================================================================ members removed by time
-    def _arm_session(self, group: Group, member_id: str) -> None:
+    def arm_session(self, group: Group, member_id: str) -> None:
+        """The member must heartbeat within its session timeout (the group's; a classic member's own)."""
+        timeout_ms = self.runtime.config.consumer_group_session_timeout_ms
+        consumer = group.consumer
+        member = None if consumer is None else consumer.members.get(member_id)
+        if member is not None and member.classic is not None:
+            timeout_ms = member.classic.session_timeout_ms
         self.runtime.timer.schedule(
             consumer_session_key(group.group_id, member_id),
-            self.runtime.config.consumer_group_session_timeout_ms,
+            timeout_ms,
             lambda: self._on_timeout(group, member_id, None),
         )
 
-    def _arm_or_cancel_rebalance(self, group: Group, member_id: str) -> None:
+    def arm_or_cancel_rebalance(self, group: Group, member_id: str) -> None:
         """A member revoking partitions has its rebalance timeout to do so (armed once per epoch)."""
         key = consumer_rebalance_key(group.group_id, member_id)
         consumer = group.consumer
@@ -726,15 +819,12 @@ class ConsumerMembership:
                 member_id,
                 "session expired" if revoking_epoch is None else "did not revoke in its rebalance timeout",
             )
-            self.cancel_member_timers(group.group_id, member_id)
-            consumer.revoking.pop(member_id, None)
-            plan = self.removal_plan(consumer, [member_id])
 
             def written(error: ErrorCode) -> None:
                 if error != ErrorCode.NONE and group.consumer is consumer and member_id in consumer.members:
-                    self._arm_session(group, member_id)  # try again later
+                    self.arm_session(group, member_id)  # try again later
 
-            self.write(group, plan.records, written)
+            self.remove_members(group, [member_id], written)
 
         self.run(group, fence, lambda error: None)
 
@@ -745,8 +835,8 @@ class ConsumerMembership:
         if consumer is None:
             return
         for member_id in consumer.members:
-            self._arm_session(group, member_id)
-            self._arm_or_cancel_rebalance(group, member_id)
+            self.arm_session(group, member_id)
+            self.arm_or_cancel_rebalance(group, member_id)
 
     def cancel_timers(self, group: Group) -> None:
         consumer = group.consumer

@@ -16,6 +16,7 @@ from typing import NamedTuple, Protocol
 from strom.assignors.server import TopicSpec
 from strom.coordinator.consumer_group import (
     Assignment,
+    ClassicMetadata,
     ConsumerGroup,
     MemberAssignment,
     MemberMetadata,
@@ -158,7 +159,15 @@ def member_record(group_id: str, member_id: str, metadata: MemberMetadata | None
         subscribed_topic_regex=metadata.subscribed_topic_regex,
         rebalance_timeout_ms=metadata.rebalance_timeout_ms,
         server_assignor=metadata.server_assignor,
-        classic_member_metadata=None,
+        classic_member_metadata=None
+        if metadata.classic is None
+        else ConsumerGroupMemberMetadataValue.ClassicMemberMetadata(
+            session_timeout_ms=metadata.classic.session_timeout_ms,
+            supported_protocols=[
+                ConsumerGroupMemberMetadataValue.ClassicProtocol(name=name, metadata=data)
+                for name, data in metadata.classic.protocols
+            ],
+        ),
     )
     return key, _pack_value(value)
 
@@ -294,6 +303,15 @@ def _apply_member_record(group: ConsumerGroup, version: int, member_id: str, val
                 subscribed_topic_regex=decoded.subscribed_topic_regex,
                 rebalance_timeout_ms=decoded.rebalance_timeout_ms,
                 server_assignor=decoded.server_assignor,
+                classic=None
+                if decoded.classic_member_metadata is None
+                else ClassicMetadata(
+                    session_timeout_ms=decoded.classic_member_metadata.session_timeout_ms,
+                    protocols=tuple(
+                        (protocol.name, protocol.metadata)
+                        for protocol in decoded.classic_member_metadata.supported_protocols
+                    ),
+                ),
             )
         group.apply_member(member_id, metadata)
     elif version == TARGET_MEMBER_KEY_VERSION:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-import strom.assignors.server
-from strom.assignors.server import ServerAssignor
+from strom.assignors.server import ServerAssignor, get_server_assignor
 from strom.base.clock import Clock
 from strom.coordinator.admin import Admin
 from strom.coordinator.config import CoordinatorConfig
+from strom.coordinator.consumer_classic import ClassicMembers
 from strom.coordinator.consumer_membership import ConsumerMembership
 from strom.coordinator.consumer_topics import NoTopics, TopicsView
 from strom.coordinator.group import Group, JoinResult, SyncResult
@@ -47,12 +47,7 @@ from strom.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, Tx
 
 
 def configured_assignors(config: CoordinatorConfig) -> dict[str, ServerAssignor]:
-    """The server assignors group.consumer.assignors names, from strom.assignors.server's registry."""
-    get_server_assignor: Callable[[str], ServerAssignor] | None = getattr(
-        strom.assignors.server, "get_server_assignor", None
-    )
-    if get_server_assignor is None:  # until the registry lands
-        return {}
+    """The server assignors group.consumer.assignors names (KeyError for one strom does not have)."""
     return {name: get_server_assignor(name) for name in config.consumer_group_assignors}
 
 
@@ -74,7 +69,12 @@ class GroupCoordinator:
         self._membership = Membership(self._runtime)
         if assignors is None:
             assignors = configured_assignors(config)
+        missing = set(config.consumer_group_assignors) - set(assignors)
+        assert not missing, f"no server assignor named {sorted(missing)}"
         self._consumer = ConsumerMembership(self._runtime, topics or NoTopics(), assignors)
+        classic_members = ClassicMembers(self._runtime, self._consumer, self._membership)
+        self._membership.classic_members = classic_members
+        self._consumer.migration = classic_members
         self._offsets = Offsets(self._runtime, self._membership)
         self._admin = Admin(self._runtime, self._membership, self._consumer)
         self._transactional = TransactionalOffsets(self._runtime)
@@ -146,6 +146,10 @@ class GroupCoordinator:
                 group.consumer = None
                 self._runtime.forget_if_unused(group)
                 continue
+            if consumer is not None:
+                consumer.prune_orphans()
+                if not consumer.members:
+                    consumer.empty_since_ms = self._runtime.now_wall_ms()
             self._membership.arm_loaded_sessions(group)
             self._consumer.arm_loaded(group)
 

@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from strom.base import limits
 from strom.coordinator.consumer_records import group_tombstones
@@ -30,6 +31,9 @@ from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatRespons
 from strom.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from strom.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
 from strom.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+
+if TYPE_CHECKING:
+    from strom.coordinator.consumer_classic import ClassicMembers
 
 log = logging.getLogger("strom.coordinator")
 
@@ -71,6 +75,8 @@ def sync_response(result: SyncResult, version: int) -> SyncGroupResponse:
 class Membership:
     def __init__(self, runtime: CoordinatorRuntime) -> None:
         self.runtime = runtime
+        # Classic requests against consumer groups go there (set by the coordinator).
+        self.classic_members: ClassicMembers | None = None
 
     # ================================================================ JoinGroup
     def join(
@@ -118,8 +124,9 @@ class Membership:
         if group.consumer is not None:
             consumer = group.consumer
             if consumer.members or consumer.writing or consumer.waiting:
-                # Members of the consumer protocol hold the group: a classic member cannot join it.
-                callback(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+                # A consumer group: the member joins it as a classic member.
+                assert self.classic_members is not None
+                self.classic_members.join(group, request, version, client_id, client_host, callback)
                 return
             # An empty consumer group becomes a classic group again (its offsets stay): its records
             # are deleted and the classic join goes on as for an Empty group.
@@ -578,6 +585,9 @@ class Membership:
         if group.state is GroupState.DEAD:
             callback(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
+        if group.consumer is not None and self.classic_members is not None:
+            self.classic_members.sync(group, request, version, callback)
+            return
         group_instance_id = request.group_instance_id if version >= 3 else None
         if group.is_static_member_fenced(member_id, group_instance_id):
             callback(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
@@ -648,6 +658,8 @@ class Membership:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.consumer is not None and self.classic_members is not None:
+            return self.classic_members.heartbeat(group, request, version)
         group_instance_id = request.group_instance_id if version >= 3 else None
         if group.is_static_member_fenced(request.member_id, group_instance_id):
             return ErrorCode.FENCED_INSTANCE_ID
@@ -682,6 +694,19 @@ class Membership:
             error = ErrorCode.COORDINATOR_NOT_AVAILABLE
         if error is not None:
             return LeaveGroupResponse(error_code=error)
+        if group is not None and group.consumer is not None and self.classic_members is not None:
+            errors = self.classic_members.leave(group, identities)
+            if version < 3:
+                return LeaveGroupResponse(error_code=errors[0])
+            return LeaveGroupResponse(
+                error_code=ErrorCode.NONE,
+                members=[
+                    LeaveGroupResponse.MemberResponse(
+                        member_id=member_id, group_instance_id=instance_id, error_code=member_error
+                    )
+                    for (member_id, instance_id), member_error in zip(identities, errors, strict=True)
+                ],
+            )
         member_errors = [
             (member_id, instance_id, self._leave_one(group, member_id, instance_id))
             for member_id, instance_id in identities
@@ -718,6 +743,17 @@ class Membership:
             return ErrorCode.UNKNOWN_MEMBER_ID
         self._remove_member_and_update_group(group, member_id)
         return ErrorCode.NONE
+
+    def restart_after_failed_conversion(self, group: Group) -> None:
+        """A conversion to a consumer group that cancelled the group's timers was not written: the
+        classic group goes on (sessions, and its rebalance again if one was under way)."""
+        self.arm_loaded_sessions(group)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self.runtime.timer.schedule(
+                join_key(group.group_id), group.rebalance_timeout_ms(), lambda: self._join_timed_out(group)
+            )
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            self.prepare_rebalance(group, "a conversion to a consumer group failed")
 
     # ================================================================ loading / unloading
     def arm_loaded_sessions(self, group: Group) -> None:

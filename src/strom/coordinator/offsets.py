@@ -406,8 +406,14 @@ def _consumer_commit_error(group: Group, member_id: str, member_epoch: int, vers
     assert consumer is not None
     if member_epoch < 0 and not consumer.members:
         return None
-    if member_id not in consumer.members:
+    member = consumer.members.get(member_id)
+    if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
+    if member.classic is not None:
+        # A classic member commits with its generation: its member epoch.
+        if member_epoch != consumer.current_of(member_id).member_epoch:
+            return ErrorCode.ILLEGAL_GENERATION
+        return None
     if version < 9:
         return ErrorCode.UNSUPPORTED_VERSION
     if member_epoch != consumer.current_of(member_id).member_epoch:

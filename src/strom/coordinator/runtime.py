@@ -214,7 +214,7 @@ class CoordinatorRuntime:
 
     def apply_record(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
         if len(key) >= 2 and key[0] == 0 and key[1] in CONSUMER_KEY_VERSIONS:
-            self._apply_consumer(decode_consumer_key(key[1], key[2:]), value)
+            self._apply_consumer(decode_consumer_key(key[1], key[2:]), value, loading=loading)
             return
         decoded_key = decode_key(key)
         if isinstance(decoded_key, OffsetKey):
@@ -228,7 +228,7 @@ class CoordinatorRuntime:
             else:
                 self._confirm_group(decoded_key.group_id, decode_group_value(value))
 
-    def _apply_consumer(self, key: ConsumerKey, value: bytes | None) -> None:
+    def _apply_consumer(self, key: ConsumerKey, value: bytes | None, *, loading: bool) -> None:
         """A ConsumerGroup* record: it sets one part of the group's consumer protocol state."""
         group = self.groups.get(key.group_id)
         if group is None:
@@ -246,6 +246,10 @@ class CoordinatorRuntime:
             consumer.empty_since_ms = -1
         elif consumer.empty_since_ms < 0:
             consumer.empty_since_ms = self.now_wall_ms()
+        if loading:
+            # The compacted log's order is not the writes' order: a group's records may come
+            # before its metadata. What is left of it is judged once loaded (finish_loading).
+            return
         if consumer.is_empty_of_state() and not consumer.writing and not consumer.waiting:
             group.consumer = None
             self.forget_if_unused(group)

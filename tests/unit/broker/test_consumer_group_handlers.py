@@ -27,7 +27,10 @@ from strom.protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from strom.protocol.messages.describe_groups import DescribeGroupsRequest
 from strom.protocol.messages.find_coordinator import FindCoordinatorRequest
+from strom.protocol.messages.heartbeat import HeartbeatRequest
+from strom.protocol.messages.join_group import JoinGroupRequest
 from strom.protocol.messages.list_groups import ListGroupsRequest
 from strom.protocol.messages.offset_commit import OffsetCommitRequest
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest
@@ -173,3 +176,31 @@ def test_describe_needs_describe_on_the_group_and_on_its_topics(secured: Secured
     assert heartbeat(secured, "User:admin", admin_join).error_code == ErrorCode.NONE
     [hidden] = describe(secured, ALICE, request).groups
     assert (hidden.error_code, hidden.members) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, [])
+
+
+def test_classic_requests_naming_a_consumer_group_get_the_coordinators_answer(
+    broker: InProcessBroker,
+) -> None:
+    """The classic handlers pass the coordinator's answer through: a member of another protocol
+    type cannot join, an unknown classic member is unknown, DescribeGroups does not describe it."""
+    assert broker.call(FindCoordinatorRequest(key=GROUP), 1).error_code == ErrorCode.NONE
+    assert broker.call(join(GROUP, topics=["t"]), 1).error_code == ErrorCode.NONE
+    joined = broker.call(
+        JoinGroupRequest(
+            group_id=GROUP,
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+            member_id="",
+            protocol_type="connect",
+            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="x", metadata=b"")],
+        ),
+        5,
+    )
+    assert joined.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    beat = broker.call(HeartbeatRequest(group_id=GROUP, generation_id=1, member_id="nobody"), 4)
+    assert beat.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    [described] = broker.call(DescribeGroupsRequest(groups=[GROUP]), 5).groups
+    assert described.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    listed = broker.call(ListGroupsRequest(types_filter=["consumer"]), 5)
+    assert [(group.group_id, group.group_type) for group in listed.groups] == [(GROUP, "consumer")]
+    assert broker.call(ListGroupsRequest(types_filter=["classic"]), 5).groups == []

@@ -60,16 +60,16 @@ class StickyRoundRobin(ServerAssignor):
             )
             if not subscribers:
                 continue
-            quota = -(-topic.partition_count // len(subscribers))
+            quota, extras = divmod(topic.partition_count, len(subscribers))
             taken: set[int] = set()
             counts = dict.fromkeys(subscribers, 0)
             for member_id in subscribers:
                 for partition in sorted(group.members[member_id].assigned.get(topic_id, ())):
-                    if (
-                        partition < topic.partition_count
-                        and counts[member_id] < quota
-                        and partition not in taken
-                    ):
+                    if partition >= topic.partition_count or partition in taken:
+                        continue
+                    if counts[member_id] < quota or (counts[member_id] == quota and extras > 0):
+                        if counts[member_id] == quota:
+                            extras -= 1
                         result[member_id].setdefault(topic_id, set()).add(partition)
                         counts[member_id] += 1
                         taken.add(partition)
@@ -97,8 +97,11 @@ test_assignors.__test__ = False  # type: ignore[attr-defined]
 
 
 class ConsumerHarness(Harness):
-    def __init__(self, config: CoordinatorConfig | None = None, **overrides: Any) -> None:
+    def __init__(
+        self, config: CoordinatorConfig | None = None, *, real_assignors: bool = False, **overrides: Any
+    ) -> None:
         self.topics = FakeTopics()
+        self.real_assignors = real_assignors
         base = dict(
             group_initial_rebalance_delay_ms=0,
             offsets_topic_num_partitions=1,
@@ -109,6 +112,8 @@ class ConsumerHarness(Harness):
         super().__init__(config or CoordinatorConfig(**base))  # type: ignore[arg-type]
 
     def _build(self) -> GroupCoordinator:
+        if self.real_assignors:
+            return GroupCoordinator(self.config, self.clock, self.timer, self.log, self.topics)
         return GroupCoordinator(
             self.config, self.clock, self.timer, self.log, self.topics, assignors=test_assignors()
         )

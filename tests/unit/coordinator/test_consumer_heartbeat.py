@@ -406,3 +406,45 @@ def test_a_failed_write_answers_an_error_and_changes_nothing() -> None:
     assert harness.heartbeat("g", "a", 0, names=["t"]).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     harness.log.fail_with = ErrorCode.NONE
     assert harness.heartbeat("g", "a", 0, names=["t"]).member_epoch == 1
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_scaling_one_to_eight_and_back_with_the_real_assignors(assignor: str) -> None:
+    """48 partitions, members joining one by one then leaving: no partition is ever owned twice, a
+    member never loses a partition it keeps, every partition is owned once the group settles."""
+    harness = ConsumerHarness(real_assignors=True)
+    topic = harness.topics.create("t", 48)
+    everything = {(topic, p) for p in range(48)}
+    members: list[SimulatedMember] = []
+
+    def run_until_stable() -> None:
+        for _ in range(10):
+            for member in members:
+                before = member.partitions()
+                member.beat()
+                assert member.last is not None and member.last.error_code == ErrorCode.NONE
+                assert_exclusive(members)
+                group = harness.coordinator.group("g")
+                assert group is not None and group.consumer is not None
+                target = group.consumer.target_of(member.member_id)
+                kept = before & {(t, p) for t, parts in target.items() for p in parts}
+                assert kept <= member.partitions(), "a kept partition was taken away"
+            if harness.describe("g")[0].group_state == "Stable":
+                return
+        raise AssertionError(f"not stable: {harness.describe('g')[0]}")
+
+    for count in range(1, 9):
+        member = SimulatedMember(harness, ["t"])
+        members.append(member)
+        response = harness.heartbeat("g", member.member_id, 0, names=["t"], assignor=assignor)
+        member.epoch = response.member_epoch
+        member.owned = assignment_of(response) or {}
+        run_until_stable()
+        sizes = sorted(len(m.partitions()) for m in members)
+        assert sum(sizes) == 48 and sizes[-1] - sizes[0] <= 1, (count, sizes)
+        assert set().union(*(m.partitions() for m in members)) == everything
+    assert harness.describe("g")[0].assignor_name == assignor
+    while len(members) > 1:
+        members.pop(0).leave()
+        run_until_stable()
+        assert set().union(*(m.partitions() for m in members)) == everything
