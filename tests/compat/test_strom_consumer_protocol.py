@@ -33,6 +33,7 @@ BROKER_SETTINGS = {
     "group.consumer.min.session.timeout.ms": "1000",
     "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_MS),
     "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.initial.rebalance.delay.ms": "0",  # classic members of the rolling upgrade
 }
 DEADLINE_S = 60.0
 PARTITIONS = 12
@@ -419,3 +420,54 @@ def test_a_static_member_restarts_with_its_partitions_and_committed_offsets(
     assert group.ownership.held_by("other") == others_before
     assert group.ownership.revoked.get("other", []) == []
     assert group.ownership.violations == []
+
+
+def test_a_rolling_upgrade_from_classic_keeps_the_committed_offsets(
+    bootstrap: str, group_of: Callable[[str], Group]
+) -> None:
+    topic = unique_topic("cp-upgrade")
+    create_topic(bootstrap, topic, 6)
+    producer = confluent_producer(bootstrap)
+    old = set()
+    for index in range(60):
+        producer.produce(topic, value=f"old-{index}".encode(), partition=index % 6)
+        old.add(f"old-{index}".encode())
+    assert producer.flush(30) == 0
+    group = group_of(topic)
+    classic = {"group_protocol": "classic", "session_timeout_ms": 6_000, "heartbeat_interval_ms": 300}
+    for name in ("m1", "m2"):
+        group.add(name, **classic)
+    group.poll_until(lambda: group.sizes() == [3, 3] and len(group.ownership.owner) == 6, "a classic pair")
+    group.poll_until(
+        lambda: (
+            set(group.values) >= old
+            and all(
+                member.position((topic, p)) == 10 for member in group.members.values() for p in _held(member)
+            )
+        ),
+        "the old records read",
+    )
+    for member in group.members.values():
+        member.commit()
+    # One member at a time restarts with the consumer protocol: the group converts online.
+    for name in ("m1", "m2"):
+        group.close(name)
+        group.add(name)
+        group.poll_until(
+            lambda: group.sizes() == [3, 3] and len(group.ownership.owner) == 6,
+            f"{name} back as a consumer member",
+        )
+    group.values.clear()
+    new = set()
+    for index in range(12):
+        producer.produce(topic, value=f"new-{index}".encode(), partition=index % 6)
+        new.add(f"new-{index}".encode())
+    assert producer.flush(30) == 0
+    group.poll_until(lambda: set(group.values) >= new, "the new records read")
+    # Every member started from the offsets committed under the classic protocol.
+    assert sorted(group.values) == sorted(new)
+    assert group.ownership.violations == []
+
+
+def _held(member: Consumer) -> list[int]:
+    return [tp.partition for tp in member.assignment()]
