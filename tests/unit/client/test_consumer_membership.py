@@ -737,3 +737,16 @@ def test_offset_fetch_names_the_member_from_v9(version: int) -> None:
     request = wire(_offset_fetch_request(GROUP, {"a": [0]}, version, member=("m-1", 7)), version)
     group = request.groups[0]
     assert (group.member_id, group.member_epoch) == (("m-1", 7) if version == 9 else (None, -1))
+
+
+def test_the_first_assignment_after_a_join_is_reported_even_when_empty() -> None:
+    harness = Harness()
+    harness.join(["a"])
+    harness.ok(harness.join_send, assigned=assignment())
+    assert harness.poll() == [PartitionsAssigned([])]
+    assert harness.member.state is ConsumerMemberState.STABLE
+    assert harness.poll() == []
+    harness.tick(INTERVAL_MS)
+    send, _ = harness.heartbeat()
+    harness.ok(send, epoch=harness.epoch, assigned=assignment())
+    assert harness.poll() == []  # later: only changes

@@ -222,6 +222,10 @@ class ConsumerGroupMembership:
         self.owned: set[TopicPartition] = set()
         self.target: dict[uuid.UUID, frozenset[int]] = {}
         self._reconciling_to: set[TopicPartition] | None = None
+        # The first assignment after a join is reconciled (and the listener told) even when empty,
+        # as the classic path and the Java client do: an application may wait for it.
+        self._first_assignment_pending = False
+        self._awaiting_first_assignment = False
         self._rejoin_prepared = False
         # Topic ids <-> names, from metadata.
         self.topic_names: dict[uuid.UUID, str] = {}
@@ -371,7 +375,7 @@ class ConsumerGroupMembership:
             return
         if self._reconciling_to is not None:
             return  # callbacks_done settles again
-        if self.resolved_target() != self.owned:
+        if self.resolved_target() != self.owned or self._first_assignment_pending:
             self._transition_to(ConsumerMemberState.RECONCILING)
         else:
             self._transition_to(ConsumerMemberState.STABLE)
@@ -413,6 +417,7 @@ class ConsumerGroupMembership:
                 events.append(PartitionsRevoked(sorted(revoked)))
             events.append(PartitionsAssigned(sorted(added)))
             self._reconciling_to = target
+            self._first_assignment_pending = False
         return events
 
     def callbacks_done(self, now_ms: int) -> None:
@@ -433,6 +438,8 @@ class ConsumerGroupMembership:
         self.target = {}
         self._sent = None
         self._heartbeat_now = False
+        self._first_assignment_pending = False
+        self._awaiting_first_assignment = False
         self._transition_to(ConsumerMemberState.JOINING)
         self._next_heartbeat_ms = join_at_ms
 
@@ -588,12 +595,16 @@ class ConsumerGroupMembership:
                 self._next_heartbeat_ms = now_ms + response.heartbeat_interval_ms
             if self.state is ConsumerMemberState.JOINING:
                 self._transition_to(ConsumerMemberState.STABLE)
+                self._awaiting_first_assignment = True
             if response.assignment is not None:
                 self.target = {
                     entry.topic_id: frozenset(entry.partitions)
                     for entry in response.assignment.topic_partitions
                     if entry.partitions
                 }
+                if self._awaiting_first_assignment:
+                    self._awaiting_first_assignment = False
+                    self._first_assignment_pending = True
                 self._ask_metadata_for_unknown_ids(None)
             self._settle()
             return
