@@ -1,9 +1,10 @@
 """confluent-kafka consumers with ``group.protocol=consumer`` (KIP-848) against strom's coordinator.
 
 - scaling 1 -> 4 -> 1 members on a 12-partition topic while a producer writes: every record
-  consumed exactly once (members commit what they give up, the next owner resumes there), no
-  partition ever assigned to a member while another still owns it (the members' callbacks replayed
-  in order), a member that keeps a partition is never revoked it and keeps consuming it;
+  consumed (members commit what they give up, the next owner resumes there; a record arrives twice
+  only where that commit was refused STALE_MEMBER_EPOCH, as Kafka 4.0 refuses it), no partition
+  ever assigned to a member while another still owns it (the members' callbacks replayed in
+  order), a member that keeps a partition is never revoked it and keeps consuming it;
 - a member killed with SIGKILL (in a subprocess): its partitions move after the session timeout;
 - a regular-expression subscription picks up a topic created later;
 - committed offsets and the group itself (members, epochs) survive a broker restart;
@@ -152,24 +153,17 @@ def test_scaling_up_and_down_moves_partitions_without_overlap_or_loss(
     first.stop()
     print(
         f"\n1 -> {SCALED_MEMBERS} -> 1 members on {SCALE_PARTITIONS} partitions: settled up in {up_s:.2f} s,"
-        f" down in {down_s:.2f} s; {len(sent)} records, {len(ledger.events)} callbacks"
+        f" down in {down_s:.2f} s; {len(sent)} records, {len(ledger.events)} callbacks,"
+        f" {sum(len(member.stale_commits) for member in members)} partition commits refused as stale"
     )
     received = Counter((r.partition, r.offset) for member in members for r in member.snapshot().records)
     duplicates = sorted(key for key, count in received.items() if count > 1)
-    assert not duplicates, (
-        f"received more than once: {duplicates[:10]}",
-        {
-            member.name: [
-                (r.partition, r.offset)
-                for r in member.snapshot().records
-                if (r.partition, r.offset) in duplicates[:3]
-            ]
-            for member in members
-        },
-        {member.name: member.snapshot().errors[:3] for member in members},
-        {member.name: member.committed for member in members},
-        [event for event in ledger.events if any(p == duplicates[0][0] for _, p in event[3])],
-    )
+    # At least once: a record arrives twice only on a partition whose commit on revocation was
+    # refused STALE_MEMBER_EPOCH (a heartbeat bumped the member's epoch meanwhile, as Kafka 4.0
+    # does); any other duplicate means a handover lost a commit.
+    stale = {partition for member in members for _, partition in member.stale_commits}
+    unexplained = [key for key in duplicates if key[0] not in stale]
+    assert not unexplained, f"received more than once: {unexplained[:10]} (stale commits on {sorted(stale)})"
     assert not received - expected, "records received that were never acknowledged"
     assert not ledger.double_ownership(), ledger.double_ownership()[:5]
     for member in members:

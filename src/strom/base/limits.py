@@ -246,3 +246,7 @@ consumer_subscribed_topics_max = 10_000
 # loop: a bounded length bounds the compile and keeps a member from storing a megabyte of pattern
 # in every record of its group. Kafka's patterns (RE2) are a line or two.
 consumer_subscription_regex_chars_max = 1_000
+# A consumer-protocol member's own identifiers (member id, instance id, rack id, server assignor):
+# clients send UUIDs and short names; each is kept per member in memory and in the member's record,
+# so one of a megabyte (the wire allows 32 KiB strings times several fields) is refused.
+consumer_member_identifier_chars_max = 1_000

@@ -145,7 +145,7 @@ class Admin:
             group_state=consumer.state().value,
             group_epoch=consumer.group_epoch,
             assignment_epoch=consumer.target_epoch,
-            assignor_name=self.consumer.preferred_assignor(consumer.members.values()),
+            assignor_name=self.consumer.step.preferred_assignor(consumer.members.values()),
             members=members,
         )
 

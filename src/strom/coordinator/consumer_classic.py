@@ -12,10 +12,10 @@ classic way:
   and takes its reconciliation step; answered at once with its member epoch as the generation, no
   leader's work (the coordinator assigns);
 - SyncGroup (at that generation): its current assignment, encoded as the consumer protocol's;
-- Heartbeat: REBALANCE_IN_PROGRESS while the member is behind its target (not at the target epoch,
-  or revoking, or waiting for partitions), so that it joins again: an eager member gives up
-  everything before, a cooperative one what it no longer has; ILLEGAL_GENERATION for another
-  generation;
+- Heartbeat: REBALANCE_IN_PROGRESS when the member has a step to take (a new target epoch, or
+  partitions to revoke, or the partitions it waited for all free now), so that it joins again: an
+  eager member gives up everything before, a cooperative one what it no longer has;
+  ILLEGAL_GENERATION for another generation;
 - LeaveGroup and session / rebalance timeouts remove it as any member.
 
 Upgrade: when the first consumer-protocol member joins a Stable classic group of the "consumer"
@@ -49,6 +49,7 @@ from strom.coordinator.consumer_group import (
     MemberMetadata,
     MemberState,
     assignment_of,
+    partitions_of,
 )
 from strom.coordinator.consumer_membership import ConsumerMembership, consumer_write_error
 from strom.coordinator.consumer_records import (
@@ -185,12 +186,14 @@ class ClassicMembers:
             current_before = left if left.member_epoch >= 0 else JOINING
         else:
             current_before = consumer.current_of(member_id)
-        records, _ = self.consumer.member_step(consumer, metadata, current_before, owned, replaced)
+        records, _ = self.consumer.step.member_step(consumer, metadata, current_before, owned, replaced)
 
         def written(error: ErrorCode) -> None:
             if error != ErrorCode.NONE:
                 callback(JoinResult(consumer_write_error(error), member_id=member_id))
                 return
+            if replaced is not None:
+                self.consumer.forget_member_timers(group, replaced)
             current = consumer.current_of(member_id)
             self.consumer.arm_session(group, member_id)
             self.consumer.arm_or_cancel_rebalance(group, member_id)
@@ -269,8 +272,14 @@ class ClassicMembers:
         if request.generation_id != current.member_epoch:
             return ErrorCode.ILLEGAL_GENERATION
         self.consumer.arm_session(group, request.member_id)
-        if current.member_epoch != consumer.target_epoch or current.state is not MemberState.STABLE:
+        if current.member_epoch != consumer.target_epoch or current.state is MemberState.UNREVOKED_PARTITIONS:
             return ErrorCode.REBALANCE_IN_PROGRESS
+        if current.state is MemberState.UNRELEASED_PARTITIONS:
+            # Waiting for partitions others still own: join again (an eager member gives up all it
+            # has to do so) only once every one of them is free, to take them all in one round.
+            missing = partitions_of(consumer.target_of(request.member_id)) - partitions_of(current.assigned)
+            if all(consumer.owner_of(partition) in (None, request.member_id) for partition in missing):
+                return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
     # ================================================================ LeaveGroup

@@ -6,7 +6,7 @@ records that move it on, writes them, and the records are applied once written (
 loading runs) before the member is answered. While one write of a group is in flight its next
 operations wait (``ConsumerGroup.waiting``), so each is computed from the state the previous left.
 
-An operation, in order:
+An operation's records, in order (computed by ``consumer_step.GroupStep``):
 1. members join, update their metadata, leave or are fenced (member metadata records);
 2. if the members' subscriptions or the subscribed topics changed, the group epoch goes up (the
    subscribed topics' metadata and the group epoch records);
@@ -14,6 +14,9 @@ An operation, in order:
    (the changed members' targets and the target epoch records);
 4. the member that sent the heartbeat takes one reconciliation step towards its target
    (``reconciliation.reconcile``; its current assignment record).
+
+Timers (session, and rebalance while a member revokes) are armed and cancelled once the records
+that call for it are written; a write that fails leaves the members' timers as they were.
 """
 
 from __future__ import annotations
@@ -22,12 +25,11 @@ import functools
 import logging
 import re
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
-from strom.assignors.server import GroupSpec, MemberSpec, ServerAssignor, TopicSpec
+from strom.assignors.server import ServerAssignor
 from strom.base import limits
 from strom.coordinator.consumer_group import (
     JOIN_GROUP_MEMBER_EPOCH,
@@ -43,17 +45,11 @@ from strom.coordinator.consumer_group import (
 )
 from strom.coordinator.consumer_records import (
     current_record,
-    epoch_record,
-    member_record,
-    member_tombstones,
-    subscription_metadata_record,
-    target_epoch_record,
-    target_record,
 )
-from strom.coordinator.consumer_topics import INTERNAL_TOPICS, TopicsView
+from strom.coordinator.consumer_step import GroupStep, compile_subscription_regex
+from strom.coordinator.consumer_topics import TopicsView
 from strom.coordinator.group import Group
-from strom.coordinator.reconciliation import reconcile
-from strom.coordinator.records import Record, group_key_bytes
+from strom.coordinator.records import Record
 from strom.coordinator.runtime import CoordinatorRuntime
 from strom.coordinator.state import GroupState
 from strom.coordinator.timers import consumer_rebalance_key, consumer_session_key
@@ -96,24 +92,6 @@ class HeartbeatError(Exception):
         self.message = message
 
 
-@functools.lru_cache(maxsize=1024)
-def compile_subscription_regex(pattern: str) -> re.Pattern[str]:
-    """The compiled pattern (raises re.error for a bad one)."""
-    return re.compile(pattern)
-
-
-@dataclass
-class _Plan:
-    """What an operation writes, and the group as its records will leave it."""
-
-    records: list[Record]
-    members: dict[str, MemberMetadata]
-    subscription_metadata: dict[str, TopicSpec]
-    group_epoch: int
-    target_epoch: int
-    targets: Mapping[str, Assignment]
-
-
 def assignment_from_request(
     topic_partitions: Iterable[ConsumerGroupHeartbeatRequest.TopicPartitions] | None,
 ) -> Assignment | None:
@@ -153,7 +131,7 @@ class ConsumerMembership:
     ) -> None:
         self.runtime = runtime
         self.topics = topics
-        self.assignors = assignors
+        self.step = GroupStep(runtime.config, topics, assignors)
         self.migration: Migration | None = None
 
     # ================================================================ ConsumerGroupHeartbeat
@@ -168,6 +146,11 @@ class ConsumerMembership:
         def fail(code: ErrorCode, message: str | None = None) -> None:
             respond(ConsumerGroupHeartbeatResponse(error_code=code, error_message=message))
 
+        if "consumer" not in self.runtime.config.rebalance_protocols:
+            # group.coordinator.rebalance.protocols leaves the consumer protocol out (the broker
+            # then neither serves nor advertises the API; this is the coordinator's own word).
+            fail(ErrorCode.UNSUPPORTED_VERSION, "The consumer group protocol is not enabled.")
+            return
         try:
             self._validate(request, version)
         except HeartbeatError as error:
@@ -194,6 +177,17 @@ class ConsumerMembership:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be empty.")
         if request.rack_id is not None and not request.rack_id:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
+        for what, value in (
+            ("MemberId", request.member_id),
+            ("InstanceId", request.instance_id),
+            ("RackId", request.rack_id),
+            ("ServerAssignor", request.server_assignor),
+        ):
+            if value is not None and len(value) > limits.consumer_member_identifier_chars_max:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"{what} is longer than {limits.consumer_member_identifier_chars_max} characters.",
+                )
         epoch = request.member_epoch
         if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, f"MemberEpoch {epoch} is invalid.")
@@ -256,8 +250,13 @@ class ConsumerMembership:
         elif group.members or group.pending_members or group.state is not GroupState.EMPTY:
             # A classic group with members: it becomes a consumer group with them (they go on as
             # classic members) if the policy allows and it can.
+            if member_epoch != JOIN_GROUP_MEMBER_EPOCH:
+                # Not a member of it (the group went back to classic after the member was removed):
+                # it joins again, which may upgrade the group. (librdkafka takes GROUP_ID_NOT_FOUND
+                # as fatal; this member is only unknown.)
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} has no member like it.")
             refusal = ErrorCode.GROUP_ID_NOT_FOUND
-            if member_epoch == JOIN_GROUP_MEMBER_EPOCH and self.migration is not None:
+            if self.migration is not None:
                 refusal = self.migration.upgrade(group) or ErrorCode.NONE
             if refusal != ErrorCode.NONE:
                 raise HeartbeatError(refusal, f"Group {group_id} is not a consumer group.")
@@ -405,7 +404,7 @@ class ConsumerMembership:
                 state=MemberState.STABLE,
                 assigned=current_before.assigned,
             )
-        records, current_after = self.member_step(consumer, metadata, current_before, owned, replaced)
+        records, current_after = self.step.member_step(consumer, metadata, current_before, owned, replaced)
         send_assignment = (
             joining
             or consumer.current_of(member_id).assigned != current_after.assigned
@@ -420,6 +419,8 @@ class ConsumerMembership:
             if error != ErrorCode.NONE:
                 respond(ConsumerGroupHeartbeatResponse(error_code=consumer_write_error(error)))
                 return
+            if replaced is not None:
+                self.forget_member_timers(group, replaced)
             current = consumer.current_of(member_id)
             self.arm_session(group, member_id)
             self.arm_or_cancel_rebalance(group, member_id)
@@ -434,73 +435,6 @@ class ConsumerMembership:
             )
 
         self.write(group, records, written)
-
-    def member_step(
-        self,
-        consumer: ConsumerGroup,
-        metadata: MemberMetadata,
-        current_before: MemberAssignment,
-        owned: Assignment | None,
-        replaced: str | None = None,
-    ) -> tuple[list[Record], MemberAssignment]:
-        """A member joins or heartbeats with ``metadata`` (taking the place of ``replaced``, a static
-        member's previous instance, if given): the records that record it, move the group on, and
-        take its reconciliation step from ``current_before``; and its current assignment after."""
-        group_id = consumer.group_id
-        member_id = metadata.member_id
-        old = consumer.members.get(member_id)
-        if (
-            replaced is None
-            and old == metadata
-            and consumer.exists
-            and not consumer.metadata_stale
-            and consumer.group_epoch == consumer.target_epoch
-        ):
-            # The common heartbeat: nothing about the member or the group changed.
-            targets: Mapping[str, Assignment] = consumer.targets
-            target_epoch = consumer.target_epoch
-            records: list[Record] = []
-        else:
-            members = dict(consumer.members)
-            targets_before: dict[str, Assignment] = dict(consumer.targets)
-            records = []
-            if replaced is not None:
-                # The static member's new instance takes the place of the one that left for a
-                # while: its target and its partitions, with no rebalance unless its subscription
-                # changed.
-                records.extend(member_tombstones(group_id, replaced))
-                del members[replaced]
-                targets_before[member_id] = targets_before.pop(replaced, {})
-                bump = metadata.subscription_differs(consumer.members[replaced])
-                self.cancel_member_timers(group_id, replaced)
-                consumer.revoking.pop(replaced, None)
-            else:
-                bump = old is None or old.subscription_differs(metadata)
-            if old != metadata:
-                records.append(member_record(group_id, member_id, metadata))
-            members[member_id] = metadata
-            plan = self._plan(consumer, members, records, bump, targets_before)
-            records = plan.records
-            targets = plan.targets
-            target_epoch = plan.target_epoch
-            if (
-                replaced is not None
-                and member_id not in consumer.targets
-                and target_epoch == consumer.target_epoch
-            ):
-                records.append(target_record(group_id, member_id, targets_before[member_id]))
-                targets = {**targets, member_id: targets_before[member_id]}
-
-        def owned_by_another(partition: tuple[uuid.UUID, int]) -> bool:
-            owner = consumer.owner_of(partition)
-            return owner is not None and owner != member_id and owner != replaced
-
-        current_after = reconcile(
-            current_before, target_epoch, targets.get(member_id, {}), owned, owned_by_another
-        )
-        if current_after != consumer.current.get(member_id):
-            records.append(current_record(group_id, member_id, current_after))
-        return records, current_after
 
     @staticmethod
     def _check_member(
@@ -611,9 +545,13 @@ class ConsumerMembership:
         classic members are left and the policy allows, the group becomes a classic group."""
         consumer = group.consumer
         assert consumer is not None
-        for member_id in member_ids:
-            self.cancel_member_timers(group.group_id, member_id)
-            consumer.revoking.pop(member_id, None)
+
+        def removed(error: ErrorCode) -> None:
+            for member_id in member_ids:
+                if error == ErrorCode.NONE or member_id not in consumer.members:
+                    self.forget_member_timers(group, member_id)
+            after(error)
+
         remaining = [member for member_id, member in consumer.members.items() if member_id not in member_ids]
         if (
             self.migration is not None
@@ -628,137 +566,11 @@ class ConsumerMembership:
                 def converted(error: ErrorCode) -> None:
                     if error == ErrorCode.NONE:
                         finish()
-                    after(error)
+                    removed(error)
 
                 self.write(group, records, converted)
                 return
-        self.write(group, self.removal_plan(consumer, member_ids).records, after)
-
-    # ================================================================ the group's step
-    def removal_plan(self, consumer: ConsumerGroup, member_ids: Iterable[str]) -> _Plan:
-        """Members leave (or are fenced): their records deleted, a new epoch and target."""
-        records: list[Record] = []
-        members = dict(consumer.members)
-        for member_id in member_ids:
-            records.extend(member_tombstones(consumer.group_id, member_id))
-            members.pop(member_id, None)
-        targets_before = {mid: target for mid, target in consumer.targets.items() if mid in members}
-        return self._plan(consumer, members, records, True, targets_before)
-
-    def _plan(
-        self,
-        consumer: ConsumerGroup,
-        members: dict[str, MemberMetadata],
-        records: list[Record],
-        bump: bool,
-        targets_before: Mapping[str, Assignment] | None = None,
-        *,
-        refresh_metadata: bool = False,
-    ) -> _Plan:
-        """The records after ``records`` (members' own) that move the group on: the subscribed
-        topics' metadata, the group epoch (bumped if ``bump`` or the metadata changed) and, when
-        the epoch is past the target's, a new target computed from ``targets_before``."""
-        group_id = consumer.group_id
-        records = list(records)
-        if not consumer.exists:
-            bump = True
-            if consumer.replaces_classic:
-                records.insert(0, (group_key_bytes(group_id), None))
-        subscription_metadata = consumer.subscription_metadata
-        if bump or refresh_metadata or consumer.metadata_stale:
-            resolved = self._resolve_subscription_metadata(consumer, members.values())
-            consumer.metadata_stale = False
-            if resolved != subscription_metadata:
-                records.append(subscription_metadata_record(group_id, resolved))
-                subscription_metadata = resolved
-                bump = True
-        group_epoch = consumer.group_epoch + 1 if bump else consumer.group_epoch
-        if bump:
-            records.append(epoch_record(group_id, group_epoch))
-        targets: Mapping[str, Assignment] = consumer.targets
-        target_epoch = consumer.target_epoch
-        if group_epoch > target_epoch:
-            before = consumer.targets if targets_before is None else targets_before
-            new_targets = self._assign(consumer, members, subscription_metadata, before)
-            for member_id in sorted(members):
-                if new_targets[member_id] != consumer.targets.get(member_id):
-                    records.append(target_record(group_id, member_id, new_targets[member_id]))
-            records.append(target_epoch_record(group_id, group_epoch))
-            targets = new_targets
-            target_epoch = group_epoch
-        return _Plan(records, members, subscription_metadata, group_epoch, target_epoch, targets)
-
-    def _member_topics(self, consumer: ConsumerGroup, member: MemberMetadata) -> set[str]:
-        names = set(member.subscribed_topic_names)
-        regex = member.subscribed_topic_regex
-        if regex is not None:
-            matches = consumer.regex_matches.get(regex)
-            if matches is None:
-                pattern = compile_subscription_regex(regex)
-                matches = frozenset(
-                    name
-                    for name in self.topics.topic_names()
-                    if name not in INTERNAL_TOPICS and pattern.fullmatch(name)
-                )
-                consumer.regex_matches[regex] = matches
-            names.update(matches)
-        return names
-
-    def _resolve_subscription_metadata(
-        self, consumer: ConsumerGroup, members: Iterable[MemberMetadata]
-    ) -> dict[str, TopicSpec]:
-        names: set[str] = set()
-        for member in members:
-            names |= self._member_topics(consumer, member)
-        resolved: dict[str, TopicSpec] = {}
-        for name in sorted(names):
-            spec = self.topics.topic(name)
-            if spec is not None and spec.partition_count > 0:
-                resolved[name] = spec
-        return resolved
-
-    def preferred_assignor(self, members: Iterable[MemberMetadata]) -> str:
-        """The assignor most members ask for (ties: the broker's order), else the broker's first."""
-        configured = self.runtime.config.consumer_group_assignors
-        votes = Counter(member.server_assignor for member in members if member.server_assignor)
-        if not votes:
-            return configured[0]
-        best = max(votes.values())
-        for name in configured:
-            if votes.get(name) == best:
-                return name
-        return configured[0]
-
-    def _assign(
-        self,
-        consumer: ConsumerGroup,
-        members: Mapping[str, MemberMetadata],
-        subscription_metadata: Mapping[str, TopicSpec],
-        targets_before: Mapping[str, Assignment],
-    ) -> dict[str, Assignment]:
-        if not members:
-            return {}
-        assignor = self.assignors[self.preferred_assignor(members.values())]
-        specs = {
-            member_id: MemberSpec(
-                member_id=member_id,
-                instance_id=member.instance_id,
-                rack_id=member.rack_id,
-                subscribed_topic_ids=frozenset(
-                    subscription_metadata[name].topic_id
-                    for name in self._member_topics(consumer, member)
-                    if name in subscription_metadata
-                ),
-                assigned=targets_before.get(member_id, {}),
-            )
-            for member_id, member in members.items()
-        }
-        topics = {spec.topic_id: spec for spec in subscription_metadata.values()}
-        result = assignor.assign(GroupSpec(members=specs, topics=topics))
-        assert set(result) >= set(members), (
-            f"assignor {assignor.name} left out members {sorted(set(members) - set(result))}"
-        )
-        return {member_id: normalized(result[member_id]) for member_id in members}
+        self.write(group, self.step.removal_plan(consumer, member_ids).records, removed)
 
     # ================================================================ members removed by time
     def arm_session(self, group: Group, member_id: str) -> None:
@@ -792,6 +604,12 @@ class ConsumerMembership:
         self.runtime.timer.schedule(
             key, max(member.rebalance_timeout_ms, 0), lambda: self._on_timeout(group, member_id, epoch)
         )
+
+    def forget_member_timers(self, group: Group, member_id: str) -> None:
+        """The member is gone: its session and rebalance timers with it."""
+        self.cancel_member_timers(group.group_id, member_id)
+        if group.consumer is not None:
+            group.consumer.revoking.pop(member_id, None)
 
     def cancel_member_timers(self, group_id: str, member_id: str) -> None:
         self.runtime.timer.cancel(consumer_session_key(group_id, member_id))
@@ -869,7 +687,7 @@ class ConsumerMembership:
         consumer = group.consumer
         if consumer is None or not consumer.members:
             return  # resolved again when a member joins (metadata_stale stays set)
-        plan = self._plan(consumer, dict(consumer.members), [], False, refresh_metadata=True)
+        plan = self.step.plan(consumer, dict(consumer.members), [], False, refresh_metadata=True)
         if plan.records:
             self.write(group, plan.records, lambda error: None)
 

@@ -148,6 +148,9 @@ class GroupCoordinator:
                 continue
             if consumer is not None:
                 consumer.prune_orphans()
+                # Topics may have changed while nobody coordinated the group: resolved again on
+                # its next operation.
+                consumer.metadata_stale = True
                 if not consumer.members:
                     consumer.empty_since_ms = self._runtime.now_wall_ms()
             self._membership.arm_loaded_sessions(group)
@@ -287,7 +290,14 @@ class GroupCoordinator:
         return self._runtime.rebalances_total
 
     def group_states(self) -> dict[str, str]:
-        return {group_id: group.state.value for group_id, group in sorted(self._runtime.groups.items())}
+        """Each group's state: a classic group's, or a consumer group's (Empty, Assigning,
+        Reconciling, Stable; its members are ``group(id).consumer.members``)."""
+        return {
+            group_id: group.consumer.state().value
+            if group.consumer is not None and group.is_consumer_group
+            else group.state.value
+            for group_id, group in sorted(self._runtime.groups.items())
+        }
 
     def group(self, group_id: str) -> Group | None:
         """The live group (read-only use: tests, metrics, the CLI)."""

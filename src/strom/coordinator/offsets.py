@@ -295,7 +295,11 @@ class Offsets:
             respond(OffsetDeleteResponse(error_code=error or ErrorCode.GROUP_ID_NOT_FOUND))
             return
         subscribed: frozenset[str] = frozenset()
-        if group.state is not GroupState.EMPTY:
+        if group.consumer is not None and group.is_consumer_group:
+            # A consumer group: the topics its members subscribe to (names and regexes resolved).
+            if group.consumer.members:
+                subscribed = group.consumer.subscribed_topic_names()
+        elif group.state is not GroupState.EMPTY:
             known_subscription = group.subscribed_topics()
             if known_subscription is None:
                 # Members with a protocol whose subscriptions cannot be read: nothing is safe to delete.

@@ -198,3 +198,28 @@ def test_offsets_of_an_empty_consumer_group_expire_and_the_group_goes() -> None:
     member.leave()
     harness.advance(70_000)
     assert harness.coordinator.group("g") is None
+
+
+def test_offset_delete_refuses_the_topics_a_consumer_group_subscribes_to() -> None:
+    from strom.protocol.messages.offset_delete import OffsetDeleteRequest
+
+    harness = ConsumerHarness()
+    harness.topics.create("t", 1)
+    harness.topics.create("u", 1)
+    member = SimulatedMember(harness, ["t"])
+    member.beat()
+    harness.commit("g", {("t", 0): 1, ("u", 0): 2}, member_id=member.member_id, generation_id=1, version=9)
+    request = OffsetDeleteRequest(
+        group_id="g",
+        topics=[
+            OffsetDeleteRequest.OffsetDeleteRequestTopic(
+                name=name, partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)]
+            )
+            for name in ("t", "u")
+        ],
+    )
+    box: list[object] = []
+    harness.coordinator.delete_offsets(request, 0, box.append)
+    errors = {topic.name: topic.partitions[0].error_code for topic in box[0].topics}  # type: ignore[attr-defined]
+    assert errors == {"t": ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, "u": ErrorCode.NONE}
+    assert harness.coordinator.group_states() == {"g": "Stable"}

@@ -178,6 +178,8 @@ def test_a_fenced_member_rejoins_with_epoch_zero_and_its_id() -> None:
         ({"epoch": 3, "member_id": "nobody", "owned": {}}, ErrorCode.UNKNOWN_MEMBER_ID),
         ({"epoch": 3, "member_id": ""}, ErrorCode.INVALID_REQUEST),
         ({"epoch": -3, "member_id": "x"}, ErrorCode.INVALID_REQUEST),
+        ({"names": ["t"], "member_id": "m" * 1001}, ErrorCode.INVALID_REQUEST),
+        ({"names": ["x"] * 10_001}, ErrorCode.INVALID_REQUEST),
     ],
 )
 def test_malformed_or_unknown_heartbeats_get_kafkas_errors(
@@ -448,3 +450,66 @@ def test_scaling_one_to_eight_and_back_with_the_real_assignors(assignor: str) ->
         members.pop(0).leave()
         run_until_stable()
         assert set().union(*(m.partitions() for m in members)) == everything
+
+
+def test_the_consumer_protocol_switched_off() -> None:
+    harness = ConsumerHarness(rebalance_protocols=frozenset({"classic"}))
+    harness.topics.create("t", 1)
+    assert harness.heartbeat("g", "a", 0, names=["t"]).error_code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_unloading_answers_the_heartbeats_in_flight_and_waiting() -> None:
+    from strom.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+
+    harness = ConsumerHarness()
+    harness.topics.create("t", 2)
+    harness.log.defer = True
+
+    def join(member_id: str) -> ConsumerGroupHeartbeatRequest:
+        return ConsumerGroupHeartbeatRequest(
+            group_id="g",
+            member_id=member_id,
+            member_epoch=0,
+            rebalance_timeout_ms=1000,
+            subscribed_topic_names=["t"],
+        )
+
+    writing = harness.heartbeat_raw(join("a"))
+    waiting = harness.heartbeat_raw(join("b"))
+    harness.coordinator.unload(0)
+    assert [response.error_code for response in waiting] == [ErrorCode.NOT_COORDINATOR]
+    harness.log.complete_deferred()  # the write lands after the partition moved away
+    assert [response.error_code for response in writing] == [ErrorCode.NOT_COORDINATOR]
+    assert harness.timer.pending_keys() == ["offsets-expiry"]  # no member timer left behind
+
+
+def test_a_topic_change_while_a_write_is_in_flight_waits_its_turn() -> None:
+    harness = ConsumerHarness()
+    topic = harness.topics.create("t", 2)
+    member = SimulatedMember(harness, ["t"])
+    member.beat()
+    harness.log.defer = True
+    harness.topics.create("t", 3)
+    harness.coordinator.topics_changed(["t"])  # writing the new epoch
+    harness.topics.create("t", 4)
+    harness.coordinator.topics_changed(["t"])  # waits for the first
+    harness.log.complete_deferred()
+    harness.log.complete_deferred()
+    harness.log.defer = False
+    member.beat()
+    assert member.owned == {topic: frozenset({0, 1, 2, 3})}
+    assert harness.describe("g")[0].group_epoch == 3
+
+
+def test_a_leave_whose_write_fails_keeps_the_member_and_its_session() -> None:
+    harness = ConsumerHarness()
+    harness.topics.create("t", 1)
+    member = SimulatedMember(harness, ["t"])
+    member.beat()
+    harness.log.fail_with = ErrorCode.NOT_ENOUGH_REPLICAS
+    response = harness.heartbeat("g", member.member_id, -1)
+    assert response.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert harness.timer.due_in_ms(consumer_session_key("g", member.member_id)) == 10_000
+    harness.log.fail_with = ErrorCode.NONE
+    harness.advance(10_000)  # it never comes back: its session expires and it goes
+    assert harness.describe("g")[0].members == []

@@ -218,3 +218,63 @@ def test_upgrade_is_refused_when_the_policy_says_so() -> None:
     )
     response = SimulatedMember(harness, ["t"]).beat()
     assert response.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_a_classic_member_of_a_consumer_group_expires_after_its_own_session_timeout() -> None:
+    harness = ConsumerHarness()
+    harness.topics.create("t", 2)
+    consumer_member = SimulatedMember(harness, ["t"])
+    consumer_member.beat()
+    classic = ClassicMember(harness, ["t"])
+    classic.join_and_sync()  # session timeout 10 s (the harness's JoinGroup)
+    for _ in range(3):
+        consumer_member.beat()
+        classic.step()
+    for _ in range(11):
+        harness.advance(1000)
+        consumer_member.beat()
+    assert classic.heartbeat() == ErrorCode.UNKNOWN_MEMBER_ID
+    assert len(consumer_member.partitions()) == 2
+
+
+def test_a_classic_group_in_the_middle_of_a_rebalance_is_upgraded_and_its_parked_join_answered() -> None:
+    harness = ConsumerHarness()
+    harness.topics.create("t", 2)
+    subscription = encode_subscription(Subscription(topics=["t"]), 1)
+    (first, second), generation = classic_group(harness, "t", 2)
+    # The first rejoins: the group is PreparingRebalance, its JoinGroup parked.
+    parked = harness.join("g", first, protocols=[("cooperative-sticky", subscription)])
+    group = harness.coordinator.group("g")
+    assert group is not None and group.state is GroupState.PREPARING_REBALANCE and parked == []
+    newcomer = SimulatedMember(harness, ["t"])
+    assert newcomer.beat().error_code == ErrorCode.NONE
+    # The parked JoinGroup is answered as a member of the consumer group, with its epoch.
+    assert parked and parked[0].error_code == ErrorCode.NONE
+    assert parked[0].generation_id == generation and parked[0].leader == ""
+    synced = harness.sync("g", first, generation, version=5)
+    assert synced and synced[0].error_code == ErrorCode.NONE
+    # Its heartbeat says it is behind the new target: join again.
+    assert classic_heartbeat(harness, first, generation) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert list_groups(harness)[0][3] == "consumer"
+    assert second in {member.member_id for member in harness.describe("g")[0].members}
+
+
+def test_a_mixed_group_reloads_with_its_classic_members() -> None:
+    from tests.unit.coordinator.test_consumer_replay import consumer_snapshot, reload
+
+    harness = ConsumerHarness()
+    harness.topics.create("t", 4)
+    ids, generation = classic_group(harness, "t", 4)
+    newcomer = SimulatedMember(harness, ["t"])
+    newcomer.beat()
+    classic = ClassicMember(harness, ["t"], ids[0])
+    classic.generation = generation
+    classic.step()
+    expected = consumer_snapshot(harness.coordinator)
+    classic_members = [m for m in expected["members"].values() if m.classic is not None]
+    assert len(classic_members) == 2 and classic_members[0].classic.session_timeout_ms == 10_000
+    for compacted in (False, True):
+        fresh, _ = reload(harness, compacted=compacted)
+        assert consumer_snapshot(fresh) == expected
+        group = fresh.group("g")
+        assert group is not None and group.state is GroupState.EMPTY and not group.members

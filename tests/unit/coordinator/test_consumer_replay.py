@@ -116,3 +116,15 @@ def test_a_deleted_consumer_group_stays_deleted_after_a_reload() -> None:
     for compacted in (False, True):
         fresh, _ = reload(harness, compacted=compacted)
         assert fresh.group("g") is None
+
+
+def test_topics_that_changed_while_the_group_was_not_loaded_are_noticed() -> None:
+    harness = ConsumerHarness()
+    topic = harness.topics.create("t", 2)
+    member = SimulatedMember(harness, ["t"])
+    member.beat()
+    harness.topics.create("t", 3)  # grew while the coordinator was away (no topics_changed)
+    fresh, timer = reload(harness, compacted=True)
+    harness.coordinator, harness.timer = fresh, timer
+    member.beat()
+    assert member.owned == {topic: frozenset({0, 1, 2})}

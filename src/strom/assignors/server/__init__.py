@@ -15,7 +15,12 @@ from strom.assignors.server.base import (
 )
 from strom.assignors.server.problem import member_order_key
 from strom.assignors.server.range_assignor import RangeAssignor
-from strom.assignors.server.registry import DEFAULT_SERVER_ASSIGNOR, SERVER_ASSIGNORS, get_server_assignor
+from strom.assignors.server.registry import (
+    DEFAULT_SERVER_ASSIGNOR,
+    SERVER_ASSIGNORS,
+    get_server_assignor,
+    register_server_assignor,
+)
 from strom.assignors.server.uniform import UniformAssignor
 
 __all__ = [
@@ -30,4 +35,5 @@ __all__ = [
     "UniformAssignor",
     "get_server_assignor",
     "member_order_key",
+    "register_server_assignor",
 ]

@@ -55,19 +55,68 @@ class Problem:
     def result(self, owners: list[list[int]]) -> dict[str, TargetAssignment]:
         """The assignment ``owners`` (per topic, per partition: a member index) as the interface
         returns it: every member present, a topic only where the member gets a partition of it."""
-        per_member: list[dict[uuid.UUID, list[int]]] = [{} for _ in self.members]
+        per_member: list[dict[int, list[int]]] = [{} for _ in self.members]
         for topic, topic_owners in enumerate(owners):
-            topic_id = self.topics[topic].topic_id
             for partition, owner in enumerate(topic_owners):
                 assert owner != UNOWNED, (self.topics[topic].name, partition)
-                per_member[owner].setdefault(topic_id, []).append(partition)
+                per_member[owner].setdefault(topic, []).append(partition)
+        topic_ids = [topic.topic_id for topic in self.topics]
         return {
-            member.member_id: {topic_id: frozenset(partitions) for topic_id, partitions in assigned.items()}
+            member.member_id: {
+                topic_ids[topic]: frozenset(partitions) for topic, partitions in assigned.items()
+            }
             for member, assigned in zip(self.members, per_member)
         }
 
+    def components(self) -> list[tuple[list[int], list[int]]]:
+        """The parts of the group that share no topic: (members, topics), both ascending, in the
+        order of their first topic. Members that subscribe to no existing topic are in none."""
+        parent = list(range(len(self.topics)))
+
+        def root(topic: int) -> int:
+            while parent[topic] != topic:
+                parent[topic] = parent[parent[topic]]
+                topic = parent[topic]
+            return topic
+
+        for subscription in self.subscriptions:
+            if subscription:
+                first = root(subscription[0])
+                for topic in subscription[1:]:
+                    other = root(topic)
+                    if other != first:
+                        parent[other] = first
+        parts: dict[int, tuple[list[int], list[int]]] = {}
+        for topic in range(len(self.topics)):
+            parts.setdefault(root(topic), ([], []))[1].append(topic)
+        for member, subscription in enumerate(self.subscriptions):
+            if subscription:
+                parts[root(subscription[0])][0].append(member)
+        return list(parts.values())
+
+    def restricted(self, members: list[int], topics: list[int]) -> Problem:
+        """The problem of one component: ``members`` and ``topics`` (ascending) renumbered from 0."""
+        topic_position = {topic: index for index, topic in enumerate(topics)}
+        member_position = {member: index for index, member in enumerate(members)}
+        return Problem(
+            members=[self.members[member] for member in members],
+            topics=[self.topics[topic] for topic in topics],
+            subscriptions=[
+                tuple(topic_position[topic] for topic in self.subscriptions[member]) for member in members
+            ],
+            subscribers=[[member_position[member] for member in self.subscribers[topic]] for topic in topics],
+            owners=[
+                [UNOWNED if owner == UNOWNED else member_position[owner] for owner in self.owners[topic]]
+                for topic in topics
+            ],
+            member_racks=[self.member_racks[member] for member in members],
+            rack_aware=self.rack_aware,
+        )
+
 
 def build_problem(group: GroupSpec) -> Problem:
+    for member_id, member in group.members.items():
+        assert member_id == member.member_id, (member_id, member.member_id)
     members = sorted(group.members.values(), key=member_order_key)
     subscribed: set[uuid.UUID] = set()
     for member in members:

@@ -25,3 +25,15 @@ def get_server_assignor(name: str) -> ServerAssignor:
             f"no server-side assignor named {name!r}; built-in: {', '.join(sorted(SERVER_ASSIGNORS))}"
         ) from None
     return assignor_class()
+
+
+def register_server_assignor(assignor_class: type[ServerAssignor]) -> None:
+    """Adds a custom assignor under its ``name``, for the broker to offer (``group.consumer.assignors``)
+    and members to ask for (``group.remote.assignor``). Register before the broker reads its
+    configuration. ValueError if the name is empty or already taken."""
+    name = getattr(assignor_class, "name", "")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{assignor_class.__name__} has no name (set the class attribute `name`)")
+    if name in SERVER_ASSIGNORS:
+        raise ValueError(f"a server-side assignor named {name!r} is already registered")
+    SERVER_ASSIGNORS[name] = assignor_class

@@ -12,15 +12,17 @@ over ``M`` members: every member gets ``P // M`` or one more, exactly ``P % M`` 
    partitions in no rack of its own first). This is the fewest moves any balanced assignment makes:
    the sum over members of what they keep beyond ``P // M``, less one for each of the ``P % M`` places
    such a member fills.
-3. The free partitions fill the members short of their share. With racks, a partition goes to a
-   member in a rack holding one of its replicas while one has room (the partitions with the fewest
-   such members first, the least loaded such member), the rest are dealt round the members still
-   short; then a partition in no rack of its owner moves to a member of its racks when that keeps the
+3. The free partitions, in topic and partition order, are dealt round the members short of their
+   share, in member order (a fresh group gets every topic spread round all members). With racks, a
+   free partition first goes to a member in a rack holding one of its replicas while one has room
+   (the partitions with the fewest such members first, the least loaded such member), the rest are
+   dealt as above; then a partition in no rack of its owner moves to a member of its racks when that keeps the
    balance (its owner has the one extra, the other not).
 
 Heterogeneous subscriptions: the members keep their valid partitions; the free ones go, topics with
 the fewest subscribers first, to the least loaded subscriber (ties: one in the partition's racks, then
-member order); then single moves from a member to a subscriber with at least two fewer, and then
+member order); then single moves from a member to a subscriber with at least two fewer (the most
+loaded members give first, the topics with the fewest subscribers first), and then
 chains of moves (a member hands a partition of topic A to a subscriber of A, which hands one of topic
 B on, ... to a member with at least two fewer than the first) until there is none. An assignment
 with no such chain is as balanced as the subscriptions allow: no other one has a smaller maximum, or
@@ -41,6 +43,11 @@ from collections.abc import Callable
 from strom.assignors.server.base import GroupSpec, ServerAssignor, TargetAssignment
 from strom.assignors.server.problem import UNOWNED, Problem, build_problem
 
+# How many of a giver's partitions of a topic a move looks through for one local to the receiver and
+# not to the giver (its last received first): without a bound, a member giving away thousands of
+# partitions none of which suits would look through all of them for every move (quadratic).
+RACK_SEARCH_PARTITIONS_MAX = 16
+
 
 class UniformAssignor(ServerAssignor):
     """Balanced, sticky and rack-aware; see the module's docstring for the rules."""
@@ -51,30 +58,42 @@ class UniformAssignor(ServerAssignor):
         problem = build_problem(group)
         if not problem.members:
             return {}
-        subscriptions = {subscription for subscription in problem.subscriptions}
-        if len(subscriptions) == 1:
-            owners = _assign_homogeneous(problem)
-        else:
-            owners = _assign_heterogeneous(problem)
+        components = problem.components()
+        if len(components) == 1 and len(components[0][0]) == len(problem.members):
+            return problem.result(_assign_component(problem))
+        # Parts of the group that share no topic are assigned each on its own: each may have the
+        # same subscriptions throughout though the group does not.
+        owners: list[list[int]] = [[] for _ in problem.topics]
+        for members, topics in components:
+            component_owners = _assign_component(problem.restricted(members, topics))
+            for topic, topic_owners in zip(topics, component_owners):
+                owners[topic] = [members[owner] for owner in topic_owners]
         return problem.result(owners)
+
+
+def _assign_component(problem: Problem) -> list[list[int]]:
+    if len(set(problem.subscriptions)) == 1:
+        return _assign_homogeneous(problem)
+    return _assign_heterogeneous(problem)
 
 
 def _assign_homogeneous(problem: Problem) -> list[list[int]]:
     member_count = len(problem.members)
     # Partitions as one sequence: topic by topic, in topic order.
-    topic_of: list[int] = []
-    partition_of: list[int] = []
     owner: list[int] = []
-    for topic, topic_owners in enumerate(problem.owners):
-        topic_of.extend([topic] * len(topic_owners))
-        partition_of.extend(range(len(topic_owners)))
+    for topic_owners in problem.owners:
         owner.extend(topic_owners)
     partition_count = len(owner)
     quota, extra = divmod(partition_count, member_count)
     member_racks = problem.member_racks
 
-    def racks_of(index: int) -> frozenset[str]:
-        return problem.partition_racks(topic_of[index], partition_of[index])
+    # Per partition, the racks of its replicas (only looked at when racks matter).
+    partition_racks: list[frozenset[str]] = []
+    if problem.rack_aware:
+        for topic in problem.topics:
+            known = topic.partition_racks[: topic.partition_count]
+            partition_racks.extend(known)
+            partition_racks.extend([frozenset()] * (topic.partition_count - len(known)))
 
     kept: list[list[int]] = [[] for _ in range(member_count)]
     for index, member in enumerate(owner):
@@ -100,7 +119,7 @@ def _assign_homogeneous(problem: Problem) -> list[list[int]]:
             continue
         if problem.rack_aware:
             rack = member_racks[member]
-            member_kept.sort(key=lambda index: (rack not in racks_of(index), index))
+            member_kept.sort(key=lambda index: (rack not in partition_racks[index], index))
         for index in member_kept[target[member] :]:
             owner[index] = UNOWNED
         del member_kept[target[member] :]
@@ -108,7 +127,7 @@ def _assign_homogeneous(problem: Problem) -> list[list[int]]:
     load = [len(member_kept) for member_kept in kept]
     free = [index for index in range(partition_count) if owner[index] == UNOWNED]
     if problem.rack_aware:
-        free = _place_in_racks(problem, free, owner, load, target, racks_of)
+        free = _place_in_racks(problem, free, owner, load, target, partition_racks)
 
     # Deal the rest round the members still short, in member order.
     short = deque(m for m in range(member_count) if load[m] < target[m])
@@ -121,7 +140,7 @@ def _assign_homogeneous(problem: Problem) -> list[list[int]]:
     assert not short, "the free partitions fill every member's share exactly"
 
     if problem.rack_aware and extra:
-        _move_extras_into_racks(problem, free, owner, load, quota, racks_of)
+        _move_extras_into_racks(problem, free, owner, load, quota, partition_racks)
 
     owners: list[list[int]] = []
     start = 0
@@ -145,18 +164,24 @@ def _place_in_racks(
     owner: list[int],
     load: list[int],
     target: list[int],
-    racks_of: Callable[[int], frozenset[str]],
+    partition_racks: list[frozenset[str]],
 ) -> list[int]:
     """Gives free partitions to members of their replicas' racks while such a member is short of
     its share; returns the partitions left. The partitions with the fewest such members go first,
     each to the least loaded of them."""
     by_rack = _members_by_rack(problem)
+    # Per distinct set of replica racks: those with members, and how many members they have.
+    local_racks: dict[frozenset[str], tuple[tuple[str, ...], int]] = {}
     candidates: list[tuple[int, int, tuple[str, ...]]] = []
     left: list[int] = []
     for index in free:
-        racks = tuple(sorted(rack for rack in racks_of(index) if rack in by_rack))
-        if racks:
-            candidates.append((sum(len(by_rack[rack]) for rack in racks), index, racks))
+        replica_racks = partition_racks[index]
+        local = local_racks.get(replica_racks)
+        if local is None:
+            racks = tuple(sorted(rack for rack in replica_racks if rack in by_rack))
+            local = local_racks[replica_racks] = (racks, sum(len(by_rack[rack]) for rack in racks))
+        if local[0]:
+            candidates.append((local[1], index, local[0]))
         else:
             left.append(index)
     if not candidates:
@@ -167,24 +192,29 @@ def _place_in_racks(
         heap = [(load[member], member) for member in members if load[member] < target[member]]
         heapq.heapify(heap)
         heaps[rack] = heap
+    heappop = heapq.heappop
     for _, index, racks in candidates:
-        best: tuple[int, int] | None = None
+        best: list[tuple[int, int]] | None = None
         for rack in racks:
             heap = heaps[rack]
-            while heap and (heap[0][0] != load[heap[0][1]] or load[heap[0][1]] >= target[heap[0][1]]):
-                heapq.heappop(heap)
-            if heap and (best is None or heap[0] < best):
-                best = heap[0]
+            while heap:
+                entry_load, member = heap[0]
+                if entry_load == load[member] and entry_load < target[member]:
+                    if best is None or heap[0] < best[0]:
+                        best = heap
+                    break
+                heappop(heap)
         if best is None:
             left.append(index)
             continue
-        member = best[1]
+        # The member's entry is the top of its rack's heap: replace it by its new load.
+        member = best[0][1]
         owner[index] = member
         load[member] += 1
         if load[member] < target[member]:
-            member_rack = problem.member_racks[member]
-            assert member_rack is not None
-            heapq.heappush(heaps[member_rack], (load[member], member))
+            heapq.heapreplace(best, (load[member], member))
+        else:
+            heappop(best)
     left.sort()
     return left
 
@@ -195,7 +225,7 @@ def _move_extras_into_racks(
     owner: list[int],
     load: list[int],
     quota: int,
-    racks_of: Callable[[int], frozenset[str]],
+    partition_racks: list[frozenset[str]],
 ) -> None:
     """A placed partition in no rack of its owner, whose owner holds one more than the quota, moves
     to a member of one of its racks that holds the quota: the balance is the same, one more partition
@@ -205,8 +235,8 @@ def _move_extras_into_racks(
     remote = [
         index
         for index in placed
-        if member_racks[owner[index]] not in racks_of(index)
-        and any(rack in by_rack for rack in racks_of(index))
+        if member_racks[owner[index]] not in partition_racks[index]
+        and any(rack in by_rack for rack in partition_racks[index])
     ]
     if not remote:
         return
@@ -226,7 +256,7 @@ def _move_extras_into_racks(
         moved = False
         for index in remote:
             member = owner[index]
-            racks = racks_of(index)
+            racks = partition_racks[index]
             if member_racks[member] in racks or load[member] != quota + 1:
                 continue
             best: tuple[int, int] | None = None
@@ -313,15 +343,15 @@ def _assign_heterogeneous(problem: Problem) -> list[list[int]]:
         the giver if it has one."""
         partitions = held[giver][topic]
         chosen: int | None = None
-        if problem.rack_aware:
-            receiver_rack = member_racks[receiver]
+        receiver_rack = member_racks[receiver]
+        if receiver_rack is not None and receiver_rack != member_racks[giver]:
             giver_rack = member_racks[giver]
-            if receiver_rack is not None:
-                for partition in reversed(partitions):
-                    racks = problem.partition_racks(topic, partition)
-                    if receiver_rack in racks and giver_rack not in racks:
-                        chosen = partition
-                        break
+            topic_racks = problem.topics[topic].partition_racks
+            for _, partition in zip(range(RACK_SEARCH_PARTITIONS_MAX), reversed(partitions)):
+                racks = topic_racks[partition] if partition < len(topic_racks) else frozenset()
+                if receiver_rack in racks and giver_rack not in racks:
+                    chosen = partition
+                    break
         if chosen is None:
             chosen, _ = partitions.popitem()
         else:
@@ -331,14 +361,13 @@ def _assign_heterogeneous(problem: Problem) -> list[list[int]]:
         load[giver] -= 1
         return chosen
 
-    _single_moves(problem, owners, held, load, take, give)
+    _single_moves(problem, held, load, take, give)
     _chains(problem, held, load, take, give)
     return owners
 
 
 def _single_moves(
     problem: Problem,
-    owners: list[list[int]],
     held: list[dict[int, dict[int, None]]],
     load: list[int],
     take: Callable[[int, int, int], int],
@@ -347,35 +376,54 @@ def _single_moves(
     """Moves single partitions from a member to a subscriber of the partition's topic with at least
     two fewer, the most loaded members giving first, until no such move is left."""
     subscribers = problem.subscribers
-    subscriptions = problem.subscriptions
-    heaps = [[(load[member], member) for member in topic_subscribers] for topic_subscribers in subscribers]
-    for heap in heaps:
-        heapq.heapify(heap)
+    # Each member's topics, the fewest subscribers first (as when placing free partitions).
+    topic_order = [
+        sorted(subscription, key=lambda topic: (len(subscribers[topic]), topic))
+        for subscription in problem.subscriptions
+    ]
+    heaps: list[list[tuple[int, int]]] = []
 
-    def lightest(topic: int) -> tuple[int, int]:
+    # Topic heaps of (load, member) are corrected lazily, when an outdated entry comes to the top: a
+    # member that gave may then be found late, so a sweep ends with the heaps rebuilt and repeats
+    # until one makes no move (then none is possible).
+    def lightest(topic: int) -> tuple[int, int] | None:
         heap = heaps[topic]
-        while heap[0][0] != load[heap[0][1]]:
-            heapq.heappop(heap)
-        return heap[0]
-
-    def loaded(member: int) -> None:
-        for topic in subscriptions[member]:
-            heapq.heappush(heaps[topic], (load[member], member))
+        while heap:
+            entry_load, member = heap[0]
+            current = load[member]
+            if entry_load == current:
+                return heap[0]
+            heapq.heapreplace(heap, (current, member))
+        return None
 
     moved = True
     while moved:
         moved = False
-        for giver in sorted(range(len(load)), key=lambda member: (-load[member], member)):
-            for topic in list(held[giver]):
-                while topic in held[giver]:
-                    lightest_load, receiver = lightest(topic)
-                    if load[giver] < lightest_load + 2:
-                        break
-                    partition = take(topic, giver, receiver)
-                    give(topic, partition, receiver)
-                    loaded(giver)
-                    loaded(receiver)
-                    moved = True
+        heaps = [
+            [(load[member], member) for member in topic_subscribers] for topic_subscribers in subscribers
+        ]
+        for heap in heaps:
+            heapq.heapify(heap)
+        # The most loaded member that can give gives first: the maximum only falls, so a member
+        # that gave is not given to afterwards (no partition is moved to make room for another).
+        givers = [(-load[member], member) for member in range(len(load)) if held[member]]
+        heapq.heapify(givers)
+        while givers:
+            negative_load, giver = heapq.heappop(givers)
+            if -negative_load != load[giver]:
+                continue
+            for topic in topic_order[giver]:
+                if topic not in held[giver]:
+                    continue
+                entry = lightest(topic)
+                if entry is None or load[giver] < entry[0] + 2:
+                    continue
+                receiver = entry[1]
+                give(topic, take(topic, giver, receiver), receiver)
+                heapq.heappush(givers, (-load[giver], giver))
+                heapq.heappush(givers, (-load[receiver], receiver))
+                moved = True
+                break
 
 
 def _chains(
