@@ -28,6 +28,7 @@ from typing import Any, Self
 from strom.client.errors import ConfigError
 
 __all__ = [
+    "GROUP_PROTOCOLS",
     "KEY_ALIASES",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
@@ -39,6 +40,11 @@ __all__ = [
 ]
 
 _COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+# ``group.protocol``: the classic group protocol or KIP-848's consumer group protocol.
+GROUP_PROTOCOLS = ("classic", "consumer")
+# Consumer settings that only the classic protocol uses (refused with group.protocol=consumer).
+_CLASSIC_ONLY_FIELDS = ("partition_assignment_strategy", "session_timeout_ms", "heartbeat_interval_ms")
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # What strom's client can do; GSSAPI (Kerberos) and OAUTHBEARER are Kafka mechanisms it has not.
@@ -363,6 +369,12 @@ class ConsumerConfig(ClientConfig):
     heartbeat_interval_ms: int = 3_000
     max_poll_interval_ms: int = 300_000
     partition_assignment_strategy: str = "range,cooperative-sticky"
+    # ``classic`` (JoinGroup/SyncGroup/Heartbeat, assignment by the group's leader) or ``consumer``
+    # (KIP-848: ConsumerGroupHeartbeat, assignment by the coordinator). docs/client.md says what differs.
+    group_protocol: str = "classic"
+    # With group.protocol=consumer: the coordinator's assignor to use (``uniform``, ``range``); None
+    # lets the broker choose (the first of its group.consumer.assignors).
+    group_remote_assignor: str | None = None
     fetch_min_bytes: int = 1
     fetch_max_wait_ms: int = 500
     max_partition_fetch_bytes: int = 1_048_576
@@ -376,10 +388,41 @@ class ConsumerConfig(ClientConfig):
     def _convert(cls, key: str, field_name: str, type_name: str, value: object) -> Any:
         if field_name == "partition_assignment_strategy":
             return _to_str_or_list(key, value)
+        if field_name == "group_protocol":
+            # The Java client takes CLASSIC/CONSUMER in any case.
+            return _to_str(key, value).strip().lower()
         return super()._convert(key, field_name, type_name, value)
+
+    @classmethod
+    def _fill_defaults(cls, values: dict[str, Any]) -> None:
+        """Settings of one group protocol given with the other are refused, as the Java client
+        (ConfigException) and librdkafka (a configuration error) do: with ``consumer`` the
+        coordinator assigns and sets the session and heartbeat timing (group.consumer.* on the
+        broker), so a client value would be silently ignored; ``group.remote.assignor`` means
+        nothing to the classic protocol."""
+        protocol = values.get("group_protocol", "classic")
+        if protocol == "consumer":
+            given = [cls.key_of(name) for name in _CLASSIC_ONLY_FIELDS if name in values]
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)} cannot be set when group.protocol=consumer: the coordinator "
+                    "assigns the partitions and sets the session timeout and heartbeat interval "
+                    "(broker settings group.consumer.*); choose its assignor with group.remote.assignor"
+                )
+        elif protocol == "classic" and values.get("group_remote_assignor") is not None:
+            raise ConfigError(
+                "group.remote.assignor cannot be set when group.protocol=classic: it names a "
+                "coordinator-side assignor of group.protocol=consumer; classic groups take "
+                "partition.assignment.strategy"
+            )
 
     def validate(self) -> None:
         super().validate()
+        self._require_choice("group_protocol", GROUP_PROTOCOLS)
+        if self.group_remote_assignor is not None and not self.group_remote_assignor.strip():
+            raise ConfigError(
+                "config 'group.remote.assignor' must not be empty (leave it unset for the broker's default)"
+            )
         self._require_choice("auto_offset_reset", ("earliest", "latest", "none"))
         self._require_choice("isolation_level", ("read_uncommitted", "read_committed"))
         if self.max_poll_records < 1:

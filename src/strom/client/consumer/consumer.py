@@ -21,7 +21,8 @@ from typing import Any, Self, TypeVar
 from strom.assignors import get_assignor
 from strom.client.cluster import TopicPartition
 from strom.client.config import ConsumerConfig
-from strom.client.consumer.coordinator import GroupCoordinator
+from strom.client.consumer.consumer_membership import ConsumerGroupMembership, ConsumerMembershipSettings
+from strom.client.consumer.coordinator import GroupCoordinator, Membership
 from strom.client.consumer.fetcher import Fetcher
 from strom.client.consumer.membership import (
     GroupMembership,
@@ -98,8 +99,21 @@ class Consumer:
         ] = collections.deque()
         self._next_auto_commit_ms = 0
         self._group_lock = threading.Lock()
-        self._membership: GroupMembership | None = None
-        if self.config.group_id:
+        self._membership: Membership | None = None
+        if self.config.group_id and self.config.group_protocol == "consumer":
+            self._membership = ConsumerGroupMembership(
+                ConsumerMembershipSettings(
+                    group_id=self.config.group_id,
+                    group_instance_id=self.config.group_instance_id,
+                    max_poll_interval_ms=self.config.max_poll_interval_ms,
+                    retry_backoff_ms=self.config.retry_backoff_ms,
+                    request_timeout_ms=self.config.request_timeout_ms,
+                    client_rack=self.config.client_rack or None,
+                    server_assignor=self.config.group_remote_assignor,
+                ),
+                _monotonic_ms(),
+            )
+        elif self.config.group_id:
             names = [
                 name.strip() for name in self.config.partition_assignment_strategy.split(",") if name.strip()
             ]
@@ -153,7 +167,7 @@ class Consumer:
         if self._group is not None:
             self._loop_thread.call_soon(self._group.kick)
 
-    def _require_group(self) -> tuple[GroupMembership, GroupCoordinator]:
+    def _require_group(self) -> tuple[Membership, GroupCoordinator]:
         if self._membership is None or self._group is None:
             raise GroupsNotAvailableError(
                 "this consumer has no group.id, so no group coordinator: set group.id to subscribe or commit"
@@ -188,7 +202,8 @@ class Consumer:
         listener: ConsumerRebalanceListener | None = None,
     ) -> None:
         """Join the group for ``topics``: a list of names, or a pattern (a compiled regex, or a string
-        starting with ``^``) matched against every topic, including topics created later. Partitions
+        starting with ``^``, alone or as the only entry of the list) matched against every topic,
+        including topics created later. Partitions
         arrive through rebalances inside ``poll()``; ``listener`` hears about them there."""
         membership, group = self._require_group()
         if self._closed:
@@ -205,7 +220,15 @@ class Consumer:
                 names = [topics] if isinstance(topics, str) else list(topics)
                 if not names or not all(isinstance(name, str) and name for name in names):
                     raise ValueError(f"subscribe() needs topic names or a pattern, not {topics!r}")
-                membership.subscribe(names)
+                if any(name.startswith("^") for name in names):
+                    # librdkafka's convention: a list entry starting with ^ is a pattern.
+                    if len(names) > 1:
+                        raise ValueError(
+                            f"subscribe() takes topic names or one pattern, not both: {topics!r}"
+                        )
+                    membership.subscribe_pattern(re.compile(names[0]))
+                else:
+                    membership.subscribe(names)
         self._loop_thread.call_soon(group.request_metadata_refresh)
 
     def subscription(self) -> set[str]:

@@ -14,10 +14,12 @@ import contextlib
 import functools
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from strom.client.cluster import TopicPartition
+from strom.client.consumer.consumer_membership import ConsumerGroupMembership, StaleMemberEpochError
 from strom.client.consumer.membership import (
     Coordinator,
     GroupMembership,
@@ -34,6 +36,7 @@ from strom.client.errors import (
 )
 from strom.client.transport import Transport
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
 from strom.protocol.messages.find_coordinator import FindCoordinatorRequest
 from strom.protocol.messages.heartbeat import HeartbeatRequest
 from strom.protocol.messages.join_group import JoinGroupRequest
@@ -42,10 +45,12 @@ from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCom
 from strom.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from strom.protocol.messages.sync_group import SyncGroupRequest
 
-__all__ = ["GroupCoordinator", "coordinator_connection_id", "fit_request"]
+__all__ = ["GroupCoordinator", "Membership", "coordinator_connection_id", "fit_request"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# The classic protocol's membership or the consumer protocol's (group.protocol): one interface.
+Membership = GroupMembership | ConsumerGroupMembership
 
 # Connection ids for coordinators, below every bootstrap id (-1, -2, ...).
 _COORDINATOR_CONNECTION_BASE = -1_000_000
@@ -89,7 +94,7 @@ class GroupCoordinator:
     def __init__(
         self,
         transport: Transport,
-        membership: GroupMembership,
+        membership: Membership,
         lock: threading.Lock,
         notify_application: Callable[[], None],
         *,
@@ -193,6 +198,13 @@ class GroupCoordinator:
             async with asyncio.timeout(timeout_ms / 1000):
                 channel = await self.transport.channel(node_id)
                 version = channel.connection.version_for(request.API_KEY)
+                if isinstance(request, ConsumerGroupHeartbeatRequest):
+                    # The membership fits it: the member id and a pattern depend on the version.
+                    membership = self.membership
+                    assert isinstance(membership, ConsumerGroupMembership)
+                    with self.lock:
+                        request = membership.fit_heartbeat(request, version)
+                    return await channel.request(request)
                 return await channel.request(fit_request(request, version))
         except TimeoutError:
             raise KafkaTimeoutError(f"{type(request).__name__} timed out after {timeout_ms} ms") from None
@@ -228,12 +240,16 @@ class GroupCoordinator:
             # counts it gets are what is known, and the next refresh corrects them.
             log.info("group metadata refresh failed: %s", error)
             self._next_metadata_ms = self._now_ms() + self.retry_backoff_ms
+        topics = self.transport.metadata.topics
         counts = {
             name: len(info.partitions)
-            for name, info in self.transport.metadata.topics.items()
+            for name, info in topics.items()
             if info.partitions and not info.is_internal
         }
-        self._feed(lambda now_ms: self.membership.metadata_updated(counts, now_ms))
+        topic_ids = {
+            name: uuid.UUID(info.topic_id) for name, info in topics.items() if info.topic_id is not None
+        }
+        self._feed(lambda now_ms: self.membership.metadata_updated(counts, now_ms, topic_ids))
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -269,16 +285,13 @@ class GroupCoordinator:
                 self._feed(lambda now_ms: self.membership.coordinator_disconnected(now_ms))
                 failure: KafkaError = error
             else:
-                refused = self._feed(functools.partial(self._commit_outcome, response))
+                refused = self._feed(functools.partial(self.membership.commit_outcome, response, offsets))
                 if refused is None:
                     return
                 failure = refused
             if not failure.retriable or self._now_ms() >= deadline_ms:
                 raise failure
             await asyncio.sleep(self.retry_backoff_ms / 1000)
-
-    def _commit_outcome(self, response: OffsetCommitResponse, now_ms: int) -> KafkaError | None:
-        return self.membership.commit_refused(self.membership.on_commit_response(response, now_ms).values())
 
     async def fetch_committed(
         self, partitions: list[TopicPartition], timeout_ms: int
@@ -296,8 +309,10 @@ class GroupCoordinator:
                 async with asyncio.timeout(max(deadline_ms - self._now_ms(), 1) / 1000):
                     channel = await self.transport.channel(node_id)
                     version = channel.connection.version_for(OffsetFetchRequest.API_KEY)
+                    with self.lock:
+                        member = self.membership.offset_fetch_member()
                     response: OffsetFetchResponse = await channel.request(
-                        _offset_fetch_request(group_id, by_topic, version, self.require_stable)
+                        _offset_fetch_request(group_id, by_topic, version, self.require_stable, member)
                     )
                 results, code = _read_offset_fetch(response, version)
                 if code == ErrorCode.NONE:
@@ -305,6 +320,12 @@ class GroupCoordinator:
                 error: KafkaError = error_for_code(code, context=f"OffsetFetch for group {group_id!r}")
                 if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
                     self._feed(lambda now_ms: self.membership.coordinator_disconnected(now_ms))
+                elif code == ErrorCode.STALE_MEMBER_EPOCH:
+                    # The epoch moved on while the request travelled: ask again with the new one.
+                    error = StaleMemberEpochError(
+                        f"OffsetFetch for group {group_id!r}: stale member epoch",
+                        ErrorCode.STALE_MEMBER_EPOCH,
+                    )
             except TimeoutError:
                 error = KafkaTimeoutError(f"OffsetFetch for group {group_id!r} timed out")
             except KafkaConnectionError as connection_error:
@@ -327,17 +348,25 @@ class GroupCoordinator:
 
 
 def _offset_fetch_request(
-    group_id: str, by_topic: dict[str, list[int]], version: int, require_stable: bool = False
+    group_id: str,
+    by_topic: dict[str, list[int]],
+    version: int,
+    require_stable: bool = False,
+    member: tuple[str, int] | None = None,
 ) -> OffsetFetchRequest:
     # require_stable exists from v7; an older broker cannot be asked (as Kafka's consumer, it
     # then fetches without it).
     require_stable = require_stable and version >= 7
     if version >= 8:
+        # v9: a consumer-protocol member names itself and its epoch (the coordinator checks them).
+        member_id, member_epoch = member if member is not None and version >= 9 else (None, -1)
         return OffsetFetchRequest(
             require_stable=require_stable,
             groups=[
                 OffsetFetchRequest.OffsetFetchRequestGroup(
                     group_id=group_id,
+                    member_id=member_id,
+                    member_epoch=member_epoch,
                     topics=[
                         OffsetFetchRequest.OffsetFetchRequestTopics(name=topic, partition_indexes=indexes)
                         for topic, indexes in by_topic.items()

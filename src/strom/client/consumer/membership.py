@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 import itertools
 import re
+import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,14 @@ _COORDINATOR_ERRORS = frozenset(
 )
 # Errors that say this member's generation is gone: its partitions may already belong to others.
 _GENERATION_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
+
+
+def read_find_coordinator(response: FindCoordinatorResponse) -> tuple[int, int, str, int]:
+    """Error code, node id, host and port of a FindCoordinator answer (v4+ lists per key)."""
+    if response.coordinators:
+        entry = response.coordinators[0]
+        return entry.error_code, entry.node_id, entry.host, entry.port
+    return response.error_code, response.node_id, response.host, response.port
 
 
 def _error_code(code: int) -> ErrorCode:
@@ -153,6 +162,8 @@ class RequestKind(enum.Enum):
     SYNC_GROUP = "SyncGroup"
     HEARTBEAT = "Heartbeat"
     LEAVE_GROUP = "LeaveGroup"
+    # The consumer group protocol (consumer_membership.py): join, heartbeat and leave in one API.
+    CONSUMER_GROUP_HEARTBEAT = "ConsumerGroupHeartbeat"
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,8 +355,11 @@ class GroupMembership:
             return None
         return self.subscribed_topics | self.group_topics
 
-    def metadata_updated(self, topic_counts: Mapping[str, int], now_ms: int) -> None:
-        """The client's view of topics changed: partition count of every topic it knows."""
+    def metadata_updated(
+        self, topic_counts: Mapping[str, int], now_ms: int, topic_ids: Mapping[str, uuid.UUID] | None = None
+    ) -> None:
+        """The client's view of topics changed: partition count of every topic it knows (the
+        classic protocol names topics, so ``topic_ids`` is not needed here)."""
         self.topic_counts = dict(topic_counts)
         if self.pattern is not None and self.subscribed:
             matched = self._pattern_topics()
@@ -534,11 +548,7 @@ class GroupMembership:
         self._last_heartbeat_ok_ms = now_ms
 
     def _on_find_coordinator(self, response: FindCoordinatorResponse, now_ms: int) -> None:
-        if response.coordinators:
-            entry = response.coordinators[0]
-            code, node_id, host, port = entry.error_code, entry.node_id, entry.host, entry.port
-        else:
-            code, node_id, host, port = response.error_code, response.node_id, response.host, response.port
+        code, node_id, host, port = read_find_coordinator(response)
         if code != ErrorCode.NONE:
             if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
                 self._fail(
@@ -932,3 +942,13 @@ class GroupMembership:
             )
         first = min(bad, key=lambda c: c.value)
         return KafkaError(f"commit to group {self.settings.group_id!r} failed: {first.name}", first)
+
+    def commit_outcome(
+        self, response: OffsetCommitResponse, offsets: Mapping[TopicPartition, int], now_ms: int
+    ) -> KafkaError | None:
+        """Apply a commit's answer (``on_commit_response``) and give the error it raises, if any."""
+        return self.commit_refused(self.on_commit_response(response, now_ms).values())
+
+    def offset_fetch_member(self) -> tuple[str, int] | None:
+        """The member id and epoch an OffsetFetch carries (v9+): none for a classic group."""
+        return None
