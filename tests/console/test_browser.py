@@ -2,7 +2,8 @@
 broker`` with a live producer and a consumer group that rebalances (confluent-kafka): each page
 is opened and what it shows is checked against the broker's own answers (strom's admin client);
 a topic is created, altered and deleted through the forms; messages are browsed and searched.
-Each page's screenshot is saved to docs/console/ for docs/console.md.
+Each page's screenshot is taken; with STROM_UPDATE_SCREENSHOTS=1 they replace docs/console/*.png,
+which docs/console.md shows.
 
 One browser session and one broker for the module; the tests run in file order and share them.
 """
