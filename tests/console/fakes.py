@@ -29,6 +29,7 @@ class FakeGroup:
     state: str = "Stable"
     protocol_type: str = "consumer"
     protocol: str = "range"
+    group_type: str = "classic"
     # member id -> (client id, host, assigned partitions)
     members: dict[str, tuple[str, str, list[TopicPartition]]] = field(default_factory=dict)
     committed: dict[TopicPartition, int] = field(default_factory=dict)
@@ -133,7 +134,8 @@ class FakeSource:
 
     def groups(self) -> list[GroupListing]:
         return [
-            GroupListing(g, group.protocol_type, group.state) for g, group in sorted(self.group_table.items())
+            GroupListing(g, group.protocol_type, group.state, group.group_type)
+            for g, group in sorted(self.group_table.items())
         ]
 
     def describe_group(self, group_id: str) -> GroupDescription:

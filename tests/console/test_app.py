@@ -334,7 +334,7 @@ def test_message_browser_shows_hex_and_pretty_json(source: FakeSource) -> None:
 def test_groups_and_group_page_show_members_assignment_and_lag(source: FakeSource) -> None:
     console = make_console(source)
     listing = text(get(console, "/groups"))
-    assert re.search(r'<tr data-group="billing">.*?<td>Stable</td><td>consumer</td>', listing)
+    assert re.search(r'<tr data-group="billing">.*?<td>classic</td><td>Stable</td><td>consumer</td>', listing)
     page = text(get(console, "/group?id=billing"))
     assert "id=member-count>1<" in page
     assert "client-a" in page and "orders [0, 1]" in page

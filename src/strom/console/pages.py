@@ -551,9 +551,10 @@ def groups_page(
 ) -> Markup:
     rows = [
         html(
-            '<tr data-group="{}"><td>{}</td><td>{}</td><td>{}</td><td class=num>{}</td></tr>',
+            '<tr data-group="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=num>{}</td></tr>',
             listing.group_id,
             group_link(listing.group_id),
+            listing.group_type or "-",
             listing.state or "-",
             listing.protocol_type or "-",
             number(latest_lag[listing.group_id].lag) if listing.group_id in latest_lag else "-",
@@ -564,7 +565,7 @@ def groups_page(
         "{}{}{}<p class=note>Lag: the console's last sample (taken every {} s) of the records between "
         "each partition's committed offset and its end, summed over the group's partitions.</p>",
         filter_form("/groups", query, "group id contains"),
-        table(["Group", "State", "Protocol type", "Lag"], rows, table_id="groups", empty="no groups"),
+        table(["Group", "Type", "State", "Protocol type", "Lag"], rows, table_id="groups", empty="no groups"),
         cut_note(len(groups), total),
         f"{sample_interval_ms / 1000:g}",
     )
