@@ -865,8 +865,14 @@ class BrokerMetrics:
             group = coordinator.group(group_id)
             if group is None:
                 continue
-            members_total += len(group.members)
-            members.append((group_id, len(group.members)))
+            # A consumer-protocol group keeps its members apart (classic members inside one too).
+            member_count = (
+                len(group.consumer.members)
+                if group.consumer is not None and group.is_consumer_group
+                else len(group.members)
+            )
+            members_total += member_count
+            members.append((group_id, member_count))
             committed = sorted(group.offsets.items())
             fits = len(committed) <= budget  # once a group does not fit, no later one does
             budget = budget - len(committed) if fits else 0

@@ -3,6 +3,7 @@ partition, how the page stays bounded, and that it parses as Prometheus text."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from strom.broker.metrics import (
     records_in,
 )
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
 from strom.protocol.messages.delete_topics import DeleteTopicsRequest
 from strom.protocol.messages.fetch import FetchResponse
 from strom.protocol.messages.find_coordinator import FindCoordinatorRequest
@@ -215,6 +217,25 @@ def test_group_offsets_and_lag_per_partition(broker: InProcessBroker) -> None:
     assert value(samples, "kafka_consumergroup_lag", partition="0", **labels) == 3
     assert value(samples, "kafka_consumergroup_lag", partition="1", **labels) == 0
     assert value(samples, "kafka_consumergroup_members", consumergroup="readers") == 0
+
+
+def test_a_consumer_protocol_group_counts_its_members(broker: InProcessBroker) -> None:
+    create_topic(broker, "shared", partitions=2)
+    broker.call(FindCoordinatorRequest(key="modern"), 1)  # creates __consumer_offsets
+    for _ in range(2):
+        joined = broker.call(
+            ConsumerGroupHeartbeatRequest(
+                group_id="modern",
+                member_id=str(uuid.uuid4()),
+                member_epoch=0,
+                rebalance_timeout_ms=30_000,
+                subscribed_topic_names=["shared"],
+                topic_partitions=[],
+            ),
+            1,
+        )
+        assert joined.error_code == ErrorCode.NONE, joined
+    assert value(scrape(broker), "kafka_consumergroup_members", consumergroup="modern") == 2
 
 
 def test_the_page_stays_bounded(broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch) -> None:
