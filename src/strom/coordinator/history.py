@@ -25,9 +25,10 @@ Durability: a finished entry is written to the group's partition of ``__consumer
 record whose key has version ``HISTORY_KEY_VERSION`` (32100): a strom-only key version, far from
 the versions Kafka uses (0-2 classic, 3-8 consumer groups, a few more for share groups and other
 coordinators, all below 100). Key: int16 32100, string group id, int64 sequence; value: the entry
-(``strom.protocol.group_history``). A Kafka broker reading strom's log would refuse these keys as
-it refuses any unknown version; strom's own loader reads them (``is_history_key``) and still
-refuses any other unknown version. Entries dropped by the bounds (``strom.base.limits``
+(``strom.protocol.group_history``). Before this module strom's loader refused such a key as it
+refuses any unknown version (a corrupt record: skipped with a log line); it now reads these
+(``is_history_key``), refuses a history key or value that does not parse, and still refuses every
+other unknown version. Entries dropped by the bounds (``strom.base.limits``
 ``rebalance_history_*``) are written as tombstones in the same batch as the entry that displaced
 them, so compaction drops them on disk too. Loading keeps the entries' bytes and decodes them only
 when the history is read, so a load costs one key decode per entry. A rebalance still open when
