@@ -425,11 +425,11 @@ def test_a_consumer_groups_history_survives_a_compacted_reload() -> None:
 # ==================================================================== cost
 def test_recording_costs_little_beside_a_100_member_rebalance() -> None:
     """A micro-benchmark of the hooks' share in a 100-member classic rebalance (JoinGroup, SyncGroup
-    with a 1,000-partition assignment) through the coordinator: with the history against a
-    recorder that does nothing. Not a timing assertion beyond a generous sanity bound; the figure
-    is printed for BENCHMARKS.md (pytest -s)."""
+    with a 1,000-partition assignment) through the coordinator, with the history and with hooks
+    that do nothing. The figures are printed (pytest -s; docs/coordinator.md quotes them); what is
+    asserted is what was recorded, not how fast (the machine's load decides that)."""
 
-    def rebalance_ms(recorder_on: bool) -> float:
+    def rebalances(recorder_on: bool) -> tuple[float, list[RebalanceEntry]]:
         harness = Harness(
             CoordinatorConfig(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=1)
         )
@@ -449,11 +449,15 @@ def test_recording_costs_little_beside_a_100_member_rebalance() -> None:
         started = time.perf_counter()
         for _ in range(5):
             group.rejoin_all()
-        return (time.perf_counter() - started) * 1000 / 5
+        elapsed_ms = (time.perf_counter() - started) * 1000 / 5
+        return elapsed_ms, harness.coordinator.history.entries("g")
 
-    off = min(rebalance_ms(False) for _ in range(3))
-    on = min(rebalance_ms(True) for _ in range(3))
+    off = min(rebalances(False)[0] for _ in range(3))
+    runs = [rebalances(True) for _ in range(3)]
+    on = min(elapsed for elapsed, _ in runs)
     print(
         f"100-member classic rebalance through the coordinator: {off:.2f} ms without history, {on:.2f} ms with"
     )
-    assert on < off * 3 + 5  # sanity only: the coordinator-level figure is far below the network one
+    recorded = runs[0][1]
+    assert [entry.trigger for entry in recorded] == ["member-joined"] + ["member-rejoined"] * 5
+    assert len(recorded[0].moves) == 1000 and all(entry.moves == () for entry in recorded[1:])
