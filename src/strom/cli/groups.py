@@ -588,7 +588,7 @@ def history_report(group_id: str, entries: Iterable[RebalanceEntry]) -> Report:
         open_ = entry.end_ms < 0
         rows.append(
             [
-                entry.generation,
+                entry.generation if entry.generation >= 0 else None,
                 entry.protocol,
                 entry.trigger,
                 ", ".join(entry.causes) or None,
