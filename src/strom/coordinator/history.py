@@ -244,6 +244,16 @@ class RebalanceHistory:
             )
         history.open = _Open(CLASSIC, trigger, causes, now_ms, members_before, owners_before)
 
+    def classic_joined_during(self, group: Group, trigger: Trigger, member_id: str) -> None:
+        """A member joined (or rejoined with other metadata) while the group waits for joins: it
+        is one of the rebalance's causes too (a member rejoining unchanged is not)."""
+        history = self._groups.get(group.group_id)
+        if history is None or history.open is None or trigger is Trigger.MEMBER_REJOINED:
+            return
+        causes = history.open.causes
+        if len(causes) < limits.rebalance_history_members_max and member_id not in causes:
+            causes.append(member_id)
+
     def classic_joined(self, group: Group, now_ms: int) -> None:
         """The JoinGroup phase completed: the new generation (with no member left: the end)."""
         history = self._groups.get(group.group_id)

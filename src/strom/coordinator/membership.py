@@ -353,6 +353,7 @@ class Membership:
         if group.state in ALLOWED_PREVIOUS[GroupState.PREPARING_REBALANCE]:
             self.prepare_rebalance(group, reason, trigger, (member_id,))
         elif group.state is GroupState.PREPARING_REBALANCE:
+            self.runtime.history.classic_joined_during(group, trigger, member_id)
             self._try_complete_join(group)
 
     def prepare_rebalance(
