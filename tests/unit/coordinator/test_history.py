@@ -8,6 +8,8 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from strom.assignors.protocol import Assignment, encode_assignment
 from strom.base.clock import ManualClock
@@ -464,3 +466,23 @@ def test_recording_costs_little_beside_a_100_member_rebalance() -> None:
     recorded = history.entries("g")
     assert [entry.trigger for entry in recorded] == ["member-joined"] + ["member-rejoined"] * rounds
     assert len(recorded[0].moves) == 1000 and all(entry.moves == () for entry in recorded[1:])
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_decode_as_an_entry_or_raise_the_decode_error(data: bytes) -> None:
+    """The decoder trusts nothing: bytes are an entry (which encodes back to them) or DecodeError."""
+    try:
+        entry = decode_entry(data)
+    except DecodeError:
+        return
+    assert encode_entry(entry) == data
+
+
+@given(st.binary(max_size=60))
+def test_any_history_key_decodes_or_is_a_corrupt_record(data: bytes) -> None:
+    key = b"\x7dd" + data
+    try:
+        decoded = decode_history_key(key)
+    except CorruptCoordinatorRecord:
+        return
+    assert history_key_bytes(*decoded) == key
