@@ -288,3 +288,14 @@ console_lag_groups_max = 1_000
 # long a person takes to look at a page before the next click.
 console_snapshot_fresh_ms = 5_000
 console_snapshot_stale_ms = 60_000
+# Rebalance history (strom.coordinator.history): the rebalances kept per group, and in all. An entry
+# costs about 100 bytes plus its member ids and moves, in memory and as one record of the group's
+# __consumer_offsets partition: fifty show a group's recent past (hours of a flapping group) and a
+# broker holding 10,000 groups keeps at most ~20,000 entries (tens of MB at worst) — the oldest
+# entries of any group are dropped first, and their records deleted so compaction drops them too.
+rebalance_history_per_group_max = 50
+rebalance_history_total_max = 20_000
+# Member ids listed before/after and partition moves one entry keeps (the rest are counted): an
+# entry stays one small record however large the group (a 1,000-partition move is ~60 KB).
+rebalance_history_members_max = 1_000
+rebalance_history_moves_max = 1_000

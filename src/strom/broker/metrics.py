@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from strom.base import limits
+from strom.coordinator.history import DURATION_BUCKETS_MS, Trigger
 from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -926,6 +927,28 @@ class BrokerMetrics:
         lines.append(f"strom_group_members {members_total}")
         family("strom_rebalances_total", "counter", "Rebalances started.")
         lines.append(f"strom_rebalances_total {coordinator.rebalances_total}")
+        history = coordinator.history
+        family(
+            "strom_rebalances_recorded_total",
+            "counter",
+            "Rebalances finished (completed or superseded) by trigger, as the rebalance history records them.",
+        )
+        for trigger in Trigger:
+            count = history.finished_by_trigger.get(trigger.value, 0)
+            lines.append(f'strom_rebalances_recorded_total{{trigger="{trigger.value}"}} {count}')
+        family(
+            "strom_rebalance_duration_ms",
+            "histogram",
+            "Time from a rebalance's start to its end (classic: Stable; consumer protocol: every member reconciled).",
+        )
+        cumulative = 0
+        for bound, count in zip(DURATION_BUCKETS_MS, history.duration_bucket_counts, strict=False):
+            cumulative += count
+            lines.append(f'strom_rebalance_duration_ms_bucket{{le="{bound}"}} {cumulative}')
+        total = sum(history.duration_bucket_counts)
+        lines.append(f'strom_rebalance_duration_ms_bucket{{le="+Inf"}} {total}')
+        lines.append(f"strom_rebalance_duration_ms_sum {history.duration_sum_ms}")
+        lines.append(f"strom_rebalance_duration_ms_count {total}")
 
     def _render_process(self, lines: list[str], family: Callable[[str, str, str], None]) -> None:
         times = os.times()

@@ -1,4 +1,5 @@
-"""``strom groups``: list, describe (with lag), delete consumer groups and reset their offsets.
+"""``strom groups``: list, describe (with lag), delete consumer groups and reset their offsets;
+``history`` prints a group's rebalances as the coordinator recorded them (a strom broker only).
 
 The admin client's group operations (``list_groups``, ``describe_groups``,
 ``describe_consumer_protocol_groups``, ``list_group_offsets``, ``alter_group_offsets``,
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     )
     from strom.client.admin import GroupDescription as ClientGroupDescription
     from strom.client.cluster import TopicPartition
+    from strom.protocol.group_history import RebalanceEntry
 
 __all__ = [
     "INACTIVE_GROUP_STATES",
@@ -55,6 +57,7 @@ __all__ = [
     "consumer_description_view",
     "describe_group_report",
     "description_view",
+    "history_report",
     "is_active",
     "list_groups_report",
     "listing_rows",
@@ -111,6 +114,21 @@ def register(commands: Any) -> None:
     )
     describe.add_argument("groups", nargs="*", metavar="GROUP", help="the groups to describe")
     describe.add_argument("--all-groups", action="store_true", help="describe every group")
+
+    history = add_command(
+        subcommands,
+        "history",
+        help_text="a group's rebalances: why, who, how long each phase took, which partitions moved",
+        description=(
+            "The rebalances the group's coordinator recorded, oldest first (a strom broker only: "
+            "StromGroupHistory, API key 32100). Each: the generation (classic) or group epoch "
+            "(consumer protocol) it produced, its trigger and the members that caused it, when it "
+            "began, the time waiting for joins and for the assignment, the members before and "
+            "after, and the partitions that moved from one member to another."
+        ),
+        run=_history,
+    )
+    history.add_argument("group", metavar="GROUP")
 
     delete = add_command(
         subcommands,
@@ -552,6 +570,75 @@ def _refuse_if_active(description: GroupDescription, doing: str) -> None:
             f"cannot {doing} group {description.group_id!r}: it has {len(description.members)} active "
             f"member(s) (state {description.state}); stop its consumers first"
         )
+
+
+def _time_text(wall_ms: int) -> str:
+    if wall_ms < 0:
+        return "-"
+    moment = time.gmtime(wall_ms / 1000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", moment) + f".{wall_ms % 1000:03d}Z"
+
+
+def history_report(group_id: str, entries: Iterable[RebalanceEntry]) -> Report:
+    """One row per rebalance, then one per moved partition; the JSON is each entry's fields."""
+    entries = list(entries)
+    rows: list[Sequence[object]] = []
+    moves: list[Sequence[object]] = []
+    for entry in entries:
+        open_ = entry.end_ms < 0
+        rows.append(
+            [
+                entry.generation if entry.generation >= 0 else None,
+                entry.protocol,
+                entry.trigger,
+                ", ".join(entry.causes) or None,
+                _time_text(entry.start_ms),
+                entry.join_ms,
+                None if open_ else entry.assignment_ms,
+                None if open_ else entry.duration_ms,
+                entry.outcome,
+                f"{len(entry.members_before)} -> {len(entry.members_after)}" if not open_ else None,
+                len(entry.moves) + entry.moves_omitted,
+            ]
+        )
+        moves.extend(
+            [entry.generation, move.topic, move.partition, move.from_member, move.to_member]
+            for move in entry.moves
+        )
+    tables = [
+        Table(
+            [
+                "GENERATION",
+                "PROTOCOL",
+                "TRIGGER",
+                "CAUSED-BY",
+                "START",
+                "JOIN-MS",
+                "ASSIGN-MS",
+                "TOTAL-MS",
+                "OUTCOME",
+                "MEMBERS",
+                "MOVED",
+            ],
+            rows,
+            title=f"rebalances of group {group_id}",
+        )
+    ]
+    if moves:
+        tables.append(
+            Table(["GENERATION", "TOPIC", "PARTITION", "FROM", "TO"], moves, title="partitions moved")
+        )
+    report = Report({"group": group_id, "rebalances": [entry.to_json() for entry in entries]}, tables)
+    if not entries:
+        report.notes.append(f"group {group_id} has no rebalance recorded")
+    return report
+
+
+def _history(arguments: argparse.Namespace) -> int:
+    with open_admin(arguments) as admin:
+        entries = admin.group_history(arguments.group)
+    write_report(history_report(arguments.group, entries), arguments.output)
+    return 0
 
 
 def _delete(arguments: argparse.Namespace) -> int:

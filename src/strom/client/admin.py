@@ -46,6 +46,12 @@ from strom.client.scram_credentials import (
 )
 from strom.client.transport import LoopThread, Transport
 from strom.protocol.errors import ErrorCode
+from strom.protocol.group_history import (
+    RebalanceEntry,
+    StromGroupHistoryRequest,
+    StromGroupHistoryResponse,
+    decode_entry,
+)
 from strom.protocol.messages.alter_client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
 from strom.protocol.messages.alter_configs import AlterConfigsRequest
 from strom.protocol.messages.consumer_group_describe import (
@@ -1187,6 +1193,27 @@ class Admin:
             raise ProtocolError(f"describe group {group_id!r}: the response does not name the group")
 
         return self._on_coordinator(group_id, describe)
+
+    def group_history(self, group_id: str) -> list[RebalanceEntry]:
+        """The group's rebalances as its coordinator recorded them, oldest first (the last one with
+        ``end_ms`` -1 if one is under way). strom-only (StromGroupHistory, API key 32100): a broker
+        that does not advertise it raises UnsupportedVersionError saying so."""
+
+        async def ask(coordinator: int) -> list[RebalanceEntry]:
+            try:
+                version = await self._version(coordinator, StromGroupHistoryRequest.API_KEY)
+            except UnsupportedVersionError:
+                raise UnsupportedVersionError(
+                    "the group's coordinator keeps no rebalance history (a strom broker does)"
+                ) from None
+            response: StromGroupHistoryResponse = await self._transport.send(
+                coordinator, StromGroupHistoryRequest(group_id=group_id)
+            )
+            assert version == 0
+            _raise_for(response.error_code, response.error_message, f"history of group {group_id!r}")
+            return [decode_entry(entry) for entry in response.entries]
+
+        return self._on_coordinator(group_id, ask)
 
     def delete_groups(self, group_ids: Iterable[str]) -> None:
         """Delete each group and its offsets. Refused (NON_EMPTY_GROUP) while a group has members;

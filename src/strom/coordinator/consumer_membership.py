@@ -49,6 +49,7 @@ from strom.coordinator.consumer_records import (
 from strom.coordinator.consumer_step import GroupStep, compile_subscription_regex
 from strom.coordinator.consumer_topics import TopicsView
 from strom.coordinator.group import Group
+from strom.coordinator.history import Trigger
 from strom.coordinator.records import Record
 from strom.coordinator.runtime import CoordinatorRuntime
 from strom.coordinator.state import GroupState
@@ -296,19 +297,30 @@ class ConsumerMembership:
             _, fail = consumer.waiting.popleft()
             fail(error)
 
-    def write(self, group: Group, records: list[Record], after: Callable[[ErrorCode], None]) -> None:
-        """Write ``records`` (applied once written), then ``after(error)``, then what waited."""
+    def write(
+        self,
+        group: Group,
+        records: list[Record],
+        after: Callable[[ErrorCode], None],
+        removal: Trigger | None = None,
+    ) -> None:
+        """Write ``records`` (applied once written), then ``after(error)``, then what waited
+        (``removal``: why the members these records remove are removed, for the history)."""
         consumer = group.consumer
         assert consumer is not None
         if not records:
             after(ErrorCode.NONE)
             return
         consumer.writing = True
+        history = self.runtime.history
+        snapshot = history.consumer_snapshot(consumer, records)
 
         def written(error: ErrorCode) -> None:
             consumer.writing = False
             if error == ErrorCode.NONE and self.runtime.groups.get(group.group_id) is not group:
                 error = ErrorCode.NOT_COORDINATOR
+            if error == ErrorCode.NONE:
+                history.consumer_written(consumer, snapshot, removal, self.runtime.now_wall_ms())
             after(error)
             self._forget_if_unused(group)
             self._drain(group)
@@ -540,7 +552,13 @@ class ConsumerMembership:
         else:
             self.write(group, records, written)
 
-    def remove_members(self, group: Group, member_ids: list[str], after: Callable[[ErrorCode], None]) -> None:
+    def remove_members(
+        self,
+        group: Group,
+        member_ids: list[str],
+        after: Callable[[ErrorCode], None],
+        removal: Trigger = Trigger.MEMBER_LEFT,
+    ) -> None:
         """Members leave or are fenced: a new epoch and target for the others; or, when only
         classic members are left and the policy allows, the group becomes a classic group."""
         consumer = group.consumer
@@ -570,7 +588,7 @@ class ConsumerMembership:
 
                 self.write(group, records, converted)
                 return
-        self.write(group, self.step.removal_plan(consumer, member_ids).records, removed)
+        self.write(group, self.step.removal_plan(consumer, member_ids).records, removed, removal)
 
     # ================================================================ members removed by time
     def arm_session(self, group: Group, member_id: str) -> None:
@@ -642,7 +660,12 @@ class ConsumerMembership:
                 if error != ErrorCode.NONE and group.consumer is consumer and member_id in consumer.members:
                     self.arm_session(group, member_id)  # try again later
 
-            self.remove_members(group, [member_id], written)
+            self.remove_members(
+                group,
+                [member_id],
+                written,
+                Trigger.SESSION_EXPIRED if revoking_epoch is None else Trigger.REBALANCE_TIMED_OUT,
+            )
 
         self.run(group, fence, lambda error: None)
 

@@ -17,6 +17,7 @@ from strom.coordinator.consumer_classic import ClassicMembers
 from strom.coordinator.consumer_membership import ConsumerMembership
 from strom.coordinator.consumer_topics import NoTopics, TopicsView
 from strom.coordinator.group import Group, JoinResult, SyncResult
+from strom.coordinator.history import RebalanceHistory
 from strom.coordinator.membership import Membership, join_response, sync_response
 from strom.coordinator.offsets import Offsets
 from strom.coordinator.records import CoordinatorLogWriter
@@ -25,6 +26,7 @@ from strom.coordinator.state import GroupState
 from strom.coordinator.timers import Timer, offsets_expiry_key
 from strom.coordinator.transactional_offsets import TransactionalOffsets
 from strom.protocol.errors import ErrorCode
+from strom.protocol.group_history import RebalanceEntry
 from strom.protocol.messages.consumer_group_describe import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -155,6 +157,7 @@ class GroupCoordinator:
                     consumer.empty_since_ms = self._runtime.now_wall_ms()
             self._membership.arm_loaded_sessions(group)
             self._consumer.arm_loaded(group)
+        self._runtime.history.loaded(group.group_id for group in self._groups_of(partition) if group.members)
 
     def unload(self, partition: int) -> None:
         """The partition moved away: forget its groups, answering parked requests NOT_COORDINATOR."""
@@ -163,6 +166,7 @@ class GroupCoordinator:
         self._runtime.partitions.pop(partition, None)
         self._runtime.open_transactions.pop(partition, None)
         self._runtime.markers_while_loading.pop(partition, None)
+        self._runtime.history.unload(partition)
 
     def owns(self, group_id: str) -> bool:
         return self._runtime.partition_of(group_id) in self._runtime.partitions
@@ -288,6 +292,30 @@ class GroupCoordinator:
     @property
     def rebalances_total(self) -> int:
         return self._runtime.rebalances_total
+
+    # ---------------------------------------------------------------- rebalance history
+    def group_history(self, group_id: str) -> tuple[ErrorCode, list[RebalanceEntry]]:
+        """The group's finished rebalances, oldest first, then the one under way (end_ms -1):
+        NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS if this coordinator cannot answer,
+        GROUP_ID_NOT_FOUND if it has neither the group nor any history of it."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, []
+        error = self._runtime.group_error(group_id)
+        if error is not None:
+            return error, []
+        history = self._runtime.history
+        entries = history.entries(group_id)
+        in_progress = history.in_progress(group_id)
+        if in_progress is not None:
+            entries.append(in_progress)
+        if not entries and group_id not in self._runtime.groups:
+            return ErrorCode.GROUP_ID_NOT_FOUND, []
+        return ErrorCode.NONE, entries
+
+    @property
+    def history(self) -> RebalanceHistory:
+        """The rebalance history (its counters feed /metrics)."""
+        return self._runtime.history
 
     def group_states(self) -> dict[str, str]:
         """Each group's state: a classic group's, or a consumer group's (Empty, Assigning,

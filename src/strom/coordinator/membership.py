@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from strom.base import limits
 from strom.coordinator.consumer_records import group_tombstones
 from strom.coordinator.group import Group, JoinCallback, JoinResult, Member, SyncCallback, SyncResult
+from strom.coordinator.history import Trigger
 from strom.coordinator.records import group_key_bytes, group_value_bytes, group_write_error
 from strom.coordinator.runtime import CoordinatorRuntime
 from strom.coordinator.state import ALLOWED_PREVIOUS, GroupState
@@ -328,11 +329,14 @@ class Membership:
         if group.initial_delay_active:
             group.new_member_added = True
         self._arm_session(group, member)
-        self._maybe_prepare_rebalance(group, f"member {member.member_id} joined")
+        self._maybe_prepare_rebalance(
+            group, f"member {member.member_id} joined", Trigger.MEMBER_JOINED, member.member_id
+        )
 
     def _update_member_and_rebalance(
         self, group: Group, member: Member, template: Member, callback: JoinCallback
     ) -> None:
+        trigger = self.runtime.history.classic_trigger(group, member.protocols, template.protocols)
         member.protocols = template.protocols
         member.rebalance_timeout_ms = template.rebalance_timeout_ms
         member.session_timeout_ms = template.session_timeout_ms
@@ -342,18 +346,22 @@ class Membership:
         member.answer_join(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
         member.join_callback = callback
         self._arm_session(group, member)
-        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined", trigger, member.member_id)
 
     # ================================================================ rebalance
-    def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
+    def _maybe_prepare_rebalance(self, group: Group, reason: str, trigger: Trigger, member_id: str) -> None:
         if group.state in ALLOWED_PREVIOUS[GroupState.PREPARING_REBALANCE]:
-            self.prepare_rebalance(group, reason)
+            self.prepare_rebalance(group, reason, trigger, (member_id,))
         elif group.state is GroupState.PREPARING_REBALANCE:
+            self.runtime.history.classic_joined_during(group, trigger, member_id)
             self._try_complete_join(group)
 
-    def prepare_rebalance(self, group: Group, reason: str) -> None:
+    def prepare_rebalance(
+        self, group: Group, reason: str, trigger: Trigger = Trigger.OTHER, causes: tuple[str, ...] = ()
+    ) -> None:
         log.info("group %s: rebalancing: %s", group.group_id, reason)
         runtime = self.runtime
+        runtime.history.classic_started(group, trigger, causes, runtime.now_wall_ms())
         if group.state is GroupState.COMPLETING_REBALANCE:
             self._reset_and_propagate(group, ErrorCode.REBALANCE_IN_PROGRESS)
         runtime.timer.cancel(sync_timeout_key(group.group_id))
@@ -428,6 +436,7 @@ class Membership:
             )
         group.generation_id += 1
         now_ms = runtime.now_wall_ms()
+        runtime.history.classic_joined(group, now_ms)
         if not group.members:
             group.protocol_name = None
             group.leader_id = None
@@ -465,10 +474,14 @@ class Membership:
         """Members that never sent SyncGroup for this generation are dropped (as Kafka 3 does)."""
         if group.state is not GroupState.COMPLETING_REBALANCE or group.generation_id != generation_id:
             return
-        for member_id in sorted(group.pending_sync_members):
-            if member_id in group.members:
-                self._remove_member(group, member_id)
-        self.prepare_rebalance(group, "members did not send SyncGroup in time")
+        dropped = tuple(
+            sorted(member_id for member_id in group.pending_sync_members if member_id in group.members)
+        )
+        for member_id in dropped:
+            self._remove_member(group, member_id)
+        self.prepare_rebalance(
+            group, "members did not send SyncGroup in time", Trigger.SYNC_TIMED_OUT, dropped
+        )
 
     def _reset_and_propagate(self, group: Group, error: ErrorCode) -> None:
         assert group.state is GroupState.COMPLETING_REBALANCE, group.state
@@ -546,7 +559,7 @@ class Membership:
             # A parked request keeps its member alive; the rebalance or sync timeout bounds it.
             self._arm_session(group, member)
             return
-        self._remove_member_and_update_group(group, member_id)
+        self._remove_member_and_update_group(group, member_id, Trigger.SESSION_EXPIRED)
 
     def _expire_pending_member(self, group: Group, member_id: str) -> None:
         if member_id not in group.pending_members:
@@ -562,10 +575,10 @@ class Membership:
         member.answer_sync(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         return member
 
-    def _remove_member_and_update_group(self, group: Group, member_id: str) -> None:
+    def _remove_member_and_update_group(self, group: Group, member_id: str, trigger: Trigger) -> None:
         self._remove_member(group, member_id)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self.prepare_rebalance(group, f"member {member_id} left or expired")
+            self.prepare_rebalance(group, f"member {member_id} left or expired", trigger, (member_id,))
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
 
@@ -634,12 +647,16 @@ class Membership:
                 return  # the group moved on; whoever moved it answered the parked syncs
             if error != ErrorCode.NONE:
                 self._reset_and_propagate(group, group_write_error(error))
-                self.prepare_rebalance(group, f"writing the assignment failed: {error.name}")
+                self.prepare_rebalance(
+                    group, f"writing the assignment failed: {error.name}", Trigger.ASSIGNMENT_WRITE_FAILED
+                )
                 return
             # The assignments were set by replaying the written record (runtime.write).
             self.runtime.timer.cancel(sync_timeout_key(group.group_id))
             group.pending_sync_members.clear()
-            group.transition_to(GroupState.STABLE, self.runtime.now_wall_ms())
+            now_ms = self.runtime.now_wall_ms()
+            group.transition_to(GroupState.STABLE, now_ms)
+            self.runtime.history.classic_synced(group, assignments, now_ms)
             self._propagate_assignment(group, ErrorCode.NONE)
 
         self._write_group(group, written, assignments)
@@ -741,7 +758,7 @@ class Membership:
             return ErrorCode.NONE
         if member_id not in group.members:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        self._remove_member_and_update_group(group, member_id)
+        self._remove_member_and_update_group(group, member_id, Trigger.MEMBER_LEFT)
         return ErrorCode.NONE
 
     def restart_after_failed_conversion(self, group: Group) -> None:

@@ -21,6 +21,7 @@ from strom.coordinator.consumer_records import (
     decode_consumer_key,
 )
 from strom.coordinator.group import Group, Member
+from strom.coordinator.history import RebalanceHistory, is_history_key
 from strom.coordinator.partitioning import partition_for_group
 from strom.coordinator.records import (
     CoordinatorLogWriter,
@@ -42,6 +43,10 @@ from strom.coordinator.timers import (
 )
 from strom.protocol.coordinator_records.group_metadata import GroupMetadataValue
 from strom.protocol.errors import ErrorCode
+
+
+def _ignore_outcome(error: ErrorCode) -> None:
+    """A history record that failed to be written is lost; the group goes on."""
 
 
 class PartitionStatus(Enum):
@@ -117,6 +122,10 @@ class CoordinatorRuntime:
         # Markers written to a partition while it was loading: applied once it has loaded (the
         # load may have read the log before them).
         self.markers_while_loading: dict[int, list[tuple[int, bool]]] = {}
+        # Each group's past rebalances (written to the group's partition as they finish).
+        self.history = RebalanceHistory(
+            self.partition_of, lambda group_id, records: self.write(group_id, records, _ignore_outcome)
+        )
 
     # ---------------------------------------------------------------- ownership
     def partition_of(self, group_id: str) -> int:
@@ -215,6 +224,9 @@ class CoordinatorRuntime:
     def apply_record(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
         if len(key) >= 2 and key[0] == 0 and key[1] in CONSUMER_KEY_VERSIONS:
             self._apply_consumer(decode_consumer_key(key[1], key[2:]), value, loading=loading)
+            return
+        if key[:1] == b"\x7d" and is_history_key(key):
+            self.history.replay(key, value, loading=loading)
             return
         decoded_key = decode_key(key)
         if isinstance(decoded_key, OffsetKey):

@@ -1,24 +1,34 @@
-"""Lookups by API key over the generated codecs."""
+"""Lookups by API key over the generated codecs, and strom's own API (``strom.protocol.group_history``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from strom.protocol.group_history import StromGroupHistoryRequest, StromGroupHistoryResponse
 from strom.protocol.messages import API_NAMES, REQUESTS, RESPONSES
 
 __all__ = ["api_name", "request_class", "response_class"]
 
+# APIs only strom has (hand-written, outside the generated package): key -> (request, response).
+STROM_ONLY_APIS: dict[int, tuple[type[Any], type[Any]]] = {
+    StromGroupHistoryRequest.API_KEY: (StromGroupHistoryRequest, StromGroupHistoryResponse),
+}
+
 
 def request_class(api_key: int) -> type[Any]:
-    """The generated request class for `api_key`; KeyError if Kafka defines no such API."""
-    return REQUESTS[api_key]
+    """The request class for `api_key`; KeyError if neither Kafka nor strom defines such an API."""
+    found = REQUESTS.get(api_key)
+    return found if found is not None else STROM_ONLY_APIS[api_key][0]
 
 
 def response_class(api_key: int) -> type[Any]:
-    """The generated response class for `api_key`; KeyError if Kafka defines no such API."""
-    return RESPONSES[api_key]
+    """The response class for `api_key`; KeyError if neither Kafka nor strom defines such an API."""
+    found = RESPONSES.get(api_key)
+    return found if found is not None else STROM_ONLY_APIS[api_key][1]
 
 
 def api_name(api_key: int) -> str:
     """The API's name ("Produce", "ApiVersions", ...), or "Unknown(<key>)" for a key Kafka lacks."""
+    if api_key in STROM_ONLY_APIS:
+        return "StromGroupHistory"
     return API_NAMES.get(api_key, f"Unknown({api_key})")

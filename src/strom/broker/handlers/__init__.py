@@ -16,6 +16,7 @@ def register_all() -> None:
         configs,
         consumer_groups,
         fetch,
+        group_history,
         groups,
         list_offsets,
         log_dirs,
