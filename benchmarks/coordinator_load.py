@@ -36,11 +36,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from benchmarks.report import replace_section
 from strom.assignors import Assignment, Subscription, encode_assignment, encode_subscription
 from strom.base.clock import SystemClock
+from strom.broker.group_topics import BrokerTopics
 from strom.broker.groups import OFFSETS_TOPIC_CONFIG, GroupService
+from strom.broker.replication import Replication
 from strom.coordinator import OFFSETS_TOPIC, CoordinatorConfig, GroupState, partition_for_group
 from strom.coordinator.records import (
     CommittedOffset,
@@ -156,7 +159,9 @@ async def load_once(
     logs = LogManager(data_dir, LogConfig(), clock)
     logs.load()
     config = CoordinatorConfig(offsets_topic_num_partitions=partitions)
-    service = GroupService(config, logs, clock, lambda topic, partition: None, lambda partition: None)
+    # Classic groups only: the consumer-protocol groups' view of the topics is never asked.
+    topics = BrokerTopics(lambda: cast(Replication, None), dict)
+    service = GroupService(config, logs, clock, lambda topic, partition: None, lambda partition: None, topics)
     service.start(load=False)
     started = time.perf_counter()
     started_cpu = time.process_time()
