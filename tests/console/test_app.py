@@ -524,7 +524,9 @@ def test_history_page_draws_each_rebalance_with_its_phases_newest_first(history_
         "3.1 s",
         "completed",
     ]
-    assert "before (1): member-1" in middle[9] and "after (2): member-1, member-2" in middle[9]
+    assert middle[9] == (
+        '<div>before (1): member-1</div><div>after (2): member-1, <span class="joined" title="joined">member-2</span></div>'
+    )
     assert "<li>orders-1: member-1 → member-2</li>" in middle[10]
     assert "<li>orders-0: nobody → member-1</li><li>orders-1: nobody → member-1</li>" in oldest[10]
 
@@ -539,6 +541,8 @@ def test_history_page_names_a_consumer_groups_epochs_and_an_unknown_trigger(sour
     assert "epoch 7" in rows[1] and f'fill="{pages.OTHER_COLOUR}"' in rows[1]
     assert 'class="rebalance superseded"' in rows[0]
     assert "member-left · superseded · 0 ms · by b" in rows[0]
+    left = table_rows(page)[0]
+    assert '<div>before (2): a, <span class="left" title="left">b</span></div><div>after (1): a</div>' in left
     assert "<td>none</td>" not in page  # no moves recorded is "none" in the moves column only
     assert [re.findall(r"<td[^>]*>(.*?)</td>", row)[-1] for row in table_rows(page)] == ["none", "none"]
 
@@ -555,7 +559,7 @@ def test_history_page_escapes_member_ids_topic_names_and_triggers(source: FakeSo
             1_000,
             100,
             (EVIL,),
-            (EVIL, "member-2"),
+            ("member-2",),
             (PartitionMove(EVIL, 0, EVIL, "member-2"),),
         )
     ]
@@ -574,6 +578,7 @@ def test_history_page_escapes_member_ids_topic_names_and_triggers(source: FakeSo
     (listed,) = table_rows(page)
     assert f"<li>{escaped}&lt;img src=x onerror=alert(2)&gt;-0: {escaped}" in listed
     assert f"<td class=causes>{escaped}" in listed
+    assert f'before (1): <span class="left" title="left">{escaped}' in listed  # left the group
     assert "<svg class=swatch" in page and f"</svg> {escaped}" in page  # the legend names it, escaped
 
 

@@ -752,8 +752,8 @@ _BAR_X0 = 200
 _BAR_X1 = 590
 _TEXT_X = 600
 _ROW_HEIGHT = 26
-_OVERVIEW_HEIGHT = 74
-_ROW_TEXT_CHARS = 68
+_OVERVIEW_HEIGHT = 80
+_ROW_TEXT_CHARS = 62
 
 
 @dataclass(frozen=True)
@@ -830,6 +830,26 @@ def member_list(members: Sequence[str], members_max: int) -> str:
     return shown or "none"
 
 
+def member_changes(
+    members: Sequence[str], other: Sequence[str] | None, mark: str, members_max: int
+) -> Markup:
+    """``members`` listed (at most ``members_max``), each not in ``other`` marked ``mark``
+    ("joined" or "left"); ``other`` None: nothing to compare with (a rebalance under way)."""
+    others = set(other) if other is not None else set(members)
+    listed = join(
+        (
+            html('<span class="{}" title="{}">{}</span>', mark, mark, member)
+            if member not in others
+            else member
+            for member in members[:members_max]
+        ),
+        ", ",
+    )
+    if len(members) > members_max:
+        listed = html("{} … and {} more", listed, f"{len(members) - members_max:,}")
+    return listed or Markup("none")
+
+
 def rebalance_timeline(entries: Sequence[RebalanceEntry], now_ms: int, members_max: int) -> Markup:
     """The rebalances (newest first) as an inline SVG, no script: above, when each happened on one
     time axis (a mark per rebalance, in its trigger's colour); below, a row per rebalance with its
@@ -849,11 +869,15 @@ def rebalance_timeline(entries: Sequence[RebalanceEntry], now_ms: int, members_m
         return (_BAR_X1 - _BAR_X0) * ms / longest_ms
 
     marks = []
+    labelled_x = -100.0
     for entry, p in zip(reversed(entries), reversed(phases), strict=True):
         x = overview_x(p.start_ms)
+        if x - labelled_x >= 24 and entry.generation >= 0:  # its number above it, where there is room
+            marks.append(html('<text x="{}" y="27" class=label>{}</text>', f"{x:.1f}", entry.generation))
+            labelled_x = x
         marks.append(
             html(
-                '<rect class=mark x="{}" y="22" width="{}" height="16" fill="{}"><title>{} · {} · {}</title></rect>',
+                '<rect class=mark x="{}" y="31" width="{}" height="14" fill="{}"><title>{} · {} · {}</title></rect>',
                 f"{x:.1f}",
                 f"{max(overview_x(p.end_ms) - x, 3):.1f}",
                 trigger_colour(entry.trigger),
@@ -863,9 +887,9 @@ def rebalance_timeline(entries: Sequence[RebalanceEntry], now_ms: int, members_m
             )
         )
     overview = html(
-        '<text x="{}" y="14" class=label>when (oldest to newest)</text>'
-        '<line x1="{}" y1="42" x2="{}" y2="42" class=axis></line>{}'
-        '<text x="{}" y="56" class=label>{}</text><text x="{}" y="56" class=label text-anchor=end>{}</text>',
+        '<text x="{}" y="12" class=label>when, oldest to newest (a mark per rebalance, its generation or epoch above it)</text>'
+        '<line x1="{}" y1="47" x2="{}" y2="47" class=axis></line>{}'
+        '<text x="{}" y="61" class=label>{}</text><text x="{}" y="61" class=label text-anchor=end>{}</text>',
         left,
         left,
         right,
@@ -1008,7 +1032,8 @@ def group_history_page(
         "and the members that caused it), how long it waited for members to join and then for the "
         "assignment (classic protocol: JoinGroup, then SyncGroup until the leader's assignment is "
         "written; consumer protocol: the target assignment is computed at once, then members "
-        "reconcile to it), the members before and after, and the partitions that changed owner. "
+        "reconcile to it), the members before and after (those that joined in green, those that left struck "
+        "through), and the partitions that changed owner. "
         "The coordinator keeps a group's recent rebalances only (strom: the last 50). Times are UTC.</p>"
     )
     if not shown:
@@ -1062,9 +1087,13 @@ def group_history_page(
                 duration_text(p.duration_ms) + (" so far" if p.under_way else ""),
                 outcome_text(entry),
                 number(len(entry.members_before)),
-                member_list(entry.members_before, bounds.members),
+                member_changes(
+                    entry.members_before, None if p.under_way else entry.members_after, "left", bounds.members
+                ),
                 "-" if p.under_way else number(len(entry.members_after)),
-                "not yet known" if p.under_way else member_list(entry.members_after, bounds.members),
+                "not yet known"
+                if p.under_way
+                else member_changes(entry.members_after, entry.members_before, "joined", bounds.members),
                 moves_cell,
             )
         )

@@ -61,6 +61,8 @@ svg.swatch { width: 12px; height: 12px; vertical-align: -1px; }
 .legend .trigger { margin-right: .6rem; white-space: nowrap; }
 ul.moves { margin: 0; padding-left: 1rem; font: 12px/1.4 ui-monospace, Menlo, Consolas, monospace; }
 td.members, td.causes { font-size: 12px; word-break: break-all; }
+td.members .joined { color: #2f9e44; font-weight: 600; }
+td.members .left { color: var(--bad); text-decoration: line-through; }
 """
 
 CONSOLE_JS = """
