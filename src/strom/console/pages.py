@@ -28,8 +28,8 @@ from strom.protocol.group_history import PartitionMove, RebalanceEntry
 
 __all__ = ["NAVIGATION", "PageContext"]
 
-# The navigation bar: (path, label). A page added later (a group's rebalance timeline) links
-# from the group page; a top-level one adds itself here.
+# The navigation bar: (path, label). A page of one thing links from that thing's page (a group's
+# rebalance history from the group's); a top-level one adds itself here.
 NAVIGATION: list[tuple[str, str]] = [("/", "Cluster"), ("/topics", "Topics"), ("/groups", "Groups")]
 
 # Names of config sources (DescribeConfigs' ConfigSource).
