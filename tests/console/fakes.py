@@ -19,9 +19,10 @@ from strom.client.admin import (
     TopicDescription,
 )
 from strom.client.cluster import BrokerNode, TopicPartition
-from strom.client.errors import KafkaError, error_for_code
+from strom.client.errors import KafkaError, UnsupportedVersionError, error_for_code
 from strom.console.source import BrowsedRecord, OffsetRange, ReadRequest, ReadResult
 from strom.protocol.errors import ErrorCode
+from strom.protocol.group_history import RebalanceEntry
 
 
 @dataclass
@@ -51,6 +52,10 @@ class FakeSource:
         self.created: list[tuple[str, int, int, dict[str, str]]] = []
         self.config_changes: list[tuple[str, str, str | None]] = []
         self.sizes_fail = False
+        # Rebalances by group, oldest first (as a strom coordinator answers); False: the cluster
+        # is not strom and has no history to give.
+        self.histories: dict[str, list[RebalanceEntry]] = {}
+        self.history_supported = True
 
     # -- building --------------------------------------------------------------------------------
 
@@ -158,6 +163,15 @@ class FakeSource:
         return (
             {} if group is None else {tp: OffsetAndMetadata(offset) for tp, offset in group.committed.items()}
         )
+
+    def group_history(self, group_id: str) -> list[RebalanceEntry]:
+        if not self.history_supported:
+            raise UnsupportedVersionError(
+                "the group's coordinator keeps no rebalance history (a strom broker does)"
+            )
+        if group_id not in self.histories and group_id not in self.group_table:
+            raise error_for_code(ErrorCode.GROUP_ID_NOT_FOUND, context=f"history of group {group_id!r}")
+        return list(self.histories.get(group_id, []))
 
     def read(self, request: ReadRequest) -> ReadResult:
         records = self.records[TopicPartition(request.topic, request.partition)]

@@ -10,9 +10,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from strom.client.cluster import TopicPartition
+from strom.console import pages
 from strom.console.app import Console, ConsoleOptions
 from strom.console.http import Request, Response, parse_head
 from strom.console.source import BrowsedRecord
+from strom.protocol.group_history import PartitionMove, RebalanceEntry
 from tests.console.fakes import FakeGroup, FakeSource
 
 TOKEN = "test-token-0123456789"
@@ -385,3 +387,244 @@ def test_list_pages_answer_from_a_snapshot_the_consoles_own_changes_invalidate(s
         assert get(console, "/topic?name=behind-its-back").status == 200  # a topic's page is live
     finally:
         console.close()
+
+
+# -- a group's rebalance history ---------------------------------------------------------------
+
+NOW_MS = 1_700_000_000_000
+
+
+def rebalance(
+    sequence: int,
+    generation: int,
+    trigger: str,
+    causes: tuple[str, ...],
+    start_ms: int,
+    join_ms: int,
+    assignment_ms: int | None,
+    before: tuple[str, ...],
+    after: tuple[str, ...],
+    moves: tuple[PartitionMove, ...] = (),
+    *,
+    protocol: str = "classic",
+    outcome: str = "completed",
+) -> RebalanceEntry:
+    """An entry as the coordinator records it; ``assignment_ms`` None: still under way."""
+    end_ms = -1 if assignment_ms is None else start_ms + join_ms + assignment_ms
+    return RebalanceEntry(
+        sequence,
+        protocol,
+        generation,
+        trigger,
+        causes,
+        start_ms,
+        start_ms + join_ms,
+        end_ms,
+        "in-progress" if assignment_ms is None else outcome,
+        before,
+        () if assignment_ms is None else after,
+        moves,
+    )
+
+
+@pytest.fixture
+def history_source(source: FakeSource) -> FakeSource:
+    source.histories["billing"] = [
+        rebalance(
+            0,
+            1,
+            "member-joined",
+            ("member-1",),
+            NOW_MS - 60_000,
+            1_000,
+            50,
+            (),
+            ("member-1",),
+            (PartitionMove("orders", 0, None, "member-1"), PartitionMove("orders", 1, None, "member-1")),
+        ),
+        rebalance(
+            1,
+            2,
+            "member-joined",
+            ("member-2",),
+            NOW_MS - 30_000,
+            3_000,
+            100,
+            ("member-1",),
+            ("member-1", "member-2"),
+            (PartitionMove("orders", 1, "member-1", "member-2"),),
+        ),
+        rebalance(
+            2, 3, "session-expired", ("member-2",), NOW_MS - 5_000, 1_000, None, ("member-1", "member-2"), ()
+        ),
+    ]
+    return source
+
+
+def svg_rows(page: str) -> list[str]:
+    timeline = page.split("<svg id=rebalance-timeline")[1].split("</svg>")[0]
+    return re.findall(r'<g class="rebalance[^"]*".*?</g>', timeline)
+
+
+def table_rows(page: str) -> list[str]:
+    found = page.split('id="rebalances"')[1].split("</table>")[0]
+    return re.findall(r"<tr data-sequence=.*?</tr>", found)
+
+
+def test_group_page_links_to_its_rebalance_history(history_source: FakeSource) -> None:
+    page = text(get(make_console(history_source), "/group?id=billing"))
+    assert 'href="/group/history?id=billing" id=history-link>' in page
+
+
+def test_history_page_draws_each_rebalance_with_its_phases_newest_first(history_source: FakeSource) -> None:
+    response = get(make_console(history_source, now_ms=NOW_MS), "/group/history?id=billing")
+    assert response.status == 200
+    page = text(response)
+    rows = svg_rows(page)
+    assert [re.search(r'data-generation="(\d+)"', row).group(1) for row in rows] == ["3", "2", "1"]  # type: ignore[union-attr]
+    assert [re.search(r'data-trigger="([^"]+)"', row).group(1) for row in rows] == [  # type: ignore[union-attr]
+        "session-expired",
+        "member-joined",
+        "member-joined",
+    ]
+
+    def widths(row: str) -> tuple[float, float]:
+        join_width = float(re.search(r'class=join [^>]*width="([\d.]+)"', row).group(1))  # type: ignore[union-attr]
+        assignment = float(re.search(r'class=assignment [^>]*width="([\d.]+)"', row).group(1))  # type: ignore[union-attr]
+        return join_width, assignment
+
+    # The longest (the one under way: 5 s so far, 1 s of it waiting for joins) fills the bar.
+    bar = pages._BAR_X1 - pages._BAR_X0
+    assert widths(rows[0]) == pytest.approx((bar / 5, bar * 4 / 5), abs=0.1)
+    assert widths(rows[1]) == pytest.approx((bar * 3_000 / 5_000, bar * 100 / 5_000), abs=0.1)
+    assert 'class="rebalance under-way"' in rows[0] and 'class="rebalance"' in rows[1]
+    # Each trigger in its colour, in both phases (the join phase lighter), and named in the legend.
+    assert rows[0].count(f'fill="{pages.TRIGGER_COLOURS["session-expired"]}"') == 2
+    assert rows[1].count(f'fill="{pages.TRIGGER_COLOURS["member-joined"]}"') == 2
+    assert f'fill-opacity="{pages.JOIN_OPACITY}"' in rows[1]
+    legend = page.split("id=timeline-legend>")[1].split("</p>")[0]
+    assert "member-joined" in legend and "session-expired" in legend
+    assert "generation 2" in rows[1] and "member-joined · completed · 3.1 s · by member-2" in rows[1]
+    assert "session-expired · in progress · 5.0 s · by member-2" in rows[0]
+    # The overview: a mark per rebalance on one time axis.
+    assert page.count("<rect class=mark") == 3
+
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in table_rows(page)]
+    assert [row[0] for row in cells] == ["generation 3", "generation 2", "generation 1"]
+    newest, middle, oldest = cells
+    assert newest[5:9] == ["1.0 s", "4.0 s", "5.0 s so far", "in progress"]
+    assert "before (2): member-1, member-2" in newest[9] and "after (-): not yet known" in newest[9]
+    assert middle[1:9] == [
+        "classic",
+        "<span class=trigger>member-joined</span>",
+        "member-2",
+        "2023-11-14 22:12:50.000 UTC",
+        "3.0 s",
+        "100 ms",
+        "3.1 s",
+        "completed",
+    ]
+    assert middle[9] == (
+        '<div>before (1): member-1</div><div>after (2): member-1, <span class="joined" title="joined">member-2</span></div>'
+    )
+    assert "<li>orders-1: member-1 → member-2</li>" in middle[10]
+    assert "<li>orders-0: nobody → member-1</li><li>orders-1: nobody → member-1</li>" in oldest[10]
+
+
+def test_history_page_names_a_consumer_groups_epochs_and_an_unknown_trigger(source: FakeSource) -> None:
+    source.histories["billing"] = [
+        rebalance(0, 7, "something-newer", (), NOW_MS - 1_000, 0, 400, ("a",), ("a",), protocol="consumer"),
+        rebalance(1, 8, "member-left", ("b",), NOW_MS - 500, 0, 0, ("a", "b"), ("a",), outcome="superseded"),
+    ]
+    page = text(get(make_console(source, now_ms=NOW_MS), "/group/history?id=billing"))
+    rows = svg_rows(page)
+    assert "epoch 7" in rows[1] and f'fill="{pages.OTHER_COLOUR}"' in rows[1]
+    assert 'class="rebalance superseded"' in rows[0]
+    assert "member-left · superseded · 0 ms · by b" in rows[0]
+    left = table_rows(page)[0]
+    assert '<div>before (2): a, <span class="left" title="left">b</span></div><div>after (1): a</div>' in left
+    assert "<td>none</td>" not in page  # no moves recorded is "none" in the moves column only
+    assert [re.findall(r"<td[^>]*>(.*?)</td>", row)[-1] for row in table_rows(page)] == ["none", "none"]
+
+
+def test_history_page_escapes_member_ids_topic_names_and_triggers(source: FakeSource) -> None:
+    source.group_table[EVIL] = FakeGroup()
+    source.histories[EVIL] = [
+        rebalance(
+            0,
+            1,
+            EVIL,
+            (EVIL,),
+            NOW_MS - 2_000,
+            1_000,
+            100,
+            (EVIL,),
+            ("member-2",),
+            (PartitionMove(EVIL, 0, EVIL, "member-2"),),
+        )
+    ]
+    console = make_console(source, now_ms=NOW_MS)
+    for target in ["/group/history?" + _query(id=EVIL), "/group?" + _query(id=EVIL)]:
+        response = get(console, target)
+        page = text(response)
+        assert response.status == 200, page
+        assert "<script>alert" not in page and "<img src=x" not in page
+        assert "onerror=alert" not in page.replace("onerror=alert(2)&gt;", "")
+    page = text(get(console, "/group/history?" + _query(id=EVIL)))
+    escaped = "&quot;&#x27;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"
+    (row,) = svg_rows(page)
+    assert f'data-trigger="{escaped}' in row and f"<title>generation 1 · {escaped}" in row
+    assert f"by {escaped}" in row  # the cause, cut to the row's width but escaped
+    (listed,) = table_rows(page)
+    assert f"<li>{escaped}&lt;img src=x onerror=alert(2)&gt;-0: {escaped}" in listed
+    assert f"<td class=causes>{escaped}" in listed
+    assert f'before (1): <span class="left" title="left">{escaped}' in listed  # left the group
+    assert "<svg class=swatch" in page and f"</svg> {escaped}" in page  # the legend names it, escaped
+
+
+def test_history_page_says_plainly_it_needs_a_strom_broker(history_source: FakeSource) -> None:
+    history_source.history_supported = False
+    response = get(make_console(history_source), "/group/history?id=billing")
+    page = text(response)
+    assert response.status == 200
+    assert "The rebalance history needs a strom broker" in page and "id=history-unavailable" in page
+    assert "<svg" not in page and 'id="rebalances"' not in page  # nothing made up
+    missing = get(make_console(history_source.__class__()), "/group/history?id=nobody")
+    assert missing.status == 404 and "knows no group nobody" in text(missing)
+    assert get(make_console(history_source), "/group/history").status == 400
+
+
+def test_history_page_of_a_group_without_rebalances(source: FakeSource) -> None:
+    page = text(get(make_console(source), "/group/history?id=billing"))
+    assert "id=no-rebalances>No rebalance recorded" in page and "<svg" not in page
+
+
+def test_history_page_is_bounded_and_says_what_it_left_out(source: FakeSource) -> None:
+    from strom.base import limits
+
+    members = tuple(f"member-{n:03d}" for n in range(limits.console_history_members_max + 30))
+    moves = tuple(PartitionMove("orders", p, "member-000", "member-001") for p in range(100))
+    entries = limits.console_history_rebalances_max + 10
+    source.histories["billing"] = [
+        rebalance(
+            n,
+            n + 1,
+            "member-joined",
+            members,
+            NOW_MS - 1_000_000 + n * 1_000,
+            10,
+            10,
+            members,
+            members,
+            moves,
+        )
+        for n in range(entries)
+    ]
+    page = text(get(make_console(source, now_ms=NOW_MS), "/group/history?id=billing"))
+    shown = limits.console_history_rebalances_max
+    assert len(svg_rows(page)) == shown and len(table_rows(page)) == shown
+    assert f"Showing the newest {shown} of {entries} rebalances" in page
+    assert table_rows(page)[0].startswith(f'<tr data-sequence="{entries - 1}"')  # the newest
+    assert page.count("<li>") == limits.console_history_moves_max
+    assert f"… and 100 more (a page lists at most {limits.console_history_moves_max:,} moves)" in page
+    assert "member-049 … and 30 more" in page and "member-050" not in page

@@ -324,6 +324,52 @@ def test_group_pages_show_members_offsets_lag_and_its_trend(stack: Stack) -> Non
         stack.producer.running.set()
 
 
+def test_group_history_page_shows_the_rebalances_the_coordinator_recorded(stack: Stack) -> None:
+    """The second member's joining (the test before) rebalanced the group: the history page,
+    reached from the group's page, shows what the broker's StromGroupHistory answers."""
+    driver = stack.driver
+
+    def expected() -> list[tuple[str, str, str]]:
+        entries = stack.admin.group_history(GROUP)
+        return [(str(e.sequence), str(e.generation), e.trigger) for e in reversed(entries)]
+
+    def shown(selector: str) -> list[tuple[str, str, str]]:
+        return [
+            (
+                str(row.get_attribute("data-sequence")),
+                str(row.get_attribute("data-generation")),
+                str(row.get_attribute("data-trigger")),
+            )
+            for row in driver.find_elements(By.CSS_SELECTOR, selector)
+        ]
+
+    def page_matches_the_broker() -> bool:
+        # The history only grows: equal before and after the page, the page showed that one.
+        before = expected()
+        stack.open(f"/group?id={GROUP}")
+        driver.find_element(By.ID, "history-link").click()
+        table, timeline = shown("#rebalances tbody tr"), shown("#rebalance-timeline g.rebalance")
+        return before == table == timeline == expected()
+
+    wait_until(page_matches_the_broker, "the history page to show the broker's history", WAIT_S)
+    entries = stack.admin.group_history(GROUP)
+    assert len(entries) >= 2 and "member-joined" in {entry.trigger for entry in entries}
+    assert entries[-1].outcome == "completed"  # the group is Stable
+    group = stack.admin.describe_groups([GROUP])[GROUP]
+    assert set(entries[-1].members_after) == {member.member_id for member in group.members}
+    # The second member's joining: it took partitions from the first, and the page lists them.
+    joined = next(e for e in entries if len(e.members_before) == 1 and len(e.members_after) == 2)
+    assert joined.trigger == "member-joined" and joined.moves
+    row = driver.find_element(By.CSS_SELECTOR, f'#rebalances tr[data-sequence="{joined.sequence}"]')
+    assert row.find_element(By.CSS_SELECTOR, ".generation").text == f"generation {joined.generation}"
+    moved = [item.text for item in row.find_elements(By.CSS_SELECTOR, ".moved li")]
+    assert moved == [
+        f"{m.topic}-{m.partition}: {m.from_member or 'nobody'} → {m.to_member or 'nobody'}"
+        for m in joined.moves
+    ]
+    screenshot(driver, "group-history")
+
+
 def test_create_alter_and_delete_a_topic_through_the_forms(stack: Stack) -> None:
     name = "made-in-the-browser"
     driver = stack.driver

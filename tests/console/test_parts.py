@@ -173,3 +173,23 @@ def test_a_refresh_begun_before_an_invalidation_is_not_kept() -> None:
     snapshot.invalidate()  # the console changed the cluster meanwhile
     pending.pop()()  # the refresh finishes now, with what it saw before the change
     assert snapshot.get()[0] == "after-the-change"
+
+
+def test_rebalance_phases_as_drawn() -> None:
+    from strom.console.pages import Phases, duration_text
+    from strom.protocol.group_history import RebalanceEntry
+
+    def entry(start: int, join_end: int, end: int) -> RebalanceEntry:
+        return RebalanceEntry(0, "classic", 1, "member-joined", (), start, join_end, end, "completed", (), ())
+
+    done = Phases.of(entry(1_000, 1_300, 1_350), now_ms=9_000)
+    assert (done.join_ms, done.assignment_ms, done.duration_ms, done.under_way) == (300, 50, 350, False)
+    # Under way, still waiting for joins (join_end -1): the join phase runs until now.
+    waiting = Phases.of(entry(1_000, -1, -1), now_ms=4_000)
+    assert (waiting.join_ms, waiting.assignment_ms, waiting.under_way) == (3_000, 0, True)
+    assigning = Phases.of(entry(1_000, 2_000, -1), now_ms=4_000)
+    assert (assigning.join_ms, assigning.assignment_ms) == (1_000, 2_000)
+    # The console's clock behind the broker's: nothing negative is drawn.
+    behind = Phases.of(entry(5_000, 6_000, -1), now_ms=4_000)
+    assert (behind.join_ms, behind.assignment_ms, behind.duration_ms) == (0, 0, 0)
+    assert [duration_text(ms) for ms in (7, 1_500, 125_000)] == ["7 ms", "1.5 s", "2 min 5 s"]

@@ -288,6 +288,15 @@ console_lag_groups_max = 1_000
 # long a person takes to look at a page before the next click.
 console_snapshot_fresh_ms = 5_000
 console_snapshot_stale_ms = 60_000
+# A group's rebalance-history page (strom.console): the rebalances drawn and listed (the newest;
+# strom keeps 50 per group, so all of them unless another server keeps more), the member ids
+# listed per list of one rebalance (before, after, causes), and the moved partitions listed on
+# the page in all (one rebalance keeps up to 1,000, so fifty could list 50,000). The rest are
+# counted: at worst (50 rebalances of 1,000 members and 1,000 moves, member ids of 50 characters)
+# a page is ~850 KB and renders in ~20 ms.
+console_history_rebalances_max = 50
+console_history_members_max = 50
+console_history_moves_max = 2_000
 # Rebalance history (strom.coordinator.history): the rebalances kept per group, and in all. An entry
 # costs about 100 bytes plus its member ids and moves, in memory and as one record of the group's
 # __consumer_offsets partition: fifty show a group's recent past (hours of a flapping group) and a

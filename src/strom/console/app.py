@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from strom.base import limits
 from strom.client.admin import TopicDescription
 from strom.client.cluster import TopicPartition
-from strom.client.errors import KafkaError
+from strom.client.errors import KafkaError, UnsupportedVersionError
 from strom.console import pages
 from strom.console.http import Request, Response
 from strom.console.lag import LagHistory, LagPoint, measure_lag, record_lag, total_lag
@@ -37,6 +37,7 @@ from strom.console.records import FORMATS, matches, parse_time_ms
 from strom.console.snapshot import Snapshot
 from strom.console.source import ClusterSource, OffsetRange, ReadRequest, ReadResult
 from strom.console.static import CONSOLE_CSS, CONSOLE_JS
+from strom.protocol.errors import ErrorCode
 
 __all__ = ["Console", "ConsoleOptions"]
 
@@ -124,9 +125,9 @@ class Console:
             fresh_ms=self.options.snapshot_fresh_ms,
             stale_ms=self.options.snapshot_stale_ms,
         )
-        # Pages by path. A page added later (a group's rebalance timeline: /group/history?id=...)
-        # is a route here, a render function in pages, and what it needs a method of
-        # ClusterSource; the group page links to it, or NAVIGATION lists it.
+        # Pages by path. A page is a route here, a render function in pages, and what it needs a
+        # method of ClusterSource; the page that leads to it links to it, or NAVIGATION lists it
+        # (a group's rebalance history, /group/history?id=..., is linked from the group's page).
         self._get: dict[str, Callable[[Request, pages.PageContext], Response]] = {
             "/": self._cluster,
             "/topics": self._topics,
@@ -136,6 +137,7 @@ class Console:
             "/messages": self._messages,
             "/groups": self._groups,
             "/group": self._group,
+            "/group/history": self._group_history,
         }
         self._post: dict[str, Callable[[Request, pages.PageContext], Response]] = {
             "/topics": self._create_topic,
@@ -464,6 +466,30 @@ class Console:
         return self._page(
             200, pages.group_page(context, group, committed, ends, points, now_ms, self.options.lag_window_ms)
         )
+
+    def _group_history(self, request: Request, context: pages.PageContext) -> Response:
+        group_id = self._required(request.query, "id")
+        try:
+            entries = self.source.group_history(group_id)
+        except UnsupportedVersionError:
+            # Another cluster keeps no history: the page says so, and shows nothing made up.
+            message = (
+                "The rebalance history needs a strom broker: this group's coordinator does not keep "
+                "one (it does not answer strom's StromGroupHistory request). The group's own page "
+                "works against any cluster."
+            )
+            return self._page(200, pages.group_history_unavailable_page(context, group_id, message))
+        except KafkaError as error:
+            if error.code != ErrorCode.GROUP_ID_NOT_FOUND:
+                raise
+            message = f"The coordinator knows no group {group_id}: it has neither members, offsets nor a rebalance history."
+            return self._page(404, pages.group_history_unavailable_page(context, group_id, message))
+        bounds = pages.HistoryLimits(
+            limits.console_history_rebalances_max,
+            limits.console_history_members_max,
+            limits.console_history_moves_max,
+        )
+        return self._page(200, pages.group_history_page(context, group_id, entries, self.clock_ms(), bounds))
 
     def sample_lag(self) -> int:
         """Record every group's lag now (the sampler calls this every interval)."""

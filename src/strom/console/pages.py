@@ -24,11 +24,12 @@ from strom.console.lag import LagPoint, partition_lag
 from strom.console.markup import Markup, html, join, url
 from strom.console.records import FORMATS, format_time_ms, show_bytes
 from strom.console.source import OffsetRange, ReadResult
+from strom.protocol.group_history import PartitionMove, RebalanceEntry
 
 __all__ = ["NAVIGATION", "PageContext"]
 
-# The navigation bar: (path, label). A page added later (a group's rebalance timeline) links
-# from the group page; a top-level one adds itself here.
+# The navigation bar: (path, label). A page of one thing links from that thing's page (a group's
+# rebalance history from the group's); a top-level one adds itself here.
 NAVIGATION: list[tuple[str, str]] = [("/", "Cluster"), ("/topics", "Topics"), ("/groups", "Groups")]
 
 # Names of config sources (DescribeConfigs' ConfigSource).
@@ -697,10 +698,15 @@ def group_page(
         number(total),
     )
     refresh = Markup("<label class=refresh><input type=checkbox id=auto-refresh> refresh every 5 s</label>")
+    history = html(
+        '<p><a href="{}" id=history-link>Rebalance history: when and why it rebalanced, and which partitions moved →</a></p>',
+        url("/group/history", id=group.group_id),
+    )
     body = html(
-        "{}{}<h2>Members</h2>{}<h2>Committed offsets and lag</h2>{}<h2>Total lag (up to the last hour)</h2>{}",
+        "{}{}{}<h2>Members</h2>{}<h2>Committed offsets and lag</h2>{}<h2>Total lag (up to the last hour)</h2>{}",
         refresh,
         summary,
+        history,
         table(
             ["Member", "Instance id", "Client id", "Host", "Assignment"],
             member_rows,
@@ -716,6 +722,424 @@ def group_page(
         lag_chart(points, now_ms, window_ms),
     )
     return layout(context, f"Group {group.group_id}", "/groups", body)
+
+
+# -- a group's rebalance history -----------------------------------------------------------------
+
+# The colour of each trigger strom records (strom.coordinator.history.Trigger); a trigger this
+# console does not know (a newer broker's) is drawn in OTHER_COLOUR. Fixed values, never a name
+# from the cluster, go into the SVG's attributes.
+TRIGGER_COLOURS: dict[str, str] = {
+    "member-joined": "#2f9e44",
+    "member-left": "#e8590c",
+    "session-expired": "#c92a2a",
+    "member-rejoined": "#1971c2",
+    "rejoined-with-new-metadata": "#7048e8",
+    "subscription-changed": "#0c8599",
+    "coordinator-moved": "#364fc7",
+    "topic-metadata-changed": "#f08c00",
+    "sync-timed-out": "#a61e4d",
+    "rebalance-timed-out": "#862e9c",
+    "assignment-write-failed": "#495057",
+}
+OTHER_COLOUR = "#868e96"
+# The join phase is drawn lighter than the assignment phase, in the trigger's colour.
+JOIN_OPACITY = "0.4"
+
+# The timeline's geometry (SVG user units; the picture scales to the page's width).
+_WIDTH = 1000
+_BAR_X0 = 200
+_BAR_X1 = 590
+_TEXT_X = 600
+_ROW_HEIGHT = 26
+_OVERVIEW_HEIGHT = 80
+_ROW_TEXT_CHARS = 62
+
+
+@dataclass(frozen=True)
+class HistoryLimits:
+    """What one history page shows at most (``strom.base.limits.console_history_*``)."""
+
+    rebalances: int
+    members: int
+    moves: int
+
+
+@dataclass(frozen=True)
+class Phases:
+    """A rebalance's times as drawn: one under way ends now (its join phase too, if it still waits
+    for joins)."""
+
+    start_ms: int
+    join_end_ms: int
+    end_ms: int
+    under_way: bool
+
+    @staticmethod
+    def of(entry: RebalanceEntry, now_ms: int) -> Phases:
+        if entry.end_ms >= 0:
+            end = max(entry.end_ms, entry.start_ms)
+            return Phases(entry.start_ms, min(max(entry.join_end_ms, entry.start_ms), end), end, False)
+        end = max(now_ms, entry.start_ms)
+        join_end = entry.join_end_ms if entry.join_end_ms >= 0 else end
+        return Phases(entry.start_ms, min(max(join_end, entry.start_ms), end), end, True)
+
+    @property
+    def join_ms(self) -> int:
+        return self.join_end_ms - self.start_ms
+
+    @property
+    def assignment_ms(self) -> int:
+        return self.end_ms - self.join_end_ms
+
+    @property
+    def duration_ms(self) -> int:
+        return self.end_ms - self.start_ms
+
+
+def duration_text(ms: int) -> str:
+    if ms < 1_000:
+        return f"{ms} ms"
+    if ms < 120_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
+
+
+def generation_text(entry: RebalanceEntry) -> str:
+    """ "generation 4" (classic) or "epoch 4" (consumer protocol); "-" before it is known."""
+    what = "epoch" if entry.protocol == "consumer" else "generation"
+    return f"{what} {entry.generation}" if entry.generation >= 0 else f"{what} -"
+
+
+def trigger_colour(trigger: str) -> str:
+    return TRIGGER_COLOURS.get(trigger, OTHER_COLOUR)
+
+
+def outcome_text(entry: RebalanceEntry) -> str:
+    return "in progress" if entry.end_ms < 0 else entry.outcome
+
+
+def cut(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def member_list(members: Sequence[str], members_max: int) -> str:
+    shown = ", ".join(members[:members_max])
+    if len(members) > members_max:
+        shown += f" … and {len(members) - members_max:,} more"
+    return shown or "none"
+
+
+def member_changes(
+    members: Sequence[str], other: Sequence[str] | None, mark: str, members_max: int
+) -> Markup:
+    """``members`` listed (at most ``members_max``), each not in ``other`` marked ``mark``
+    ("joined" or "left"); ``other`` None: nothing to compare with (a rebalance under way)."""
+    others = set(other) if other is not None else set(members)
+    listed = join(
+        (
+            html('<span class="{}" title="{}">{}</span>', mark, mark, member)
+            if member not in others
+            else member
+            for member in members[:members_max]
+        ),
+        ", ",
+    )
+    if len(members) > members_max:
+        listed = html("{} … and {} more", listed, f"{len(members) - members_max:,}")
+    return listed or Markup("none")
+
+
+def rebalance_timeline(entries: Sequence[RebalanceEntry], now_ms: int, members_max: int) -> Markup:
+    """The rebalances (newest first) as an inline SVG, no script: above, when each happened on one
+    time axis (a mark per rebalance, in its trigger's colour); below, a row per rebalance with its
+    bar from start to end split into its phases, on a scale shared by the rows (the longest
+    rebalance fills it), and its generation or epoch, start, trigger, outcome and causes."""
+    phases = [Phases.of(entry, now_ms) for entry in entries]
+    first_ms = min(p.start_ms for p in phases)
+    last_ms = max(p.end_ms for p in phases)
+    span_ms = max(last_ms - first_ms, 1)
+    longest_ms = max(max(p.duration_ms for p in phases), 1)
+    left, right = 10, _WIDTH - 10
+
+    def overview_x(time_ms: int) -> float:
+        return left + (right - left) * (time_ms - first_ms) / span_ms
+
+    def bar_width(ms: int) -> float:
+        return (_BAR_X1 - _BAR_X0) * ms / longest_ms
+
+    marks = []
+    labelled_x = -100.0
+    for entry, p in zip(reversed(entries), reversed(phases), strict=True):
+        x = overview_x(p.start_ms)
+        if x - labelled_x >= 24 and entry.generation >= 0:  # its number above it, where there is room
+            marks.append(html('<text x="{}" y="27" class=label>{}</text>', f"{x:.1f}", entry.generation))
+            labelled_x = x
+        marks.append(
+            html(
+                '<rect class=mark x="{}" y="31" width="{}" height="14" fill="{}"><title>{} · {} · {}</title></rect>',
+                f"{x:.1f}",
+                f"{max(overview_x(p.end_ms) - x, 3):.1f}",
+                trigger_colour(entry.trigger),
+                generation_text(entry),
+                entry.trigger,
+                format_time_ms(p.start_ms),
+            )
+        )
+    overview = html(
+        '<text x="{}" y="12" class=label>when, oldest to newest (a mark per rebalance, its generation or epoch above it)</text>'
+        '<line x1="{}" y1="47" x2="{}" y2="47" class=axis></line>{}'
+        '<text x="{}" y="61" class=label>{}</text><text x="{}" y="61" class=label text-anchor=end>{}</text>',
+        left,
+        left,
+        right,
+        join(marks),
+        left,
+        format_time_ms(first_ms),
+        right,
+        format_time_ms(last_ms),
+    )
+    rows = []
+    for index, (entry, p) in enumerate(zip(entries, phases, strict=True)):
+        y = _OVERVIEW_HEIGHT + index * _ROW_HEIGHT
+        colour = trigger_colour(entry.trigger)
+        join_width = bar_width(p.join_ms)
+        total_width = max(bar_width(p.duration_ms), 2)
+        assignment_width = max(total_width - join_width, 0)
+        causes = member_list(entry.causes, members_max) if entry.causes else ""
+        summary = f"{entry.trigger} · {outcome_text(entry)} · {duration_text(p.duration_ms)}"
+        if causes:
+            summary += f" · by {causes}"
+        classes = (
+            "rebalance"
+            + (" under-way" if p.under_way else "")
+            + (" superseded" if entry.outcome == "superseded" else "")
+        )
+        rows.append(
+            html(
+                '<g class="{}" data-sequence="{}" data-generation="{}" data-trigger="{}">'
+                "<title>{} · {} · started {} · waiting for joins {} · waiting for the assignment {} · {}{}</title>"
+                '<text x="8" y="{}" class=gen>{}</text><text x="112" y="{}" class=label>{}</text>'
+                '<rect class=track x="{}" y="{}" width="{}" height="14"></rect>'
+                '<rect class=join x="{}" y="{}" width="{}" height="14" fill="{}" fill-opacity="{}"></rect>'
+                '<rect class=assignment x="{}" y="{}" width="{}" height="14" fill="{}"></rect>'
+                '<rect class=outline x="{}" y="{}" width="{}" height="14" stroke="{}"></rect>'
+                '<text x="{}" y="{}" class=summary>{}</text></g>',
+                classes,
+                entry.sequence,
+                entry.generation,
+                entry.trigger,
+                generation_text(entry),
+                entry.trigger,
+                format_time_ms(p.start_ms),
+                duration_text(p.join_ms),
+                duration_text(p.assignment_ms),
+                outcome_text(entry),
+                f" · caused by {causes}" if causes else "",
+                y + 15,
+                generation_text(entry),
+                y + 15,
+                format_time_ms(p.start_ms)[11:23],
+                _BAR_X0,
+                y + 4,
+                _BAR_X1 - _BAR_X0,
+                f"{_BAR_X0:.1f}",
+                y + 4,
+                f"{join_width:.1f}",
+                colour,
+                JOIN_OPACITY,
+                f"{_BAR_X0 + join_width:.1f}",
+                y + 4,
+                f"{assignment_width:.1f}",
+                colour,
+                _BAR_X0,
+                y + 4,
+                f"{total_width:.1f}",
+                colour,
+                _TEXT_X,
+                y + 15,
+                cut(summary, _ROW_TEXT_CHARS),
+            )
+        )
+    scale_y = _OVERVIEW_HEIGHT + len(entries) * _ROW_HEIGHT + 12
+    scale = html(
+        '<line x1="{}" y1="{}" x2="{}" y2="{}" class=axis></line>'
+        '<text x="{}" y="{}" class=label>0</text><text x="{}" y="{}" class=label text-anchor=end>{}</text>',
+        _BAR_X0,
+        scale_y - 10,
+        _BAR_X1,
+        scale_y - 10,
+        _BAR_X0,
+        scale_y + 4,
+        _BAR_X1,
+        scale_y + 4,
+        duration_text(longest_ms),
+    )
+    return html(
+        '<svg id=rebalance-timeline class="chart timeline" viewBox="0 0 {} {}" role=img '
+        'aria-label="the group\'s rebalances on a timeline">{}{}{}</svg>',
+        _WIDTH,
+        scale_y + 10,
+        overview,
+        join(rows),
+        scale,
+    )
+
+
+def timeline_legend(entries: Sequence[RebalanceEntry]) -> Markup:
+    """The phases' shades and the colours of the triggers shown (as small SVGs: the console's
+    policy allows no inline style)."""
+
+    def swatch(colour: str, opacity: str = "1") -> Markup:
+        return html(
+            '<svg class=swatch viewBox="0 0 14 14" aria-hidden=true><rect width="14" height="14" fill="{}" fill-opacity="{}"></rect></svg>',
+            colour,
+            opacity,
+        )
+
+    triggers = sorted({entry.trigger for entry in entries})
+    return html(
+        "<p class=legend id=timeline-legend>{} waiting for joins {} waiting for the assignment "
+        "(consumer protocol: members reconciling) · triggers: {}</p>",
+        swatch(OTHER_COLOUR, JOIN_OPACITY),
+        swatch(OTHER_COLOUR),
+        join(
+            (html("<span class=trigger>{} {}</span>", swatch(trigger_colour(t)), t) for t in triggers),
+            " ",
+        ),
+    )
+
+
+def move_text(move: PartitionMove) -> str:
+    return f"{move.topic}-{move.partition}: {move.from_member or 'nobody'} → {move.to_member or 'nobody'}"
+
+
+def group_history_page(
+    context: PageContext,
+    group_id: str,
+    entries: Sequence[RebalanceEntry],
+    now_ms: int,
+    bounds: HistoryLimits,
+) -> Markup:
+    """``entries`` oldest first, as the coordinator answers; shown newest first, the newest
+    ``bounds.rebalances`` of them."""
+    newest = list(reversed(entries))
+    shown = newest[: bounds.rebalances]
+    back = html('<p><a href="{}">← group {}</a></p>', url("/group", id=group_id), group_id)
+    refresh = Markup("<label class=refresh><input type=checkbox id=auto-refresh> refresh every 5 s</label>")
+    explained = Markup(
+        "<p class=note>Each rebalance as the group's coordinator recorded it: why it began (its trigger "
+        "and the members that caused it), how long it waited for members to join and then for the "
+        "assignment (classic protocol: JoinGroup, then SyncGroup until the leader's assignment is "
+        "written; consumer protocol: the target assignment is computed at once, then members "
+        "reconcile to it), the members before and after (those that joined in green, those that left struck "
+        "through), and the partitions that changed owner. "
+        "The coordinator keeps a group's recent rebalances only (strom: the last 50). Times are UTC.</p>"
+    )
+    if not shown:
+        body = html(
+            "{}{}<p class=note id=no-rebalances>No rebalance recorded for this group.</p>{}",
+            back,
+            refresh,
+            explained,
+        )
+        return layout(context, f"Rebalances of {group_id}", "/groups", body)
+    moves_left = bounds.moves
+    rows = []
+    for entry in shown:
+        p = Phases.of(entry, now_ms)
+        listed = entry.moves[: max(moves_left, 0)]
+        moves_left -= len(listed)
+        moves = join(html("<li>{}</li>", move_text(move)) for move in listed)
+        notes = []
+        if len(listed) < len(entry.moves):
+            notes.append(
+                f"… and {len(entry.moves) - len(listed):,} more (a page lists at most {bounds.moves:,} moves)"
+            )
+        if entry.moves_omitted:
+            notes.append(
+                f"{entry.moves_omitted:,} more not recorded (the history bounds one rebalance's moves)"
+            )
+        moves_cell = html(
+            "<ul class=moves>{}</ul>{}",
+            moves,
+            join(html("<div class=note>{}</div>", note) for note in notes),
+        )
+        if not entry.moves and not entry.moves_omitted:
+            moves_cell = Markup("none") if entry.end_ms >= 0 else Markup("-")
+        rows.append(
+            html(
+                '<tr data-sequence="{}" data-generation="{}" data-trigger="{}"><td class=generation>{}</td>'
+                "<td>{}</td><td><span class=trigger>{}</span></td><td class=causes>{}</td><td>{}</td>"
+                "<td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td class=outcome>{}</td>"
+                "<td class=members><div>before ({}): {}</div><div>after ({}): {}</div></td>"
+                "<td class=moved>{}</td></tr>",
+                entry.sequence,
+                entry.generation,
+                entry.trigger,
+                generation_text(entry),
+                entry.protocol,
+                entry.trigger,
+                member_list(entry.causes, bounds.members) if entry.causes else "-",
+                format_time_ms(p.start_ms),
+                duration_text(p.join_ms),
+                duration_text(p.assignment_ms),
+                duration_text(p.duration_ms) + (" so far" if p.under_way else ""),
+                outcome_text(entry),
+                number(len(entry.members_before)),
+                member_changes(
+                    entry.members_before, None if p.under_way else entry.members_after, "left", bounds.members
+                ),
+                "-" if p.under_way else number(len(entry.members_after)),
+                "not yet known"
+                if p.under_way
+                else member_changes(entry.members_after, entry.members_before, "joined", bounds.members),
+                moves_cell,
+            )
+        )
+    cut_text = (
+        html(
+            "<p class=note id=history-cut>Showing the newest {} of {} rebalances the coordinator keeps.</p>",
+            number(len(shown)),
+            number(len(entries)),
+        )
+        if len(shown) < len(entries)
+        else Markup("")
+    )
+    body = html(
+        "{}{}{}<h2>Timeline</h2>{}{}{}<h2>Rebalances, newest first</h2>{}",
+        back,
+        refresh,
+        explained,
+        timeline_legend(shown),
+        rebalance_timeline(shown, now_ms, bounds.members),
+        cut_text,
+        table(
+            [
+                "Generation / epoch",
+                "Protocol",
+                "Trigger",
+                "Caused by",
+                "Start",
+                "Waiting for joins",
+                "Waiting for the assignment",
+                "Total",
+                "Outcome",
+                "Members before → after",
+                "Moved partitions (topic-partition: from → to)",
+            ],
+            rows,
+            table_id="rebalances",
+        ),
+    )
+    return layout(context, f"Rebalances of {group_id}", "/groups", body)
+
+
+def group_history_unavailable_page(context: PageContext, group_id: str, message: str) -> Markup:
+    """The history cannot be shown: ``message`` says why (no strom broker, no such group)."""
+    back = html('<p><a href="{}">← group {}</a></p>', url("/group", id=group_id), group_id)
+    body = html("{}<p class=warning id=history-unavailable>{}</p>", back, message)
+    return layout(context, f"Rebalances of {group_id}", "/groups", body)
 
 
 def error_page(context: PageContext, title: str, message: str) -> Markup:

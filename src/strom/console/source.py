@@ -31,6 +31,7 @@ from strom.client.admin import (
 )
 from strom.client.cluster import TopicPartition
 from strom.client.consumer import Consumer
+from strom.protocol.group_history import RebalanceEntry
 
 # The message browser's consumer: how long the broker may hold a fetch that found nothing.
 BROWSER_FETCH_WAIT_MS = 10
@@ -129,6 +130,11 @@ class ClusterSource(Protocol):
     def describe_group(self, group_id: str) -> GroupDescription: ...
 
     def committed(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]: ...
+
+    def group_history(self, group_id: str) -> list[RebalanceEntry]:
+        """The group's rebalances, oldest first (the last with ``end_ms`` -1 if under way). A
+        strom broker only: any other cluster raises ``UnsupportedVersionError``."""
+        ...
 
     def read(self, request: ReadRequest) -> ReadResult: ...
 
@@ -251,6 +257,9 @@ class ClientSource:
 
     def committed(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         return self.admin.list_group_offsets(group_id)
+
+    def group_history(self, group_id: str) -> list[RebalanceEntry]:
+        return self.admin.group_history(group_id)
 
     def read(self, request: ReadRequest) -> ReadResult:
         partition = TopicPartition(request.topic, request.partition)

@@ -1,6 +1,6 @@
 """The console's style sheet and script, served from the process itself (no CDN: the console
 works offline). The script only improves pages that work without it: it filters table rows as
-you type, refreshes a group's page when asked, and shows times in the browser's zone."""
+you type, refreshes a group's pages when asked, and shows times in the browser's zone."""
 
 from __future__ import annotations
 
@@ -50,6 +50,19 @@ svg.chart .line { fill: none; stroke: var(--accent); stroke-width: 2; }
 svg.chart circle { fill: var(--accent); }
 svg.chart .label { font-size: 10px; fill: var(--muted); }
 .refresh { float: right; color: var(--muted); }
+svg.timeline { max-width: 1200px; }
+svg.timeline .track { fill: #f1f3f6; }
+svg.timeline .outline { fill: none; stroke-width: 1; }
+svg.timeline g.superseded .outline { stroke-dasharray: 4 2; }
+svg.timeline g.under-way .outline { stroke-dasharray: 2 2; }
+svg.timeline .gen { font-size: 11px; font-weight: 600; fill: var(--fg); }
+svg.timeline .summary { font-size: 11px; fill: var(--fg); }
+svg.swatch { width: 12px; height: 12px; vertical-align: -1px; }
+.legend .trigger { margin-right: .6rem; white-space: nowrap; }
+ul.moves { margin: 0; padding-left: 1rem; font: 12px/1.4 ui-monospace, Menlo, Consolas, monospace; }
+td.members, td.causes { font-size: 12px; word-break: break-all; }
+td.members .joined { color: #2f9e44; font-weight: 600; }
+td.members .left { color: var(--bad); text-decoration: line-through; }
 """
 
 CONSOLE_JS = """
