@@ -174,6 +174,11 @@ def commit_error_codes(response: OffsetCommitResponse) -> list[tuple[TopicPartit
     ]
 
 
+def lowest_error(codes: Collection[ErrorCode]) -> ErrorCode:
+    """The code an error names when a commit answered several: the lowest, so the choice is stable."""
+    return min(codes, key=lambda c: c.value)
+
+
 class MembershipSettingsFields(Protocol):
     """The settings both memberships read here."""
 
@@ -390,8 +395,3 @@ class MembershipCore(Generic[StateT, SettingsT]):
         self.fatal_error = error
         self._forget(*self._member_requests)
         self._transition_to(self._fatal)
-
-
-def lowest_error(codes: Collection[ErrorCode]) -> ErrorCode:
-    """The code an error names when a commit answered several: the lowest, so the choice is stable."""
-    return min(codes, key=lambda c: c.value)
