@@ -29,14 +29,14 @@ The life of a member::
     any --fenced instance, refused for good--> FATAL          any --close/unsubscribe--> UNSUBSCRIBED
 
 Leaving sends epoch -1 (or -2 for a static member, whose place the coordinator keeps for the
-session timeout). Finding the coordinator is as in the classic membership.
+session timeout). Finding the coordinator, the request bookkeeping and the OffsetCommit are
+shared with the classic membership (``membership_common.MembershipCore``).
 """
 
 from __future__ import annotations
 
 import base64
 import enum
-import itertools
 import re
 import uuid
 from collections.abc import Collection, Mapping
@@ -44,24 +44,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from strom.client.cluster import TopicPartition
-from strom.client.consumer.membership import (
-    Coordinator,
-    Output,
+from strom.client.consumer.membership_common import (
+    COORDINATOR_ERRORS,
+    InvalidTransitionError,
+    MembershipCore,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
     RebalanceEvent,
     RefreshMetadata,
     RequestKind,
-    SendRequest,
-    read_find_coordinator,
+    commit_error_codes,
+    error_code,
+    lowest_error,
+    offset_commit_request,
+    topics_matching,
 )
 from strom.client.errors import (
     CommitFailedError,
     FencedInstanceIdError,
     GroupError,
     KafkaError,
-    MaxPollIntervalExceededError,
     UnsupportedVersionError,
 )
 from strom.protocol.errors import ErrorCode
@@ -69,7 +72,6 @@ from strom.protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
     "ConsumerGroupMembership",
     "ConsumerMemberState",
     "ConsumerMembershipSettings",
+    "InvalidTransitionError",
     "StaleMemberEpochError",
     "new_member_id",
 ]
@@ -86,20 +89,10 @@ JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 
-_COORDINATOR_ERRORS = frozenset(
-    {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT}
-)
 # The member's epoch is gone: its partitions may belong to others already.
 _FENCED_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
 # Errors a commit answers when this member lost its place (ILLEGAL_GENERATION: a classic group).
 _COMMIT_FENCED_ERRORS = _FENCED_ERRORS | {ErrorCode.ILLEGAL_GENERATION}
-
-
-def _error_code(code: int) -> ErrorCode:
-    try:
-        return ErrorCode(code)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def new_member_id() -> str:
@@ -159,10 +152,6 @@ ALLOWED_PREVIOUS: dict[ConsumerMemberState, frozenset[ConsumerMemberState]] = {
 _IN_GROUP = frozenset({ConsumerMemberState.STABLE, ConsumerMemberState.RECONCILING})
 
 
-class InvalidTransitionError(AssertionError):
-    """A programming error: the state machine was asked for a move its table forbids."""
-
-
 class StaleMemberEpochError(CommitFailedError):
     """A commit carried an epoch older than the member's: retried with the fresh epoch while the
     member still owns the partitions (as the Java client does)."""
@@ -199,27 +188,29 @@ class _SentFields:
     owned: frozenset[TopicPartition]
 
 
-class ConsumerGroupMembership:
+class ConsumerGroupMembership(MembershipCore[ConsumerMemberState, ConsumerMembershipSettings]):
     """One consumer's membership in one consumer-protocol group. Not thread-safe: the shell holds a
     lock around it."""
 
     def __init__(self, settings: ConsumerMembershipSettings, now_ms: int) -> None:
-        self.settings = settings
-        self.state = ConsumerMemberState.UNSUBSCRIBED
-        self.member_id = ""
+        super().__init__(
+            settings,
+            now_ms,
+            state=ConsumerMemberState.UNSUBSCRIBED,
+            allowed_previous=ALLOWED_PREVIOUS,
+            fatal=ConsumerMemberState.FATAL,
+            # One API does it all: heartbeats (join, leave) are the only member requests.
+            member_requests=(RequestKind.CONSUMER_GROUP_HEARTBEAT,),
+        )
         self.member_epoch = JOIN_EPOCH
         # Given by the coordinator with every answer; until the first one, the retry pace.
         self.heartbeat_interval_ms = settings.retry_backoff_ms
-        # Subscription: names, or a pattern. The pattern goes to the coordinator when the broker
-        # speaks ConsumerGroupHeartbeat v1 (SubscribedTopicRegex); on v0 it is matched here against
-        # metadata and the names are sent. ``subscribed_topics``: the current matches either way.
-        self.subscribed = False
-        self.subscribed_topics: frozenset[str] = frozenset()
-        self.pattern: re.Pattern[str] | None = None
+        # A subscribed pattern goes to the coordinator when the broker speaks ConsumerGroupHeartbeat
+        # v1 (SubscribedTopicRegex); on v0 it is matched here against metadata and the names are
+        # sent. ``subscribed_topics``: the current matches either way.
         self.regex_on_broker = True
-        # What the application holds now, what the coordinator assigned (by topic id), and what a
-        # reconciliation in progress (callbacks running) will own once done.
-        self.owned: set[TopicPartition] = set()
+        # What the coordinator assigned (by topic id), and what a reconciliation in progress
+        # (callbacks running) will own once done (``owned``: what the application holds now).
         self.target: dict[uuid.UUID, frozenset[int]] = {}
         self._reconciling_to: set[TopicPartition] | None = None
         # The first assignment after a join is reconciled (and the listener told) even when empty,
@@ -230,66 +221,20 @@ class ConsumerGroupMembership:
         # Topic ids <-> names, from metadata.
         self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
-        self.topic_counts: dict[str, int] = {}
         # A refresh asked for to name unknown topic ids (a topic the coordinator assigned before
         # this client's metadata saw it); asked again after a backoff while some stay unknown.
         self._metadata_pending = False
         self._metadata_retry_at_ms = now_ms
-        # Coordinator discovery.
-        self.coordinator: Coordinator | None = None
-        self.coordinator_wanted = False
-        self._find_retry_at_ms = now_ms
         # Heartbeats.
         self.heartbeat_version: int | None = None
         self._sent: _SentFields | None = None
-        self._next_heartbeat_ms = now_ms
         self._heartbeat_now = False
-        self.last_poll_ms = now_ms
-        # Errors for poll: one-shot (poll timeout, topic authorization) and fatal.
-        self.pending_error: KafkaError | None = None
-        self.fatal_error: KafkaError | None = None
-        self._request_ids = itertools.count(1)
-        self._in_flight: dict[int, RequestKind] = {}
-        self._outputs: list[Output] = []
-
-    # -- state table ---------------------------------------------------------------------------
-
-    def _transition_to(self, target: ConsumerMemberState) -> None:
-        if self.state not in ALLOWED_PREVIOUS[target]:
-            raise InvalidTransitionError(
-                f"group {self.settings.group_id!r} member {self.member_id!r}: "
-                f"{self.state.name} -> {target.name} is not allowed"
-            )
-        self.state = target
-
-    @property
-    def is_static(self) -> bool:
-        return self.settings.group_instance_id is not None
 
     @property
     def generation_id(self) -> int:
         """The member epoch while in the group, else -1 (what commits and transactions carry;
         the name is the classic membership's)."""
         return self.member_epoch if self.state in _IN_GROUP else -1
-
-    def _kind_in_flight(self, kind: RequestKind) -> bool:
-        return kind in self._in_flight.values()
-
-    def _forget(self, *kinds: RequestKind) -> None:
-        self._in_flight = {rid: kind for rid, kind in self._in_flight.items() if kind not in kinds}
-
-    def _send(self, kind: RequestKind, request: Any) -> int:
-        request_id = next(self._request_ids)
-        self._in_flight[request_id] = kind
-        coordinator = None if kind is RequestKind.FIND_COORDINATOR else self.coordinator
-        self._outputs.append(
-            SendRequest(request_id, kind, request, coordinator, self.settings.request_timeout_ms)
-        )
-        return request_id
-
-    def take_outputs(self) -> list[Output]:
-        outputs, self._outputs = self._outputs, []
-        return outputs
 
     # -- subscription --------------------------------------------------------------------------
 
@@ -307,18 +252,7 @@ class ConsumerGroupMembership:
 
     def _pattern_topics(self) -> frozenset[str]:
         assert self.pattern is not None
-        return frozenset(
-            topic
-            for topic in self.topic_counts
-            if self.pattern.fullmatch(topic) is not None and not topic.startswith("__")
-        )
-
-    def unsubscribe(self) -> None:
-        """Stop being a member; the caller revoked ``owned`` already (see ``leave_group``)."""
-        self.subscribed = False
-        self.subscribed_topics = frozenset()
-        self.pattern = None
-        self.leave_group("the consumer unsubscribed")
+        return topics_matching(self.pattern, self.topic_counts, whole_name=True)
 
     def metadata_topics(self) -> frozenset[str] | None:
         """Topics whose metadata this member needs, or None for every topic (a pattern, or an
@@ -343,12 +277,8 @@ class ConsumerGroupMembership:
                 self.topic_names.pop(stale, None)
             self.topic_ids[name] = topic_id
             self.topic_names[topic_id] = name
-        if self.pattern is not None and self.subscribed:
-            matched = self._pattern_topics()
-            if matched != self.subscribed_topics:
-                self.subscribed_topics = matched
-                if not self._regex_sent_to_broker():
-                    self._heartbeat_now = True
+        if self._rematch_pattern(whole_name=True) and not self._regex_sent_to_broker():
+            self._heartbeat_now = True
         self._settle()
 
     def _regex_sent_to_broker(self) -> bool:
@@ -395,12 +325,7 @@ class ConsumerGroupMembership:
     def begin_poll(self, now_ms: int) -> list[RebalanceEvent]:
         """The application polled: raise what poll must raise, else the rebalance events to run
         now, in order (revoked before assigned). Call ``callbacks_done`` once they ran."""
-        self.last_poll_ms = now_ms
-        if self.fatal_error is not None:
-            raise self.fatal_error
-        if self.pending_error is not None:
-            error, self.pending_error = self.pending_error, None
-            raise error
+        self._poll_started(now_ms)
         events: list[RebalanceEvent] = []
         if self.state is ConsumerMemberState.FENCED and self._reconciling_to is None:
             if self.owned:
@@ -449,7 +374,7 @@ class ConsumerGroupMembership:
         """Time passed: send what is due (FindCoordinator, a heartbeat), enforce the poll interval."""
         if self.state is ConsumerMemberState.FATAL:
             return
-        if self.state in _IN_GROUP and now_ms - self.last_poll_ms > self.settings.max_poll_interval_ms:
+        if self.state in _IN_GROUP and self._poll_overdue(now_ms):
             self._poll_timeout_expired(now_ms)
         if (
             self.state is ConsumerMemberState.FENCED
@@ -463,21 +388,9 @@ class ConsumerGroupMembership:
             self._start_joining(now_ms + self.settings.retry_backoff_ms)
         if self.state in _IN_GROUP:
             self._ask_metadata_for_unknown_ids(now_ms)
-        wanted = self.coordinator_wanted or self.state in (
-            ConsumerMemberState.JOINING,
-            ConsumerMemberState.STABLE,
-            ConsumerMemberState.RECONCILING,
-        )
         if self.coordinator is None:
-            if (
-                wanted
-                and not self._kind_in_flight(RequestKind.FIND_COORDINATOR)
-                and now_ms >= self._find_retry_at_ms
-            ):
-                self._send(
-                    RequestKind.FIND_COORDINATOR,
-                    FindCoordinatorRequest(key_type=0, coordinator_keys=[self.settings.group_id]),
-                )
+            wanted = self.coordinator_wanted or self.state in (ConsumerMemberState.JOINING, *_IN_GROUP)
+            self._find_coordinator_when_due(now_ms, wanted)
             return
         if (
             self.state in (ConsumerMemberState.JOINING, *_IN_GROUP)
@@ -495,7 +408,7 @@ class ConsumerGroupMembership:
         elif self.state in (ConsumerMemberState.JOINING, *_IN_GROUP):
             deadlines.append(now_ms if self._heartbeat_now else self._next_heartbeat_ms)
         if self.state in _IN_GROUP:
-            deadlines.append(self.last_poll_ms + self.settings.max_poll_interval_ms + 1)
+            deadlines.append(self._poll_deadline_ms())
             if self._unresolved_ids() and not self._metadata_pending:
                 deadlines.append(self._metadata_retry_at_ms)
         return max(now_ms, min(deadlines))
@@ -503,12 +416,7 @@ class ConsumerGroupMembership:
     def _poll_timeout_expired(self, now_ms: int) -> None:
         # As the Java client: the member leaves (static: -2, its place kept for the session) and
         # the next poll reports its partitions lost and joins again.
-        self.pending_error = MaxPollIntervalExceededError(
-            f"poll() was not called for more than max.poll.interval.ms={self.settings.max_poll_interval_ms} "
-            f"ms: this member left group {self.settings.group_id!r} and its partitions may have been given "
-            "to others; the next poll() rejoins",
-            None,
-        )
+        self.pending_error = self._poll_timeout_error()
         self._send_leave()
         self._fence(now_ms)
 
@@ -585,7 +493,7 @@ class ConsumerGroupMembership:
     def _on_heartbeat(self, response: ConsumerGroupHeartbeatResponse, now_ms: int) -> None:
         if self.state not in (ConsumerMemberState.JOINING, *_IN_GROUP):
             return
-        code = _error_code(response.error_code)
+        code = error_code(response.error_code)
         if code == ErrorCode.NONE:
             if response.member_id:
                 self.member_id = response.member_id
@@ -612,7 +520,7 @@ class ConsumerGroupMembership:
         self._sent = None
         if code in _FENCED_ERRORS:
             self._fence(now_ms)
-        elif code in _COORDINATOR_ERRORS:
+        elif code in COORDINATOR_ERRORS:
             self._coordinator_lost(now_ms)
         elif code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             self._next_heartbeat_ms = now_ms + self.settings.retry_backoff_ms
@@ -674,11 +582,6 @@ class ConsumerGroupMembership:
         self._forget(RequestKind.CONSUMER_GROUP_HEARTBEAT)
         self._transition_to(ConsumerMemberState.UNSUBSCRIBED)
 
-    def _fail(self, error: KafkaError) -> None:
-        self.fatal_error = error
-        self._forget(RequestKind.CONSUMER_GROUP_HEARTBEAT)
-        self._transition_to(ConsumerMemberState.FATAL)
-
     def _fail_with_code(self, code: ErrorCode, message: str | None) -> None:
         detail = f": {message}" if message else ""
         group = self.settings.group_id
@@ -713,39 +616,16 @@ class ConsumerGroupMembership:
 
     # -- coordinator ---------------------------------------------------------------------------
 
-    def need_coordinator(self) -> None:
-        self.coordinator_wanted = True
-
-    def coordinator_disconnected(self, now_ms: int) -> None:
-        if self.coordinator is not None:
-            self._coordinator_lost(now_ms)
-
     def _coordinator_lost(self, now_ms: int) -> None:
-        self.coordinator = None
-        self._find_retry_at_ms = now_ms + self.settings.retry_backoff_ms
-        self._forget(RequestKind.CONSUMER_GROUP_HEARTBEAT)
+        super()._coordinator_lost(now_ms)
+        # The new coordinator is told everything.
         self._sent = None
-
-    def _on_find_coordinator(self, response: FindCoordinatorResponse, now_ms: int) -> None:
-        code, node_id, host, port = read_find_coordinator(response)
-        if code != ErrorCode.NONE:
-            if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
-                self._fail(
-                    GroupError(
-                        f"FindCoordinator for {self.settings.group_id!r}: not authorized", ErrorCode(code)
-                    )
-                )
-                return
-            self._find_retry_at_ms = now_ms + self.settings.retry_backoff_ms
-            return
-        self.coordinator = Coordinator(node_id, host, port)
-        self._next_heartbeat_ms = now_ms
 
     # -- responses -----------------------------------------------------------------------------
 
     def on_response(self, request_id: int, response: Any, now_ms: int) -> None:
-        kind = self._in_flight.pop(request_id, None)
-        if kind is None or self.state is ConsumerMemberState.FATAL:
+        kind = self._answered(request_id)
+        if kind is None:
             return
         if kind is RequestKind.FIND_COORDINATOR:
             self._on_find_coordinator(response, now_ms)
@@ -754,8 +634,8 @@ class ConsumerGroupMembership:
         self.tick(now_ms)
 
     def on_request_failed(self, request_id: int, error: KafkaError, now_ms: int) -> None:
-        kind = self._in_flight.pop(request_id, None)
-        if kind is None or self.state is ConsumerMemberState.FATAL:
+        kind = self._answered(request_id)
+        if kind is None:
             return
         if kind is RequestKind.FIND_COORDINATOR:
             self._find_retry_at_ms = now_ms + self.settings.retry_backoff_ms
@@ -784,22 +664,13 @@ class ConsumerGroupMembership:
                 "(joining, or rejoining after losing its epoch); its partitions may have moved",
                 None,
             )
-        by_topic: dict[str, list[OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
-        for tp, offset in sorted(offsets.items()):
-            by_topic.setdefault(tp.topic, []).append(
-                OffsetCommitRequest.OffsetCommitRequestPartition(
-                    partition_index=tp.partition, committed_offset=offset, committed_metadata=metadata
-                )
-            )
-        return OffsetCommitRequest(
-            group_id=self.settings.group_id,
+        return offset_commit_request(
+            self.settings.group_id,
+            offsets,
+            metadata,
             generation_id_or_member_epoch=self.member_epoch if in_group else -1,
             member_id=self.member_id if in_group else "",
             group_instance_id=self.settings.group_instance_id if in_group else None,
-            topics=[
-                OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=partitions)
-                for topic, partitions in by_topic.items()
-            ],
         )
 
     def commit_outcome(
@@ -810,16 +681,12 @@ class ConsumerGroupMembership:
         STALE_MEMBER_EPOCH (the epoch moved on while the commit travelled) is retried with the
         fresh epoch if the member still owns every partition committed, as the Java client does;
         UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH mean the member lost its place (partitions lost)."""
-        codes: set[ErrorCode] = set()
-        for topic in response.topics:
-            for partition in topic.partitions:
-                codes.add(_error_code(partition.error_code))
-        bad = codes - {ErrorCode.NONE}
+        bad = {code for _, code in commit_error_codes(response)} - {ErrorCode.NONE}
         if not bad:
             return None
         group = self.settings.group_id
         names = ", ".join(sorted(code.name for code in bad))
-        if bad & _COORDINATOR_ERRORS:
+        if bad & COORDINATOR_ERRORS:
             self.coordinator_disconnected(now_ms)
         if ErrorCode.FENCED_INSTANCE_ID in bad:
             self._fail_with_code(ErrorCode.FENCED_INSTANCE_ID, None)
@@ -831,7 +698,7 @@ class ConsumerGroupMembership:
             return CommitFailedError(
                 f"commit to group {group!r} refused ({names}): this member lost its place in the group "
                 "and these partitions may belong to another member now",
-                min(bad, key=lambda c: c.value),
+                lowest_error(bad),
             )
         if ErrorCode.STALE_MEMBER_EPOCH in bad:
             still_owned = self.state in _IN_GROUP and all(tp in self.owned for tp in offsets)
@@ -845,7 +712,7 @@ class ConsumerGroupMembership:
                 "all of these partitions",
                 ErrorCode.STALE_MEMBER_EPOCH,
             )
-        first = min(bad, key=lambda c: c.value)
+        first = lowest_error(bad)
         return KafkaError(f"commit to group {group!r} failed: {first.name}", first)
 
     def offset_fetch_member(self) -> tuple[str, int] | None:

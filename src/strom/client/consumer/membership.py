@@ -28,7 +28,6 @@ COORDINATOR_NOT_AVAILABLE, a broken connection, no heartbeat answer within the s
 from __future__ import annotations
 
 import enum
-import itertools
 import re
 import uuid
 from collections.abc import Collection, Mapping
@@ -48,15 +47,33 @@ from strom.assignors import (
     encode_subscription,
 )
 from strom.client.cluster import TopicPartition
+from strom.client.consumer.membership_common import (
+    COORDINATOR_ERRORS,
+    Coordinator,
+    InvalidTransitionError,
+    MembershipCore,
+    Output,
+    PartitionsAssigned,
+    PartitionsLost,
+    PartitionsRevoked,
+    RebalanceEvent,
+    RefreshMetadata,
+    RequestKind,
+    SendRequest,
+    commit_error_codes,
+    error_code,
+    lowest_error,
+    offset_commit_request,
+    topics_matching,
+)
 from strom.client.errors import (
     CommitFailedError,
     FencedInstanceIdError,
     GroupError,
     KafkaError,
-    MaxPollIntervalExceededError,
 )
 from strom.protocol.errors import ErrorCode
-from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from strom.protocol.messages.find_coordinator import FindCoordinatorResponse
 from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from strom.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from strom.protocol.messages.leave_group import LeaveGroupRequest
@@ -68,8 +85,10 @@ __all__ = [
     "ALLOWED_PREVIOUS",
     "Coordinator",
     "GroupMembership",
+    "InvalidTransitionError",
     "MemberState",
     "MembershipSettings",
+    "Output",
     "PartitionsAssigned",
     "PartitionsLost",
     "PartitionsRevoked",
@@ -80,27 +99,8 @@ __all__ = [
 ]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
-# Errors that say the coordinator moved or is gone: find it again.
-_COORDINATOR_ERRORS = frozenset(
-    {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT}
-)
 # Errors that say this member's generation is gone: its partitions may already belong to others.
 _GENERATION_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
-
-
-def read_find_coordinator(response: FindCoordinatorResponse) -> tuple[int, int, str, int]:
-    """Error code, node id, host and port of a FindCoordinator answer (v4+ lists per key)."""
-    if response.coordinators:
-        entry = response.coordinators[0]
-        return entry.error_code, entry.node_id, entry.host, entry.port
-    return response.error_code, response.node_id, response.host, response.port
-
-
-def _error_code(code: int) -> ErrorCode:
-    try:
-        return ErrorCode(code)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class MemberState(enum.Enum):
@@ -156,62 +156,6 @@ ALLOWED_PREVIOUS: dict[MemberState, frozenset[MemberState]] = {
 }
 
 
-class RequestKind(enum.Enum):
-    FIND_COORDINATOR = "FindCoordinator"
-    JOIN_GROUP = "JoinGroup"
-    SYNC_GROUP = "SyncGroup"
-    HEARTBEAT = "Heartbeat"
-    LEAVE_GROUP = "LeaveGroup"
-    # The consumer group protocol (consumer_membership.py): join, heartbeat and leave in one API.
-    CONSUMER_GROUP_HEARTBEAT = "ConsumerGroupHeartbeat"
-
-
-@dataclass(frozen=True, slots=True)
-class Coordinator:
-    node_id: int
-    host: str
-    port: int
-
-
-@dataclass(frozen=True, slots=True)
-class SendRequest:
-    """Send ``request`` to ``coordinator`` (None: any broker) and report back with ``request_id``.
-
-    Requests are built in their newest form; the shell fits them to the negotiated version."""
-
-    request_id: int
-    kind: RequestKind
-    request: Any
-    coordinator: Coordinator | None
-    timeout_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class RefreshMetadata:
-    """The leader needs partition counts of ``topics``; answer with ``metadata_updated``."""
-
-    topics: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionsRevoked:
-    partitions: list[TopicPartition]
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionsAssigned:
-    partitions: list[TopicPartition]
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionsLost:
-    partitions: list[TopicPartition]
-
-
-RebalanceEvent = PartitionsRevoked | PartitionsAssigned | PartitionsLost
-Output = SendRequest | RefreshMetadata
-
-
 @dataclass(frozen=True, slots=True)
 class MembershipSettings:
     group_id: str
@@ -224,98 +168,45 @@ class MembershipSettings:
     client_rack: str | None = None
 
 
-class InvalidTransitionError(AssertionError):
-    """A programming error: the state machine was asked for a move its table forbids."""
+# The requests about the membership itself: dropped when the generation or the coordinator is lost.
+_MEMBER_REQUESTS = (RequestKind.HEARTBEAT, RequestKind.JOIN_GROUP, RequestKind.SYNC_GROUP)
 
 
-class GroupMembership:
+class GroupMembership(MembershipCore[MemberState, MembershipSettings]):
     """One consumer's membership in one group. Not thread-safe: the shell holds a lock around it."""
 
     def __init__(self, settings: MembershipSettings, assignors: list[Assignor], now_ms: int) -> None:
         assert assignors, "a group member needs at least one assignor"
-        self.settings = settings
+        super().__init__(
+            settings,
+            now_ms,
+            state=MemberState.UNJOINED,
+            allowed_previous=ALLOWED_PREVIOUS,
+            fatal=MemberState.FATAL,
+            member_requests=_MEMBER_REQUESTS,
+        )
         self.assignors = {assignor.name: assignor for assignor in assignors}
         self._assignor_order = [assignor.name for assignor in assignors]
         # Java's rule: cooperative only when every configured assignor supports it.
         cooperative = all(RebalanceProtocol.COOPERATIVE in a.supported_protocols for a in assignors)
         self.rebalance_protocol = RebalanceProtocol.COOPERATIVE if cooperative else RebalanceProtocol.EAGER
-        self.state = MemberState.UNJOINED
-        self.member_id = ""
         self.generation_id = -1
         self.protocol_name: str | None = None
         self.leader_id = ""
-        # Subscription: explicit topics, or a pattern matched against metadata.
-        self.subscribed_topics: frozenset[str] = frozenset()
-        self.pattern: re.Pattern[str] | None = None
-        self.subscribed = False
-        # What the application holds now (applied by a poll), and what arrived but is not applied.
-        self.owned: set[TopicPartition] = set()
+        # What arrived but is not applied by a poll yet (``owned``: what the application holds).
         self.pending_assignment: list[TopicPartition] | None = None
         self.rejoin_needed = False
         self.rejoin_reason = ""
         self.partitions_lost = False
         self._join_prepared = False
         self._preparing_in_poll = False
-        # Coordinator discovery.
-        self.coordinator: Coordinator | None = None
-        self.coordinator_wanted = False
-        self._find_retry_at_ms = now_ms
+        # When a JoinGroup may go out again, and the session clock (the last heartbeat answered).
         self._join_retry_at_ms = now_ms
-        # Timers.
-        self.last_poll_ms = now_ms
-        self._next_heartbeat_ms = now_ms
         self._last_heartbeat_ok_ms = now_ms
-        # Errors for poll: one-shot (poll timeout, assignment failure) and fatal (fenced).
-        self.pending_error: KafkaError | None = None
-        self.fatal_error: KafkaError | None = None
-        # Metadata as last seen, and what the leader assigned from.
-        self.topic_counts: dict[str, int] = {}
+        # What the leader assigned from (``topic_counts``: metadata as last seen).
         self.group_topics: frozenset[str] = frozenset()
         self.assigned_topic_counts: dict[str, int] = {}
         self._awaiting_members: list[GroupMember] | None = None
-        # Requests in flight by kind, so answers to requests we no longer care about are dropped.
-        self._request_ids = itertools.count(1)
-        self._in_flight: dict[int, RequestKind] = {}
-        self._outputs: list[Output] = []
-
-    # -- state table ---------------------------------------------------------------------------
-
-    def _transition_to(self, target: MemberState) -> None:
-        if self.state not in ALLOWED_PREVIOUS[target]:
-            raise InvalidTransitionError(
-                f"group {self.settings.group_id!r} member {self.member_id!r}: "
-                f"{self.state.name} -> {target.name} is not allowed"
-            )
-        self.state = target
-
-    @property
-    def is_static(self) -> bool:
-        return self.settings.group_instance_id is not None
-
-    def _kind_in_flight(self, kind: RequestKind) -> bool:
-        return kind in self._in_flight.values()
-
-    def _forget(self, *kinds: RequestKind) -> None:
-        self._in_flight = {rid: kind for rid, kind in self._in_flight.items() if kind not in kinds}
-
-    def _send(self, kind: RequestKind, request: Any, timeout_ms: int | None = None) -> None:
-        request_id = next(self._request_ids)
-        self._in_flight[request_id] = kind
-        coordinator = None if kind is RequestKind.FIND_COORDINATOR else self.coordinator
-        self._outputs.append(
-            SendRequest(
-                request_id,
-                kind,
-                request,
-                coordinator,
-                self.settings.request_timeout_ms if timeout_ms is None else timeout_ms,
-            )
-        )
-
-    def take_outputs(self) -> list[Output]:
-        """Requests to send and metadata to refresh, in order; each is handed out once."""
-        outputs, self._outputs = self._outputs, []
-        return outputs
 
     # -- subscription --------------------------------------------------------------------------
 
@@ -335,19 +226,10 @@ class GroupMembership:
         self._request_rejoin("subscription changed")
 
     def _pattern_topics(self) -> frozenset[str]:
+        # The classic path matches at the start of a name (re.match), the consumer protocol the
+        # whole name: kept as it was.
         assert self.pattern is not None
-        return frozenset(
-            topic
-            for topic in self.topic_counts
-            if self.pattern.match(topic) is not None and not topic.startswith("__")
-        )
-
-    def unsubscribe(self) -> None:
-        """Stop being a member; the caller has revoked ``owned`` already (see ``leave_group``)."""
-        self.subscribed = False
-        self.subscribed_topics = frozenset()
-        self.pattern = None
-        self.leave_group("the consumer unsubscribed")
+        return topics_matching(self.pattern, self.topic_counts, whole_name=False)
 
     def metadata_topics(self) -> frozenset[str] | None:
         """Topics whose metadata this member needs, or None for every topic (pattern)."""
@@ -361,11 +243,8 @@ class GroupMembership:
         """The client's view of topics changed: partition count of every topic it knows (the
         classic protocol names topics, so ``topic_ids`` is not needed here)."""
         self.topic_counts = dict(topic_counts)
-        if self.pattern is not None and self.subscribed:
-            matched = self._pattern_topics()
-            if matched != self.subscribed_topics:
-                self.subscribed_topics = matched
-                self._request_rejoin("the subscription pattern matches other topics")
+        if self._rematch_pattern(whole_name=False):
+            self._request_rejoin("the subscription pattern matches other topics")
         if self.state is MemberState.ASSIGNING:
             self._assign(now_ms)
         elif self.state is MemberState.STABLE and self.leader_id == self.member_id and self.group_topics:
@@ -386,12 +265,7 @@ class GroupMembership:
     def begin_poll(self, now_ms: int) -> list[RebalanceEvent]:
         """The application polled: raise what poll must raise, else the rebalance events to run
         now, in order. Call ``callbacks_done`` once they ran (a join may be waiting on them)."""
-        self.last_poll_ms = now_ms
-        if self.fatal_error is not None:
-            raise self.fatal_error
-        if self.pending_error is not None:
-            error, self.pending_error = self.pending_error, None
-            raise error
+        self._poll_started(now_ms)
         events: list[RebalanceEvent] = []
         if self.pending_assignment is not None:
             events.extend(self._apply_assignment())
@@ -457,22 +331,11 @@ class GroupMembership:
         interval and the session timeout."""
         if self.state is MemberState.FATAL:
             return
-        if (
-            self.state is MemberState.STABLE
-            and now_ms - self.last_poll_ms > self.settings.max_poll_interval_ms
-        ):
+        if self.state is MemberState.STABLE and self._poll_overdue(now_ms):
             self._poll_timeout_expired(now_ms)
-        wanted = self.coordinator_wanted or self.subscribed or self.state is not MemberState.UNJOINED
         if self.coordinator is None:
-            if (
-                wanted
-                and not self._kind_in_flight(RequestKind.FIND_COORDINATOR)
-                and now_ms >= self._find_retry_at_ms
-            ):
-                self._send(
-                    RequestKind.FIND_COORDINATOR,
-                    FindCoordinatorRequest(key_type=0, coordinator_keys=[self.settings.group_id]),
-                )
+            wanted = self.coordinator_wanted or self.subscribed or self.state is not MemberState.UNJOINED
+            self._find_coordinator_when_due(now_ms, wanted)
             return
         if (
             self.state is MemberState.PREPARING
@@ -507,7 +370,7 @@ class GroupMembership:
             deadlines.append(self._join_retry_at_ms)
         if self.state is MemberState.STABLE:
             deadlines.append(self._next_heartbeat_ms)
-            deadlines.append(self.last_poll_ms + self.settings.max_poll_interval_ms + 1)
+            deadlines.append(self._poll_deadline_ms())
             deadlines.append(self._last_heartbeat_ok_ms + self.settings.session_timeout_ms + 1)
         return max(now_ms, min(deadlines))
 
@@ -515,54 +378,29 @@ class GroupMembership:
         # Java's behaviour: a dynamic member leaves at once so the group rebalances without it; a
         # static member just stops heartbeating and lets its session expire (a restart within the
         # session keeps its partitions).
-        self.pending_error = MaxPollIntervalExceededError(
-            f"poll() was not called for more than max.poll.interval.ms="
-            f"{self.settings.max_poll_interval_ms} ms: this member left group {self.settings.group_id!r} "
-            "and its partitions may have been given to others; the next poll() rejoins",
-            None,
-        )
+        self.pending_error = self._poll_timeout_error()
         if not self.is_static:
             self._send_leave("consumer poll timeout has expired")
         self._reset_generation(now_ms)
 
     # -- coordinator ---------------------------------------------------------------------------
 
-    def need_coordinator(self) -> None:
-        """Someone (a commit, an offset fetch) needs the coordinator even when not subscribed."""
-        self.coordinator_wanted = True
-
-    def coordinator_disconnected(self, now_ms: int) -> None:
-        """The connection to the coordinator broke."""
-        if self.coordinator is not None:
-            self._coordinator_lost(now_ms)
-
     def _coordinator_lost(self, now_ms: int) -> None:
-        self.coordinator = None
-        self._find_retry_at_ms = now_ms + self.settings.retry_backoff_ms
-        # Requests to the old coordinator are dead; a join or sync in flight restarts from the join.
-        self._forget(RequestKind.HEARTBEAT, RequestKind.JOIN_GROUP, RequestKind.SYNC_GROUP)
+        super()._coordinator_lost(now_ms)
+        # A join or sync that was in flight restarts from the join.
         if self.state in (MemberState.ASSIGNING, MemberState.SYNCING):
             self._awaiting_members = None
             self._transition_to(MemberState.PREPARING)
         # The session clock restarts with the new coordinator.
         self._last_heartbeat_ok_ms = now_ms
 
-    def _on_find_coordinator(self, response: FindCoordinatorResponse, now_ms: int) -> None:
-        code, node_id, host, port = read_find_coordinator(response)
-        if code != ErrorCode.NONE:
-            if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
-                self._fail(
-                    GroupError(
-                        f"FindCoordinator for {self.settings.group_id!r}: not authorized", ErrorCode(code)
-                    )
-                )
-                return
-            self._find_retry_at_ms = now_ms + self.settings.retry_backoff_ms
-            return
-        self.coordinator = Coordinator(node_id, host, port)
-        self._last_heartbeat_ok_ms = now_ms
-        self._next_heartbeat_ms = now_ms
-        self.tick(now_ms)
+    def _on_find_coordinator(self, response: FindCoordinatorResponse, now_ms: int) -> bool:
+        found = super()._on_find_coordinator(response, now_ms)
+        if found:
+            # The session clock starts with the new coordinator.
+            self._last_heartbeat_ok_ms = now_ms
+            self.tick(now_ms)
+        return found
 
     # -- join ----------------------------------------------------------------------------------
 
@@ -641,7 +479,7 @@ class GroupMembership:
             self._retry_join_after(now_ms, 0)
         elif code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             self._retry_join_after(now_ms, self.settings.retry_backoff_ms)
-        elif code in _COORDINATOR_ERRORS:
+        elif code in COORDINATOR_ERRORS:
             self._coordinator_lost(now_ms)
             self._retry_join_after(now_ms, 0)
         else:
@@ -735,7 +573,7 @@ class GroupMembership:
         elif code in _GENERATION_ERRORS:
             self._reset_generation(now_ms)
             self._join_prepared = False
-        elif code in _COORDINATOR_ERRORS:
+        elif code in COORDINATOR_ERRORS:
             self._coordinator_lost(now_ms)
             self._retry_join_after(now_ms, 0)
         else:
@@ -755,7 +593,7 @@ class GroupMembership:
             self._request_rejoin("the group is rebalancing")
         elif code in _GENERATION_ERRORS:
             self._reset_generation(now_ms)
-        elif code in _COORDINATOR_ERRORS:
+        elif code in COORDINATOR_ERRORS:
             self._coordinator_lost(now_ms)
         elif code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             self._next_heartbeat_ms = now_ms + self.settings.retry_backoff_ms
@@ -771,7 +609,7 @@ class GroupMembership:
         self.member_id = ""
         self.leader_id = ""
         self._awaiting_members = None
-        self._forget(RequestKind.HEARTBEAT, RequestKind.JOIN_GROUP, RequestKind.SYNC_GROUP)
+        self._forget(*_MEMBER_REQUESTS)
         self.partitions_lost = True
         self._join_prepared = False
         self.rejoin_needed = self.subscribed
@@ -811,37 +649,28 @@ class GroupMembership:
         self._join_prepared = False
         self._preparing_in_poll = False
         self.rejoin_needed = False
-        self._forget(RequestKind.HEARTBEAT, RequestKind.JOIN_GROUP, RequestKind.SYNC_GROUP)
+        self._forget(*_MEMBER_REQUESTS)
         self._transition_to(MemberState.UNJOINED)
 
-    def _fail(self, error: KafkaError) -> None:
-        self.fatal_error = error
-        self._forget(RequestKind.HEARTBEAT, RequestKind.JOIN_GROUP, RequestKind.SYNC_GROUP)
-        self._transition_to(MemberState.FATAL)
-
     def _fail_with_code(self, code: int, what: str) -> None:
-        error_code = _error_code(code)
-        if error_code == ErrorCode.FENCED_INSTANCE_ID:
+        known = error_code(code)
+        if known == ErrorCode.FENCED_INSTANCE_ID:
             self._fail(
                 FencedInstanceIdError(
                     f"{what}: another consumer joined group {self.settings.group_id!r} with "
                     f"group.instance.id {self.settings.group_instance_id!r}; this one is fenced",
-                    error_code,
+                    known,
                 )
             )
         else:
-            self._fail(
-                GroupError(
-                    f"{what} for group {self.settings.group_id!r} failed: {error_code.name}", error_code
-                )
-            )
+            self._fail(GroupError(f"{what} for group {self.settings.group_id!r} failed: {known.name}", known))
 
     # -- responses -----------------------------------------------------------------------------
 
     def on_response(self, request_id: int, response: Any, now_ms: int) -> None:
         """The answer to a ``SendRequest``. Answers to requests no longer awaited are dropped."""
-        kind = self._in_flight.pop(request_id, None)
-        if kind is None or self.state is MemberState.FATAL:
+        kind = self._answered(request_id)
+        if kind is None:
             return
         if kind is RequestKind.FIND_COORDINATOR:
             self._on_find_coordinator(response, now_ms)
@@ -855,8 +684,8 @@ class GroupMembership:
 
     def on_request_failed(self, request_id: int, error: KafkaError, now_ms: int) -> None:
         """A ``SendRequest`` got no answer (connection lost, timeout, version refused)."""
-        kind = self._in_flight.pop(request_id, None)
-        if kind is None or self.state is MemberState.FATAL:
+        kind = self._answered(request_id)
+        if kind is None:
             return
         if kind is RequestKind.FIND_COORDINATOR:
             self._find_retry_at_ms = now_ms + self.settings.retry_backoff_ms
@@ -884,22 +713,13 @@ class GroupMembership:
                 "generation (it is rejoining after a rebalance or an error); its partitions may have moved",
                 None,
             )
-        by_topic: dict[str, list[OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
-        for tp, offset in sorted(offsets.items()):
-            by_topic.setdefault(tp.topic, []).append(
-                OffsetCommitRequest.OffsetCommitRequestPartition(
-                    partition_index=tp.partition, committed_offset=offset, committed_metadata=metadata
-                )
-            )
-        return OffsetCommitRequest(
-            group_id=self.settings.group_id,
+        return offset_commit_request(
+            self.settings.group_id,
+            offsets,
+            metadata,
             generation_id_or_member_epoch=self.generation_id,
             member_id=self.member_id,
             group_instance_id=self.settings.group_instance_id if self.generation_id >= 0 else None,
-            topics=[
-                OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=partitions)
-                for topic, partitions in by_topic.items()
-            ],
         )
 
     def on_commit_response(
@@ -907,14 +727,9 @@ class GroupMembership:
     ) -> dict[TopicPartition, ErrorCode]:
         """Per-partition error codes of a commit; group-level consequences applied here (rejoin,
         generation lost, coordinator moved, fenced)."""
-        errors: dict[TopicPartition, ErrorCode] = {}
-        for topic in response.topics:
-            for partition in topic.partitions:
-                code = partition.error_code
-                error_code = _error_code(code)
-                errors[TopicPartition(topic.name, partition.partition_index)] = error_code
+        errors = dict(commit_error_codes(response))
         codes = set(errors.values())
-        if codes & _COORDINATOR_ERRORS:
+        if codes & COORDINATOR_ERRORS:
             self.coordinator_disconnected(now_ms)
         if ErrorCode.FENCED_INSTANCE_ID in codes:
             self._fail_with_code(ErrorCode.FENCED_INSTANCE_ID, "OffsetCommit")
@@ -933,14 +748,14 @@ class GroupMembership:
             return CommitFailedError(
                 f"commit to group {self.settings.group_id!r} refused ({', '.join(sorted(c.name for c in bad))}): "
                 "the group rebalanced and these partitions may belong to another member now",
-                min(bad, key=lambda c: c.value),
+                lowest_error(bad),
             )
         if ErrorCode.FENCED_INSTANCE_ID in bad:
             return self.fatal_error or FencedInstanceIdError(
                 f"commit to group {self.settings.group_id!r}: fenced by another instance",
                 ErrorCode.FENCED_INSTANCE_ID,
             )
-        first = min(bad, key=lambda c: c.value)
+        first = lowest_error(bad)
         return KafkaError(f"commit to group {self.settings.group_id!r} failed: {first.name}", first)
 
     def commit_outcome(
