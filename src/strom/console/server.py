@@ -26,10 +26,23 @@ log = logging.getLogger("strom.console")
 
 
 class ConsoleServer:
-    def __init__(self, source: ClusterSource, options: ConsoleOptions, port: int) -> None:
+    """``login_source``: see ``Console`` (needed with ``options.login``). ``sample_lag`` False: no
+    lag sampler (a console under --console-login with no credentials of its own has none to
+    sample with; its group pages show the lag of the moment, without a trend)."""
+
+    def __init__(
+        self,
+        source: ClusterSource,
+        options: ConsoleOptions,
+        port: int,
+        *,
+        login_source: Callable[[str, str], ClusterSource] | None = None,
+        sample_lag: bool = True,
+    ) -> None:
         self.source = source
         self.options = options
-        self.console = Console(source, options)
+        self.sample_lag = sample_lag
+        self.console = Console(source, options, login_source=login_source)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             limits.console_worker_threads, thread_name_prefix="strom-console"
         )
@@ -43,8 +56,10 @@ class ConsoleServer:
 
     async def start(self) -> None:
         await self._http.start()
-        self._sampler = asyncio.create_task(self._sample_forever())
+        if self.sample_lag:
+            self._sampler = asyncio.create_task(self._sample_forever())
         mode = " (read-only)" if self.options.read_only else ""
+        mode += " (login required)" if self.options.login else ""
         log.info("console on %s%s", self.url, mode)
 
     @property
@@ -67,7 +82,7 @@ class ConsoleServer:
         # Pages still running finish in their threads; the clients close after them.
         await loop.run_in_executor(None, self._executor.shutdown)
         await loop.run_in_executor(None, self._sampler_executor.shutdown)
-        self.console.close()
+        await loop.run_in_executor(None, self.console.close)
         await loop.run_in_executor(None, self.source.close)
 
     async def _sample_forever(self) -> None:
