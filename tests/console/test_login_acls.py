@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from strom.cli.dev_cluster import wait_until
 from strom.client.admin import Admin, NewTopic
 from strom.protocol.acl import AclOperation
 from strom.security.acl import (
@@ -38,6 +39,45 @@ JAAS = (
     + ";"
 )
 HTTP_TIMEOUT_S = 60
+CONSOLE_UP_S = 60.0
+
+
+def broker_settings(sasl_port: int) -> dict[str, str]:
+    return {
+        # PLAINTEXT is where the harness sees the broker is up; with ACLs on, a connection there
+        # is User:ANONYMOUS, which no ACL names.
+        "listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": "strom",
+        "super.users": "User:admin",
+        "allow.everyone.if.no.acl.found": "false",
+        "offsets.topic.num.partitions": "1",
+    }
+
+
+def set_up_as_admin(sasl_bootstrap: str) -> None:
+    admin = Admin(
+        {
+            "bootstrap.servers": sasl_bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "admin",
+            "sasl.password": PASSWORDS["admin"],
+        }
+    )
+    try:
+        admin.create_topics([NewTopic(name, 1, 1, {}) for name in ("visible-a", "visible-b", "hidden")])
+        admin.create_acls(
+            [
+                AclBinding(
+                    ResourcePattern(ResourceType.TOPIC, "visible-", PatternType.PREFIXED),
+                    AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+                )
+            ]
+        )
+    finally:
+        admin.close()
 
 
 @dataclass
@@ -51,46 +91,13 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work: Path = tmp_path_factory.mktemp("console-login")
     sasl_port = free_port()
-    broker = BrokerProcess(
-        work / "broker",
-        {
-            # PLAINTEXT is where the harness sees the broker is up; with ACLs on, a connection there
-            # is User:ANONYMOUS, which no ACL names.
-            "listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-            "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-            "authorizer.class.name": "strom",
-            "super.users": "User:admin",
-            "allow.everyone.if.no.acl.found": "false",
-            "offsets.topic.num.partitions": "1",
-        },
-    )
+    broker = BrokerProcess(work / "broker", broker_settings(sasl_port))
     broker.work_dir.mkdir()
     sasl_bootstrap = f"127.0.0.1:{sasl_port}"
     console: ConsoleProcess | None = None
     try:
         broker.start()
-        admin = Admin(
-            {
-                "bootstrap.servers": sasl_bootstrap,
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "PLAIN",
-                "sasl.username": "admin",
-                "sasl.password": PASSWORDS["admin"],
-            }
-        )
-        try:
-            admin.create_topics([NewTopic(name, 1, 1, {}) for name in ("visible-a", "visible-b", "hidden")])
-            admin.create_acls(
-                [
-                    AclBinding(
-                        ResourcePattern(ResourceType.TOPIC, "visible-", PatternType.PREFIXED),
-                        AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
-                    )
-                ]
-            )
-        finally:
-            admin.close()
+        set_up_as_admin(sasl_bootstrap)
         # The console has no credentials of its own: only its users' (and so no lag sampler).
         console = ConsoleProcess(
             sasl_bootstrap,
@@ -205,3 +212,36 @@ def test_a_wrong_password_fails_cleanly(stack: Stack) -> None:
     log_text = stack.console.log_path.read_text()
     for password in (*PASSWORDS.values(), "not-her-password"):
         assert password not in log_text
+
+
+def test_the_console_beside_a_broker_logs_in_through_its_sasl_listener(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    work: Path = tmp_path_factory.mktemp("broker-console-login")
+    sasl_port, console_port = free_port(), free_port()
+    broker = BrokerProcess(
+        work / "broker", broker_settings(sasl_port), ["--console-port", str(console_port), "--console-login"]
+    )
+    broker.work_dir.mkdir()
+    try:
+        broker.start()
+        set_up_as_admin(f"127.0.0.1:{sasl_port}")
+        alice = Browser(f"http://127.0.0.1:{console_port}/")
+
+        def console_up() -> bool:
+            try:
+                return alice.get("/login")[0] == 200
+            except OSError:
+                return False
+
+        wait_until(console_up, "the broker's console", CONSOLE_UP_S)
+        assert alice.login("alice", "wrong")[0] == 401
+        status, body = alice.login("alice", PASSWORDS["alice"])
+        assert status == 200, body
+        assert topic_names(alice.get("/topics")[1]) == {"visible-a", "visible-b"}
+    finally:
+        broker.close()
+    # The broker's own log (not the harness's line with the command, whose JAAS setting has it).
+    logged = [line for line in broker.log_text().splitlines() if not line.startswith("===== start")]
+    assert "console login of 'alice'" in "\n".join(logged)
+    assert not [line for line in logged if PASSWORDS["alice"] in line]

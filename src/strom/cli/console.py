@@ -6,11 +6,14 @@ import argparse
 import asyncio
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.cli.common import add_command, check_client_config, client_settings, given_client_config
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from strom.broker.config import BrokerConfig
+
+__all__ = ["broker_console_login_settings", "register"]
 
 DEFAULT_PORT = 8080
 
@@ -90,25 +93,26 @@ def _console(arguments: argparse.Namespace) -> int:
         raise UsageError(
             f"--lag-sample-interval-ms must be 1..{limits.console_lag_window_ms}, not {interval_ms}"
         )
-    settings = client_settings(arguments, passthrough=True)
     login = arguments.console_login
+    from_file, extra = given_client_config(arguments)
+    given = {**from_file, **extra}
     # Under --console-login the console may have no credentials of its own: then it has no lag
     # sampler (the users' pages need none), and its config is checked with a user's in place.
-    own_credentials = "sasl.username" in settings or "sasl.jaas.config" in settings
-    sasl = str(settings.get("security.protocol", "PLAINTEXT")).upper().startswith("SASL_")
+    own_credentials = "sasl.username" in given or "sasl.jaas.config" in given
+    sasl = str(given.get("security.protocol", "PLAINTEXT")).upper().startswith("SASL_")
     if login and not sasl:
         raise UsageError(
             "--console-login needs security.protocol SASL_PLAINTEXT or SASL_SSL (and sasl.mechanism)"
             " in --command-config or -X: the login is a SASL login to the cluster"
         )
     if login and not own_credentials:
-        from_file, extra = given_client_config(arguments)
         try:
-            AdminConfig.from_settings({**from_file, **extra, "sasl.username": "u", "sasl.password": "p"})
+            AdminConfig.from_settings({**given, "sasl.username": "u", "sasl.password": "p"})
         except ConfigError as error:
             raise UsageError(f"--command-config/-X: {error}") from None
     else:
         check_client_config(arguments, AdminConfig)
+    settings = client_settings(arguments, passthrough=True)
     options = ConsoleOptions(
         read_only=arguments.console_read_only,
         login=login,
@@ -153,3 +157,42 @@ def _console(arguments: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+# What a console beside a broker may log its users in with (the client's SASL mechanisms).
+_CLIENT_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+
+
+def broker_console_login_settings(config: BrokerConfig) -> dict[str, Any]:
+    """The users' client settings of ``strom broker --console-port --console-login``: the
+    broker's first SASL_PLAINTEXT listener (on a fixed port; a wildcard host is reached on
+    127.0.0.1) with the first mechanism it enables that strom's client speaks.
+    ``BrokerConfigError`` when there is none."""
+    from strom.broker.config import BrokerConfigError
+    from strom.broker.listener_security import listener_value
+
+    for endpoint in config.listeners():
+        if endpoint.security_protocol != "SASL_PLAINTEXT":
+            continue
+        if endpoint.port == 0:
+            raise BrokerConfigError(
+                f"--console-login: listener {endpoint} needs a fixed port for the console to log in through"
+            )
+        enabled = [
+            name.strip().upper()
+            for name in listener_value(config, endpoint.listener, "sasl.enabled.mechanisms").split(",")
+        ]
+        mechanism = next((name for name in enabled if name in _CLIENT_MECHANISMS), None)
+        if mechanism is None:
+            raise BrokerConfigError(
+                f"--console-login: listener {endpoint} enables none of {', '.join(_CLIENT_MECHANISMS)}"
+            )
+        host = endpoint.host if endpoint.host not in {"", "0.0.0.0", "::"} else "127.0.0.1"
+        return {
+            "bootstrap.servers": f"[{host}]:{endpoint.port}" if ":" in host else f"{host}:{endpoint.port}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism,
+        }
+    raise BrokerConfigError(
+        "--console-login needs a SASL_PLAINTEXT listener to log the console's users in through"
+    )

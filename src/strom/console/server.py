@@ -108,11 +108,20 @@ class BrokerConsole:
     ``strom.broker.run.run_broker(..., beside=...)``: ``start(bootstrap)`` and ``stop()``."""
 
     def __init__(
-        self, options: ConsoleOptions, port: int, client_settings: dict[str, Any] | None = None
+        self,
+        options: ConsoleOptions,
+        port: int,
+        client_settings: dict[str, Any] | None = None,
+        *,
+        login_settings: dict[str, Any] | None = None,
     ) -> None:
+        """``login_settings`` (with ``options.login``): the users' clients' settings (a SASL
+        listener's bootstrap, security.protocol, sasl.mechanism) to which a login adds theirs."""
+        assert login_settings is not None or not options.login
         self._options = options
         self._port = port
         self._client_settings = dict(client_settings or {})
+        self._login_settings = dict(login_settings or {})
         self.server: ConsoleServer | None = None
 
     async def start(self, bootstrap: Callable[[], str]) -> None:
@@ -123,7 +132,15 @@ class BrokerConsole:
                 raise KafkaError(f"the broker is not serving yet: {error}") from None
             return {**self._client_settings, "bootstrap.servers": address}
 
-        self.server = ConsoleServer(ClientSource(settings), self._options, self._port)
+        def login_source(user: str, password: str) -> ClientSource:
+            return ClientSource.for_user(self._login_settings, user, password)
+
+        self.server = ConsoleServer(
+            ClientSource(settings),
+            self._options,
+            self._port,
+            login_source=login_source if self._options.login else None,
+        )
         await self.server.start()
 
     async def stop(self) -> None:
