@@ -245,3 +245,38 @@ def test_the_console_beside_a_broker_logs_in_through_its_sasl_listener(
     logged = [line for line in broker.log_text().splitlines() if not line.startswith("===== start")]
     assert "console login of 'alice'" in "\n".join(logged)
     assert not [line for line in logged if PASSWORDS["alice"] in line]
+
+
+def test_login_in_a_real_browser(stack: Stack) -> None:
+    """The login page and a logged-in page in headless Chromium (the cookie's SameSite=Strict and
+    HttpOnly as a browser takes them); screenshots docs/console/login.png and login-topics.png."""
+    from selenium.webdriver.common.by import By
+
+    from tests.console.browser import headless_chromium, screenshot
+
+    with headless_chromium() as driver:
+        driver.get(stack.console.url + "topics")
+        wait_until(lambda: "/login" in driver.current_url, "the redirect to the login page", CONSOLE_UP_S)
+        driver.find_element(By.NAME, "username").send_keys("alice")
+        driver.find_element(By.NAME, "password").send_keys(PASSWORDS["alice"])
+        screenshot(driver, "login")
+        driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+        wait_until(
+            lambda: bool(driver.find_elements(By.CSS_SELECTOR, "header form.logout")),
+            "the logged-in page",
+            CONSOLE_UP_S,
+        )
+        assert driver.find_element(By.CSS_SELECTOR, "header .user").text == "alice"
+        cookie = driver.get_cookie("strom_console_session")
+        assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert driver.execute_script("return document.cookie") == ""  # not readable by script
+        driver.get(stack.console.url + "topics")
+        names = {
+            element.get_attribute("data-name")
+            for element in driver.find_elements(By.CSS_SELECTOR, "#topics tr[data-name]")
+        }
+        assert names == {"visible-a", "visible-b"}
+        screenshot(driver, "login-topics")
+        driver.find_element(By.CSS_SELECTOR, "header form.logout button").click()
+        wait_until(lambda: "/login" in driver.current_url, "the login page after logout", CONSOLE_UP_S)
+        assert driver.get_cookie("strom_console_session") is None
