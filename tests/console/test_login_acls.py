@@ -19,6 +19,7 @@ import pytest
 
 from strom.cli.dev_cluster import wait_until
 from strom.client.admin import Admin, NewTopic
+from strom.client.cluster import TopicPartition
 from strom.protocol.acl import AclOperation
 from strom.security.acl import (
     AccessControlEntry,
@@ -68,12 +69,20 @@ def set_up_as_admin(sasl_bootstrap: str) -> None:
     )
     try:
         admin.create_topics([NewTopic(name, 1, 1, {}) for name in ("visible-a", "visible-b", "hidden")])
+        for group_id in ("billing", "secret-group"):
+            admin.alter_group_offsets(group_id, {TopicPartition("visible-a", 0): 0})
         admin.create_acls(
             [
                 AclBinding(
                     ResourcePattern(ResourceType.TOPIC, "visible-", PatternType.PREFIXED),
                     AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
-                )
+                ),
+                # Read (which implies Describe): strom's OffsetFetch asks for Read on the group
+                # (Kafka since KIP-163 asks for Describe only).
+                AclBinding(
+                    ResourcePattern(ResourceType.GROUP, "billing", PatternType.LITERAL),
+                    AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW),
+                ),
             ]
         )
     finally:
@@ -171,6 +180,14 @@ def test_alice_sees_only_what_her_acls_allow_and_may_not_create(stack: Stack) ->
     assert status == 403 and "Not authorized" in body, body
     status, body = alice.get("/topic?name=visible-a")
     assert status == 200, body
+    # Groups: the one she may describe, not the other.
+    status, body = alice.get("/groups")
+    assert status == 200, body
+    assert set(re.findall(r'<tr data-group="([^"]+)"', body)) == {"billing"}
+    status, body = alice.get("/group?id=billing")
+    assert status == 200, body
+    status, body = alice.get("/group?id=secret-group")
+    assert status == 403 and "Not authorized" in body, body
     token = alice.csrf("/topics/new")
     status, body = alice.post("/topics", {"csrf": token, "name": "alice-made", "partitions": "1"})
     assert status == 403 and "Not authorized" in body, body
