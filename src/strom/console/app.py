@@ -322,7 +322,6 @@ class Console:
             return self._page(
                 502, pages.login_page(context, "Login failed: the cluster did not answer; try again.", user)
             )
-        del password
         if session is not None:  # a new login in the same browser ends the old session
             self._end([s for s in [self.sessions.remove(session.token)] if s is not None])
         opened, ended = self.sessions.add(user, ClusterView(source, self), self.clock_ms())
