@@ -247,8 +247,9 @@ consumer_member_identifier_chars_max = 1_000
 
 # ---- the web console (strom.console) ------------------------------------------------------------
 # The console answers one HTTP request per connection (Connection: close). A browser's request
-# line and headers are 1-2 KiB (cookies aside, and the console sets none); 16 KiB leaves room and
-# is still nothing to hold. A longer head is refused with 431 before more is read.
+# line and headers are 1-2 KiB (cookies aside; the console sets one of ~70 bytes, and only under
+# --console-login); 16 KiB leaves room and is still nothing to hold. A longer head is refused
+# with 431 before more is read.
 console_request_head_bytes_max = 16_384
 # A POSTed form: the largest is a topic's creation with its configs, a few KiB. Refused with 413
 # from its Content-Length, before a byte of it is buffered.
@@ -297,6 +298,14 @@ console_snapshot_stale_ms = 60_000
 console_history_rebalances_max = 50
 console_history_members_max = 50
 console_history_moves_max = 2_000
+# Login sessions of a console run with --console-login (strom.console.sessions). Each holds the
+# user's own admin client and consumer (a connection or two to each broker they talk to, and a
+# thread), so the count is bounded: a team's handful of people with a few browsers each fit; a
+# login beyond it ends the least recently used session. A session unused this long ends and its
+# clients close: an hour covers a person reading pages and coming back, and a stolen cookie of a
+# closed laptop stops working by the next hour.
+console_sessions_max = 32
+console_session_idle_ms_max = 3_600_000
 # Rebalance history (strom.coordinator.history): the rebalances kept per group, and in all. An entry
 # costs about 100 bytes plus its member ids and moves, in memory and as one record of the group's
 # __consumer_offsets partition: fifty show a group's recent past (hours of a flapping group) and a

@@ -81,7 +81,15 @@ def _broker(arguments: argparse.Namespace) -> int:
         from strom.console.app import ConsoleOptions
         from strom.console.server import BrokerConsole
 
-        beside = BrokerConsole(ConsoleOptions(read_only=arguments.console_read_only), arguments.console_port)
+        login_settings = None
+        if arguments.console_login:
+            try:
+                login_settings = console.broker_console_login_settings(config)
+            except BrokerConfigError as error:
+                print(f"strom broker: {error}", file=sys.stderr)
+                return 2
+        options = ConsoleOptions(read_only=arguments.console_read_only, login=arguments.console_login)
+        beside = BrokerConsole(options, arguments.console_port, login_settings=login_settings)
     return run_broker(config, metrics_port=arguments.metrics_port, add_scram=add_scram, beside=beside)
 
 
@@ -181,6 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument(
         "--console-read-only", action="store_true", help="with --console-port: a console that changes nothing"
+    )
+    broker.add_argument(
+        "--console-login",
+        action="store_true",
+        help="with --console-port: every page needs a login with a SASL username and password, checked"
+        " through the broker's first SASL_PLAINTEXT listener, and the user's ACLs decide what the"
+        " console shows and may change (docs/console.md)",
     )
     broker.add_argument(
         "--add-scram",

@@ -9,7 +9,12 @@ Security, in the order a request meets it:
   sends an Origin, from the console's own origin; otherwise 403;
 - read-only mode draws no forms and refuses every POST (403);
 - every value from the cluster is escaped (``markup``), and the answers carry a Content Security
-  Policy that allows the console's own script and style only.
+  Policy that allows the console's own script and style only;
+- with ``login`` (``--console-login``), every page but /login needs a session: the login form
+  builds the user's own clients from their SASL username and password, and every page and form of
+  the session asks the cluster through them, so the brokers' ACLs decide what the user sees and
+  may change (an authorization error is a 403 page saying so). The session's forms carry a CSRF
+  token of the session's own; the login form the process's.
 """
 
 from __future__ import annotations
@@ -28,18 +33,19 @@ from dataclasses import dataclass
 from strom.base import limits
 from strom.client.admin import TopicDescription
 from strom.client.cluster import TopicPartition
-from strom.client.errors import KafkaError, UnsupportedVersionError
+from strom.client.errors import AuthenticationError, KafkaError, UnsupportedVersionError
 from strom.console import pages
 from strom.console.http import Request, Response
 from strom.console.lag import LagHistory, LagPoint, measure_lag, record_lag, total_lag
 from strom.console.markup import Markup, url
 from strom.console.records import FORMATS, matches, parse_time_ms
+from strom.console.sessions import Session, Sessions
 from strom.console.snapshot import Snapshot
 from strom.console.source import ClusterSource, OffsetRange, ReadRequest, ReadResult
 from strom.console.static import CONSOLE_CSS, CONSOLE_JS
 from strom.protocol.errors import ErrorCode
 
-__all__ = ["Console", "ConsoleOptions"]
+__all__ = ["AUTHORIZATION_ERRORS", "SESSION_COOKIE", "ClusterView", "Console", "ConsoleOptions"]
 
 log = logging.getLogger("strom.console")
 
@@ -65,6 +71,22 @@ NOTICES = {
 
 DEFAULT_RECORDS = 20
 
+# The session cookie (under --console-login). Not Secure: the console serves plain HTTP only (put
+# it behind a TLS proxy to serve it to a network; docs/console.md).
+SESSION_COOKIE = "strom_console_session"
+_COOKIE_ATTRIBUTES = "HttpOnly; SameSite=Strict; Path=/"
+
+# The broker's answers that mean "this principal may not": shown as "Not authorized" (403).
+AUTHORIZATION_ERRORS = frozenset(
+    {
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
+    }
+)
+
 _HOST_NAME = re.compile(r"^[A-Za-z0-9.-]+$")
 
 
@@ -75,6 +97,10 @@ class BadRequest(Exception):
 @dataclass(frozen=True)
 class ConsoleOptions:
     read_only: bool = False
+    # Every page needs a session, opened with the user's SASL credentials (Console's login_source).
+    login: bool = False
+    sessions_max: int = limits.console_sessions_max
+    session_idle_ms_max: int = limits.console_session_idle_ms_max
     # The host the console listens on (a name in the Host header is accepted only if it is this).
     host: str = "127.0.0.1"
     lag_sample_interval_ms: int = limits.console_lag_sample_interval_ms
@@ -91,7 +117,39 @@ class TopicFigures:
     sizes: Mapping[TopicPartition, int] | None
 
 
+class ClusterView:
+    """The cluster as one principal sees it: its source and the snapshots made from it (a
+    snapshot is never shared between principals: it holds what that principal may see)."""
+
+    def __init__(self, source: ClusterSource, console: Console) -> None:
+        self.source = source
+        self.topics_snapshot: Snapshot[dict[str, TopicDescription]] = Snapshot(
+            source.topics,
+            console.refresher,
+            fresh_ms=console.options.snapshot_fresh_ms,
+            stale_ms=console.options.snapshot_stale_ms,
+        )
+        self.figures_snapshot: Snapshot[TopicFigures] = Snapshot(
+            lambda: console.topic_figures(self, self.topics_snapshot.get()[0], every=True),
+            console.refresher,
+            fresh_ms=console.options.snapshot_fresh_ms,
+            stale_ms=console.options.snapshot_stale_ms,
+        )
+
+    def changed(self) -> None:
+        """The console changed the cluster: the next views ask afresh."""
+        self.topics_snapshot.invalidate()
+        self.figures_snapshot.invalidate()
+
+
+Route = Callable[[Request, pages.PageContext, ClusterView], Response]
+
+
 class Console:
+    """``source`` is the console's own view of the cluster: every page's without ``login``, the
+    lag sampler's always. ``login_source(user, password)`` (needed with ``options.login``) builds
+    and checks a user's own source, raising ``AuthenticationError`` for bad credentials."""
+
     def __init__(
         self,
         source: ClusterSource,
@@ -99,9 +157,15 @@ class Console:
         *,
         clock_ms: Callable[[], int] | None = None,
         csrf_token: str | None = None,
+        login_source: Callable[[str, str], ClusterSource] | None = None,
     ) -> None:
         self.source = source
         self.options = options or ConsoleOptions()
+        assert login_source is not None or not self.options.login, "login needs a login_source"
+        self._login_source = login_source
+        self.sessions: Sessions[ClusterView] = Sessions(
+            self.options.sessions_max, self.options.session_idle_ms_max
+        )
         self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         # Per process: a console restarted makes the forms of pages still open fail (403) once.
         self.csrf_token = csrf_token or secrets.token_urlsafe(32)
@@ -112,23 +176,12 @@ class Console:
             limits.console_worker_threads, thread_name_prefix="strom-console-side"
         )
         # The snapshots' background refreshes (which use _side themselves).
-        self._refresher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="strom-console-refresh")
-        self._topics_snapshot: Snapshot[dict[str, TopicDescription]] = Snapshot(
-            self.source.topics,
-            self._refresher,
-            fresh_ms=self.options.snapshot_fresh_ms,
-            stale_ms=self.options.snapshot_stale_ms,
-        )
-        self._figures_snapshot: Snapshot[TopicFigures] = Snapshot(
-            self._all_topic_figures,
-            self._refresher,
-            fresh_ms=self.options.snapshot_fresh_ms,
-            stale_ms=self.options.snapshot_stale_ms,
-        )
+        self.refresher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="strom-console-refresh")
+        self._view = ClusterView(self.source, self)
         # Pages by path. A page is a route here, a render function in pages, and what it needs a
         # method of ClusterSource; the page that leads to it links to it, or NAVIGATION lists it
         # (a group's rebalance history, /group/history?id=..., is linked from the group's page).
-        self._get: dict[str, Callable[[Request, pages.PageContext], Response]] = {
+        self._get: dict[str, Route] = {
             "/": self._cluster,
             "/topics": self._topics,
             "/topics/new": self._new_topic,
@@ -139,20 +192,25 @@ class Console:
             "/group": self._group,
             "/group/history": self._group_history,
         }
-        self._post: dict[str, Callable[[Request, pages.PageContext], Response]] = {
+        self._post: dict[str, Route] = {
             "/topics": self._create_topic,
             "/topic/config": self._set_config,
             "/topic/delete": self._delete_topic,
         }
 
     def close(self) -> None:
-        self._refresher.shutdown()
+        """Ends every session (closing its clients); the console's own source is its owner's."""
+        self._end(self.sessions.clear())
+        self.refresher.shutdown()
         self._side.shutdown()
 
-    def _changed(self) -> None:
-        """The console changed the cluster: the next views ask afresh."""
-        self._topics_snapshot.invalidate()
-        self._figures_snapshot.invalidate()
+    @staticmethod
+    def _end(sessions: list[Session[ClusterView]]) -> None:
+        for session in sessions:
+            try:
+                session.view.source.close()
+            except Exception:
+                log.exception("closing the clients of %s's console session failed", session.user)
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -170,6 +228,20 @@ class Console:
             return self._static(request.path)
         notice = NOTICES.get(request.query.get("notice", ""))
         context = pages.PageContext(self.options.read_only, self.csrf_token, notice)
+        view = self._view
+        if self.options.login:
+            session, ended = self.sessions.get(self._session_token(request), self.clock_ms())
+            self._end(ended)
+            if request.path == "/login":
+                return self._login(request, context, session)
+            if session is None:
+                if request.method == "GET":
+                    return self._redirect("/login")
+                return self._page(403, pages.login_page(context, "Your session has ended: log in again.", ""))
+            context = pages.PageContext(self.options.read_only, session.csrf_token, notice, session.user)
+            view = session.view
+            if request.path == "/logout":
+                return self._logout(request, context, session)
         if request.method == "GET":
             route = self._get.get(request.path)
         elif request.method == "POST":
@@ -182,7 +254,7 @@ class Console:
                         context, "Read-only", "This console is read-only: nothing can be changed through it."
                     ),
                 )
-            if not self._csrf_ok(request):
+            if not self._csrf_ok(request, context.csrf_token):
                 return self._page(
                     403,
                     pages.error_page(
@@ -197,11 +269,83 @@ class Console:
         if route is None:
             return self._page(404, pages.error_page(context, "Not found", "No such page."))
         try:
-            return route(request, context)
+            return route(request, context, view)
         except BadRequest as error:
             return self._page(400, pages.error_page(context, "Bad request", str(error)))
         except KafkaError as error:
+            if error.code in AUTHORIZATION_ERRORS:
+                return self._not_authorized(context, error)
             return self._page(502, pages.error_page(context, "The cluster refused", str(error)))
+
+    def _not_authorized(self, context: pages.PageContext, error: KafkaError) -> Response:
+        who = f"{context.user} is" if context.user else "This console is"
+        return self._page(
+            403, pages.error_page(context, "Not authorized", f"{who} not authorized to do this: {error}")
+        )
+
+    # -- login ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _session_token(request: Request) -> str:
+        for part in request.headers.get("cookie", "").split(";"):
+            name, separator, value = part.strip().partition("=")
+            if separator and name == SESSION_COOKIE:
+                return value
+        return ""
+
+    def _login(
+        self, request: Request, context: pages.PageContext, session: Session[ClusterView] | None
+    ) -> Response:
+        if request.method == "GET":
+            if session is not None:
+                return self._redirect("/")
+            return self._page(200, pages.login_page(context, None, ""))
+        if request.method != "POST":
+            return self._plain(405, "GET and POST only")
+        if not self._csrf_ok(request, self.csrf_token):
+            return self._page(
+                403, pages.login_page(context, "The form's security token is stale: try again.", "")
+            )
+        user = request.form.get("username", "").strip()
+        password = request.form.get("password", "")
+        if not user or not password:
+            return self._page(400, pages.login_page(context, "A username and a password, please.", user))
+        assert self._login_source is not None
+        try:
+            source = self._login_source(user, password)
+        except AuthenticationError:
+            # Nothing more: neither whether the user exists nor what the broker said.
+            log.info("console login of %r failed", user)
+            return self._page(401, pages.login_page(context, "Login failed.", user))
+        except KafkaError as error:
+            log.info("console login of %r: the cluster did not answer: %s", user, error)
+            return self._page(
+                502, pages.login_page(context, "Login failed: the cluster did not answer; try again.", user)
+            )
+        if session is not None:  # a new login in the same browser ends the old session
+            self._end([s for s in [self.sessions.remove(session.token)] if s is not None])
+        opened, ended = self.sessions.add(user, ClusterView(source, self), self.clock_ms())
+        self._end(ended)
+        log.info("console login of %r", user)
+        response = self._redirect("/")
+        response.headers.append(("Set-Cookie", f"{SESSION_COOKIE}={opened.token}; {_COOKIE_ATTRIBUTES}"))
+        return response
+
+    def _logout(
+        self, request: Request, context: pages.PageContext, session: Session[ClusterView]
+    ) -> Response:
+        if request.method != "POST":
+            return self._plain(405, "log out with the page's Log out button (a POST)")
+        if not self._csrf_ok(request, session.csrf_token):
+            return self._page(
+                403, pages.error_page(context, "Refused", "The form's security token is missing or stale.")
+            )
+        ended = self.sessions.remove(session.token)
+        self._end([ended] if ended is not None else [])
+        log.info("console logout of %r", session.user)
+        response = self._redirect("/login")
+        response.headers.append(("Set-Cookie", f"{SESSION_COOKIE}=; Max-Age=0; {_COOKIE_ATTRIBUTES}"))
+        return response
 
     def _host_allowed(self, host_header: str) -> bool:
         host = host_header.strip()
@@ -219,9 +363,10 @@ class Console:
             return False
         return True
 
-    def _csrf_ok(self, request: Request) -> bool:
+    @staticmethod
+    def _csrf_ok(request: Request, expected: str) -> bool:
         token = request.form.get("csrf", "")
-        if not hmac.compare_digest(token.encode(), self.csrf_token.encode()):
+        if not hmac.compare_digest(token.encode(), expected.encode()):
             return False
         origin = request.headers.get("origin")
         if origin is None:
@@ -257,23 +402,22 @@ class Console:
 
     # -- cluster and topics --------------------------------------------------------------------
 
-    def _cluster(self, request: Request, context: pages.PageContext) -> Response:
-        cluster = self.source.cluster()
-        topics, as_of_ms = self._topics_snapshot.get()
+    def _cluster(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
+        cluster = view.source.cluster()
+        topics, as_of_ms = view.topics_snapshot.get()
         return self._page(200, pages.cluster_page(context, cluster, topics, self.options.rows_max, as_of_ms))
 
-    def _all_topic_figures(self) -> TopicFigures:
-        """Every topic with its partitions' offsets and sizes (the topics list's snapshot)."""
-        topics, _ = self._topics_snapshot.get()
-        return self._topic_figures(topics, every=True)
-
-    def _topic_figures(self, topics: Mapping[str, TopicDescription], *, every: bool) -> TopicFigures:
+    def topic_figures(
+        self, view: ClusterView, topics: Mapping[str, TopicDescription], *, every: bool
+    ) -> TopicFigures:
+        """The topics with their partitions' offsets and sizes (``every``: the topics list's
+        snapshot, sizes asked for every topic at once)."""
         partitions = [
             TopicPartition(name, p.partition) for name, topic in topics.items() for p in topic.partitions
         ]
         # Sizes are asked for while the offsets are: each is a request per broker.
-        asked = self._side.submit(self.source.sizes, None if every else list(topics))
-        offsets = self.source.offsets(partitions)
+        asked = self._side.submit(view.source.sizes, None if every else list(topics))
+        offsets = view.source.offsets(partitions)
         sizes: Mapping[TopicPartition, int] | None
         try:
             sizes = asked.result()
@@ -281,39 +425,39 @@ class Console:
             sizes = None  # a cluster without DescribeLogDirs, or a refusal: sizes show as "-"
         return TopicFigures(dict(topics), offsets, sizes)
 
-    def _topics(self, request: Request, context: pages.PageContext) -> Response:
+    def _topics(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         query = request.query.get("q", "").strip()
-        figures, as_of_ms = self._figures_snapshot.get()
+        figures, as_of_ms = view.figures_snapshot.get()
         chosen = [topic for name, topic in sorted(figures.topics.items()) if query.lower() in name.lower()]
         shown = chosen[: self.options.rows_max]
         page = pages.topics_page(context, shown, len(chosen), figures.offsets, figures.sizes, query, as_of_ms)
         return self._page(200, page)
 
-    def _topic(self, request: Request, context: pages.PageContext) -> Response:
+    def _topic(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         name = self._required(request.query, "name")
-        topic = self.source.topic(name)
+        topic = view.source.topic(name)
         partitions = [TopicPartition(name, p.partition) for p in topic.partitions]
-        offsets = self.source.offsets(partitions)
+        offsets = view.source.offsets(partitions)
         problems = []
         sizes: Mapping[TopicPartition, int] | None
         try:
-            sizes = self.source.sizes([name])
+            sizes = view.source.sizes([name])
         except KafkaError as error:
             sizes = None
             problems.append(f"Sizes unavailable: {error}")
         configs = None
         try:
-            configs = self.source.topic_configs(name)
+            configs = view.source.topic_configs(name)
         except KafkaError as error:
             problems.append(f"Configs unavailable: {error}")
         return self._page(200, pages.topic_page(context, topic, offsets, sizes, configs, problems))
 
-    def _new_topic(self, request: Request, context: pages.PageContext) -> Response:
+    def _new_topic(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         if context.read_only:
             return self._page(403, pages.error_page(context, "Read-only", "This console is read-only."))
         return self._page(200, pages.new_topic_page(context, {}, None))
 
-    def _create_topic(self, request: Request, context: pages.PageContext) -> Response:
+    def _create_topic(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         form = request.form
         name = form.get("name", "").strip()
         try:
@@ -324,45 +468,55 @@ class Console:
                 form.get("replication_factor", "-1") or "-1", "replication factor", -1
             )
             configs = self._config_lines(form.get("configs", ""))
-            self.source.create_topic(name, partitions, replication, configs)
-            self._changed()
-        except (BadRequest, KafkaError) as error:
-            return self._page(
-                400 if isinstance(error, BadRequest) else 409, pages.new_topic_page(context, form, str(error))
-            )
+            view.source.create_topic(name, partitions, replication, configs)
+            view.changed()
+        except BadRequest as error:
+            return self._page(400, pages.new_topic_page(context, form, str(error)))
+        except KafkaError as error:
+            if error.code in AUTHORIZATION_ERRORS:
+                who = context.user or "this console"
+                return self._page(
+                    403,
+                    pages.new_topic_page(
+                        context, form, f"Not authorized: {who} may not create {name}. ({error})"
+                    ),
+                )
+            return self._page(409, pages.new_topic_page(context, form, str(error)))
         return self._redirect(url("/topic", name=name, notice="created"))
 
-    def _set_config(self, request: Request, context: pages.PageContext) -> Response:
+    def _set_config(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         name = self._required(request.form, "name")
         key = self._required(request.form, "key").strip()
         value = None if request.form.get("reset") else request.form.get("value", "")
-        self.source.set_topic_config(name, key, value)
-        self._changed()
+        view.source.set_topic_config(name, key, value)
+        view.changed()
         return self._redirect(url("/topic", name=name, notice="config"))
 
-    def _delete_topic_confirm(self, request: Request, context: pages.PageContext) -> Response:
+    def _delete_topic_confirm(
+        self, request: Request, context: pages.PageContext, view: ClusterView
+    ) -> Response:
         if context.read_only:
             return self._page(403, pages.error_page(context, "Read-only", "This console is read-only."))
         name = self._required(request.query, "name")
         return self._page(200, pages.delete_topic_page(context, name, None))
 
-    def _delete_topic(self, request: Request, context: pages.PageContext) -> Response:
+    def _delete_topic(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         name = self._required(request.form, "name")
         if request.form.get("confirm", "") != name:
             return self._page(
                 400,
                 pages.delete_topic_page(context, name, "The name typed does not match: nothing was deleted."),
             )
-        self.source.delete_topic(name)
-        self._changed()
+        view.source.delete_topic(name)
+        view.changed()
         return self._redirect(url("/topics", notice="deleted"))
 
     # -- messages ------------------------------------------------------------------------------
 
-    def _messages(self, request: Request, context: pages.PageContext) -> Response:
+    def _messages(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         query = request.query
         name = self._required(query, "topic")
-        topic = self.source.topic(name)
+        topic = view.source.topic(name)
         partition = self._integer(query.get("partition", "0") or "0", "partition", 0)
         if partition >= len(topic.partitions):
             raise BadRequest(f"topic {name} has partitions 0 to {len(topic.partitions) - 1}")
@@ -375,7 +529,7 @@ class Console:
             form = "text"
         search = query.get("search", "")
         tp = TopicPartition(name, partition)
-        found = self.source.offsets([tp]).get(tp)
+        found = view.source.offsets([tp]).get(tp)
         log_start, log_end = (found.start, found.end) if found else (0, 0)
         browse = pages.BrowseForm(
             name,
@@ -398,7 +552,7 @@ class Console:
                 raise BadRequest(
                     f"not a time: {browse.timestamp!r} (ISO 8601, UTC unless it says, or ms)"
                 ) from None
-            start = self.source.offset_for_time(tp, timestamp_ms)
+            start = view.source.offset_for_time(tp, timestamp_ms)
             if start is None:
                 start = log_end
                 error = "No record at or after that time."
@@ -413,7 +567,7 @@ class Console:
         if start is not None:
             deadline = time.monotonic() + limits.console_read_ms_max / 1000
             needle = search.encode("utf-8")
-            result = self.source.read(
+            result = view.source.read(
                 ReadRequest(
                     name,
                     partition,
@@ -428,9 +582,10 @@ class Console:
 
     # -- groups --------------------------------------------------------------------------------
 
-    def _groups(self, request: Request, context: pages.PageContext) -> Response:
+    def _groups(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         query = request.query.get("q", "").strip()
-        listings = [g for g in self.source.groups() if query.lower() in g.group_id.lower()]
+        # The latest sampled lag is shown for the groups this view's own ListGroups answered.
+        listings = [g for g in view.source.groups() if query.lower() in g.group_id.lower()]
         shown = listings[: self.options.rows_max]
         with self.history_lock:
             latest: dict[str, LagPoint] = {}
@@ -445,18 +600,21 @@ class Console:
             ),
         )
 
-    def _group(self, request: Request, context: pages.PageContext) -> Response:
+    def _group(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         group_id = self._required(request.query, "id")
-        group = self.source.describe_group(group_id)
-        committed = self.source.committed(group_id)
+        group = view.source.describe_group(group_id)
+        committed = view.source.committed(group_id)
         assigned = {
             TopicPartition(*tp)
             for member in group.members
             if member.assignment is not None
             for tp in member.assignment.partitions
         }
-        ends = self.source.end_offsets(sorted(set(committed) | assigned))
+        ends = view.source.end_offsets(sorted(set(committed) | assigned))
         now_ms = self.clock_ms()
+        # The sampler's trend (asked with the console's own config) is shown only here, after this
+        # view's own requests for the group succeeded: under --console-login a user sees the trend
+        # of a group their ACLs let them describe, and no other.
         with self.history_lock:
             points = self.history.points(group_id, now_ms)
         if committed:
@@ -467,10 +625,10 @@ class Console:
             200, pages.group_page(context, group, committed, ends, points, now_ms, self.options.lag_window_ms)
         )
 
-    def _group_history(self, request: Request, context: pages.PageContext) -> Response:
+    def _group_history(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         group_id = self._required(request.query, "id")
         try:
-            entries = self.source.group_history(group_id)
+            entries = view.source.group_history(group_id)
         except UnsupportedVersionError:
             # Another cluster keeps no history: the page says so, and shows nothing made up.
             message = (

@@ -52,6 +52,8 @@ class PageContext:
     csrf_token: str
     # A message to show at the top (after a create, alter or delete); from a fixed set.
     notice: str | None = None
+    # The logged-in user (--console-login), shown with a Log out button; None: no login.
+    user: str | None = None
 
 
 def layout(context: PageContext, title: str, active: str, body: Markup) -> Markup:
@@ -60,6 +62,16 @@ def layout(context: PageContext, title: str, active: str, body: Markup) -> Marku
         for path, label in NAVIGATION
     )
     badge = Markup('<span class="badge">read-only</span>') if context.read_only else Markup("")
+    if context.user is not None:
+        badge = Markup(
+            badge
+            + html(
+                '<form method=post action="/logout" class=logout><span class=user>{}</span>{}'
+                "<button type=submit>Log out</button></form>",
+                context.user,
+                csrf_field(context),
+            )
+        )
     notice = html('<p class="notice" role="status">{}</p>', context.notice) if context.notice else Markup("")
     return html(
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
@@ -1144,3 +1156,20 @@ def group_history_unavailable_page(context: PageContext, group_id: str, message:
 
 def error_page(context: PageContext, title: str, message: str) -> Markup:
     return layout(context, title, "", html("<p class=error role=alert>{}</p>", message))
+
+
+def login_page(context: PageContext, problem: str | None, user: str) -> Markup:
+    """The login form (--console-login): a SASL username and password, checked by the cluster.
+    The password is never written back into the page."""
+    error = html("<p class=error role=alert>{}</p>", problem) if problem else Markup("")
+    form = html(
+        '<form method=post action="/login" class=login>{}'
+        '<label>Username <input name=username autocomplete=username required value="{}"></label>'
+        "<label>Password <input name=password type=password autocomplete=current-password required></label>"
+        "<button type=submit>Log in</button></form>"
+        "<p>The cluster checks these credentials (SASL); what you see and may change is what its "
+        "ACLs allow this user.</p>",
+        csrf_field(context),
+        user,
+    )
+    return layout(context, "Log in", "", html("{}{}", error, form))

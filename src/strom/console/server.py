@@ -26,10 +26,23 @@ log = logging.getLogger("strom.console")
 
 
 class ConsoleServer:
-    def __init__(self, source: ClusterSource, options: ConsoleOptions, port: int) -> None:
+    """``login_source``: see ``Console`` (needed with ``options.login``). ``sample_lag`` False: no
+    lag sampler (a console under --console-login with no credentials of its own has none to
+    sample with; its group pages show the lag of the moment, without a trend)."""
+
+    def __init__(
+        self,
+        source: ClusterSource,
+        options: ConsoleOptions,
+        port: int,
+        *,
+        login_source: Callable[[str, str], ClusterSource] | None = None,
+        sample_lag: bool = True,
+    ) -> None:
         self.source = source
         self.options = options
-        self.console = Console(source, options)
+        self.sample_lag = sample_lag
+        self.console = Console(source, options, login_source=login_source)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             limits.console_worker_threads, thread_name_prefix="strom-console"
         )
@@ -43,8 +56,10 @@ class ConsoleServer:
 
     async def start(self) -> None:
         await self._http.start()
-        self._sampler = asyncio.create_task(self._sample_forever())
+        if self.sample_lag:
+            self._sampler = asyncio.create_task(self._sample_forever())
         mode = " (read-only)" if self.options.read_only else ""
+        mode += " (login required)" if self.options.login else ""
         log.info("console on %s%s", self.url, mode)
 
     @property
@@ -67,7 +82,7 @@ class ConsoleServer:
         # Pages still running finish in their threads; the clients close after them.
         await loop.run_in_executor(None, self._executor.shutdown)
         await loop.run_in_executor(None, self._sampler_executor.shutdown)
-        self.console.close()
+        await loop.run_in_executor(None, self.console.close)
         await loop.run_in_executor(None, self.source.close)
 
     async def _sample_forever(self) -> None:
@@ -93,11 +108,20 @@ class BrokerConsole:
     ``strom.broker.run.run_broker(..., beside=...)``: ``start(bootstrap)`` and ``stop()``."""
 
     def __init__(
-        self, options: ConsoleOptions, port: int, client_settings: dict[str, Any] | None = None
+        self,
+        options: ConsoleOptions,
+        port: int,
+        client_settings: dict[str, Any] | None = None,
+        *,
+        login_settings: dict[str, Any] | None = None,
     ) -> None:
+        """``login_settings`` (with ``options.login``): the users' clients' settings (a SASL
+        listener's bootstrap, security.protocol, sasl.mechanism) to which a login adds theirs."""
+        assert login_settings is not None or not options.login
         self._options = options
         self._port = port
         self._client_settings = dict(client_settings or {})
+        self._login_settings = dict(login_settings or {})
         self.server: ConsoleServer | None = None
 
     async def start(self, bootstrap: Callable[[], str]) -> None:
@@ -108,7 +132,15 @@ class BrokerConsole:
                 raise KafkaError(f"the broker is not serving yet: {error}") from None
             return {**self._client_settings, "bootstrap.servers": address}
 
-        self.server = ConsoleServer(ClientSource(settings), self._options, self._port)
+        def login_source(user: str, password: str) -> ClientSource:
+            return ClientSource.for_user(self._login_settings, user, password)
+
+        self.server = ConsoleServer(
+            ClientSource(settings),
+            self._options,
+            self._port,
+            login_source=login_source if self._options.login else None,
+        )
         await self.server.start()
 
     async def stop(self) -> None:

@@ -31,6 +31,7 @@ from strom.client.admin import (
 )
 from strom.client.cluster import TopicPartition
 from strom.client.consumer import Consumer
+from strom.client.errors import ClientClosedError
 from strom.protocol.group_history import RebalanceEntry
 
 # The message browser's consumer: how long the broker may hold a fetch that found nothing.
@@ -141,6 +142,10 @@ class ClusterSource(Protocol):
     def close(self) -> None: ...
 
 
+def _no_more_clients() -> dict[str, Any]:
+    raise ClientClosedError("this console session's clients are closed: log in again")
+
+
 class ClientSource:
     """``ClusterSource`` over strom's admin client and a consumer. The clients are made on first
     use, so a console beside a broker starts before the broker listens. The message browser's
@@ -154,6 +159,26 @@ class ClientSource:
         self._consumer_lock = threading.Lock()
         # Asks for earliest and latest offsets at once (each is a request per leader).
         self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="strom-console-offsets")
+
+    @classmethod
+    def for_user(cls, settings: Mapping[str, Any], user: str, password: str) -> ClientSource:
+        """A source with ``user``'s own clients (``settings`` plus the user's SASL username and
+        password), built now and checked with one request (DescribeCluster, which any
+        authenticated principal may send): ``AuthenticationError`` for bad credentials. The
+        password is held by the clients' configs only, as they need it to reconnect; the source
+        keeps no way to build clients again."""
+        user_settings = {**settings, "sasl.username": user, "sasl.password": password}
+        source = cls(lambda: user_settings)
+        try:
+            source.admin.describe_cluster()
+            with source._consumer_lock:
+                source._browser()
+        except BaseException:
+            source.close()
+            raise
+        finally:
+            source._settings = _no_more_clients
+        return source
 
     @property
     def admin(self) -> Admin:

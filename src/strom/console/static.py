@@ -15,6 +15,11 @@ header .brand { font-weight: 600; letter-spacing: .02em; }
 header nav a { color: #c9d4ea; text-decoration: none; margin-right: 1rem; }
 header nav a.active, header nav a:hover { color: #fff; border-bottom: 2px solid #7aa2ff; }
 .badge { margin-left: auto; background: #ffb020; color: #18202f; padding: .1rem .5rem; border-radius: 3px; font-size: 12px; }
+header form.logout { margin-left: auto; display: flex; gap: .6rem; align-items: center; font-size: 13px; }
+.badge + form.logout { margin-left: 0; }
+header form.logout button { padding: .1rem .5rem; font-size: 12px; }
+form.login { display: grid; gap: .7rem; max-width: 22rem; }
+form.login label { display: grid; gap: .2rem; }
 main { padding: 1rem 1.2rem 3rem; max-width: 1400px; }
 h1 { font-size: 1.35rem; margin: .2rem 0 1rem; word-break: break-all; }
 h2 { font-size: 1.05rem; margin: 1.6rem 0 .5rem; }
