@@ -77,11 +77,10 @@ def set_up_as_admin(sasl_bootstrap: str) -> None:
                     ResourcePattern(ResourceType.TOPIC, "visible-", PatternType.PREFIXED),
                     AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
                 ),
-                # Read (which implies Describe): strom's OffsetFetch asks for Read on the group
-                # (Kafka since KIP-163 asks for Describe only).
+                # Describe is all the group page needs (DescribeGroups, and OffsetFetch since KIP-163).
                 AclBinding(
                     ResourcePattern(ResourceType.GROUP, "billing", PatternType.LITERAL),
-                    AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW),
+                    AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
                 ),
             ]
         )

@@ -250,3 +250,27 @@ def test_group_description_follows_describe(state: BrokerState) -> None:
     assert by_group["billing"].authorized_operations == (1 << AclOperation.READ) | (
         1 << AclOperation.DESCRIBE
     )
+
+
+def test_offset_fetch_needs_describe_on_the_group_only(state: BrokerState) -> None:
+    """KIP-163: OffsetFetch reads nothing of the group's members, so DESCRIBE suffices (READ, which
+    implies it, too); without either it is GROUP_AUTHORIZATION_FAILED."""
+    from strom.broker.handlers.groups import handle_offset_fetch
+    from strom.protocol.messages.offset_fetch import OffsetFetchRequest
+
+    assert state.acls is not None
+    asyncio.run(state.acls.create([allow(ResourceType.GROUP, "audit", "User:carol", AclOperation.DESCRIBE)]))
+
+    def fetch(principal: str, group: str, version: int) -> int:
+        if version >= 8:
+            request = OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group)])
+            response = asyncio.run(handle_offset_fetch(as_principal(state, principal, version), request))
+            return int(response.groups[0].error_code)
+        request = OffsetFetchRequest(group_id=group, topics=None)
+        response = asyncio.run(handle_offset_fetch(as_principal(state, principal, version), request))
+        return int(response.error_code)
+
+    for version in (7, 8):
+        assert fetch("User:carol", "audit", version) != ErrorCode.GROUP_AUTHORIZATION_FAILED
+        assert fetch("User:alice", "billing", version) != ErrorCode.GROUP_AUTHORIZATION_FAILED
+        assert fetch("User:carol", "billing", version) == ErrorCode.GROUP_AUTHORIZATION_FAILED

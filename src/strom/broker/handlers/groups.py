@@ -385,9 +385,10 @@ async def handle_offset_fetch(context: RequestContext, request: OffsetFetchReque
 def _authorized_offset_fetch(
     authorizer: Authorizer, context: RequestContext, request: OffsetFetchRequest
 ) -> OffsetFetchResponse:
-    """OffsetFetch with authorization on: READ on the group (else GROUP_AUTHORIZATION_FAILED), and
-    DESCRIBE on each topic: a topic asked for by name the principal may not describe is answered
-    TOPIC_AUTHORIZATION_FAILED, and left out of an answer for every topic, as Kafka does."""
+    """OffsetFetch with authorization on: DESCRIBE on the group (KIP-163; READ implies it; else
+    GROUP_AUTHORIZATION_FAILED), and DESCRIBE on each topic: a topic asked for by name the principal
+    may not describe is answered TOPIC_AUTHORIZATION_FAILED, and left out of an answer for every
+    topic, as Kafka does."""
     version = context.api_version
     coordinator = context.broker.groups.coordinator
 
@@ -407,7 +408,7 @@ def _authorized_offset_fetch(
         allowed_groups.groups = [
             entry
             for entry in request.groups
-            if not _group_refused(authorizer, context, AclOperation.READ, entry.group_id)
+            if not _group_refused(authorizer, context, AclOperation.DESCRIBE, entry.group_id)
         ]
         response = coordinator.fetch_offsets(allowed_groups, version)
         answered = {group.group_id: group for group in response.groups}
@@ -429,7 +430,7 @@ def _authorized_offset_fetch(
             groups.append(group)
         response.groups = groups
         return response
-    if _group_refused(authorizer, context, AclOperation.READ, request.group_id):
+    if _group_refused(authorizer, context, AclOperation.DESCRIBE, request.group_id):
         if version >= 2:
             return OffsetFetchResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, topics=[])
         return OffsetFetchResponse(
