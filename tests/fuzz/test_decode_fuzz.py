@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from strom.broker import handlers
 from strom.broker.registry import HANDLERS
+from strom.protocol.api import request_class
 from strom.protocol.headers import decode_request_body, decode_request_header
-from strom.protocol.messages import REQUESTS
 from strom.protocol.primitives import DecodeError
 from tests.fuzz.mutations import mutate
 from tests.fuzz.request_factory import RequestFactory
@@ -38,7 +38,7 @@ def _decode_or_decode_error(cls: type[Any], data: bytes, version: int) -> None:
 @settings(max_examples=150, deadline=None, database=None)
 @given(data=st.binary(max_size=64), version_choice=st.integers(min_value=0, max_value=1000))
 def test_request_decoders_raise_only_decode_error(api_key: int, data: bytes, version_choice: int) -> None:
-    cls = REQUESTS[api_key]
+    cls = request_class(api_key)
     version = cls.MIN_VERSION + version_choice % (cls.MAX_VERSION - cls.MIN_VERSION + 1)
     _decode_or_decode_error(cls, data, version)
 
@@ -50,7 +50,7 @@ def test_mutated_valid_requests_raise_only_decode_error(
     api_key: int, prefix_length: int, noise: bytes, seed: st.DataObject
 ) -> None:
     """Valid encodings cut short or with bytes overwritten reach deeper into the decoders."""
-    cls = REQUESTS[api_key]
+    cls = request_class(api_key)
     version = seed.draw(st.integers(min_value=cls.MIN_VERSION, max_value=cls.MAX_VERSION))
     valid = cls().encode(version)
     position = min(prefix_length, len(valid))

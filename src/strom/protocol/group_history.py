@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
-from strom.protocol.primitives import DecodeError, Reader, UnsupportedVersionError, Writer
+from strom.protocol.primitives import DecodeError, FieldSpec, Reader, UnsupportedVersionError, Writer
 
 STROM_GROUP_HISTORY_API_KEY = 32100
 ENTRY_VERSION = 0
@@ -195,6 +195,9 @@ class StromGroupHistoryRequest:
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = None
+    # As the generated classes list theirs (tests and tools walk them: the fuzzers build requests
+    # from them).
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (FieldSpec("group_id", "string", (0, 0), (1, 0), None, False),)
 
     __slots__ = ("group_id",)
 

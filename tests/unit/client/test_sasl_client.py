@@ -247,7 +247,9 @@ def test_the_channel_reauthenticates_before_the_session_lifetime_runs_out() -> N
                 await transport.close()
             assert len(broker.requests) == 1, "one connection throughout"
             assert broker.authentications >= 4
-            assert broker.requests[0].count(SASL_HANDSHAKE) == broker.authentications
+            # Every login that began was completed, but for one the client may have begun just before
+            # closing (its handshake sent, its authentication cut short by the close).
+            assert broker.requests[0].count(SASL_HANDSHAKE) - broker.authentications in (0, 1)
             assert broker.requests[0].count(METADATA) == answered
 
     asyncio.run(scenario())
