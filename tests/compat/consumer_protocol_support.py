@@ -99,7 +99,7 @@ class ProtocolMember(ConfluentMember):
         self.stale_commits: set[Partition] = set()
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.ledger.add(self.name, "assign", _named(partitions))
+        self.ledger.add(self.name, "assign", named_partitions(partitions))
         super()._on_assign(consumer, partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -114,17 +114,17 @@ class ProtocolMember(ConfluentMember):
                     # The member's epoch moved on in a heartbeat answered meanwhile (Kafka 4.0
                     # refuses the commit too): the next owner starts from the previous commit.
                     with self.lock:
-                        self.stale_commits.update(_named(partitions))
+                        self.stale_commits.update(named_partitions(partitions))
                 else:
                     failures = [f"commit on revoke: {error}"]
             if failures:
                 with self.lock:
                     self.log.errors.extend(failures)
-        self.ledger.add(self.name, "revoke", _named(partitions))
+        self.ledger.add(self.name, "revoke", named_partitions(partitions))
         super()._on_revoke(consumer, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.ledger.add(self.name, "lost", _named(partitions))
+        self.ledger.add(self.name, "lost", named_partitions(partitions))
         super()._on_lost(consumer, partitions)
 
     def consumed_up_to(self) -> dict[Partition, int]:
@@ -136,7 +136,7 @@ class ProtocolMember(ConfluentMember):
         return highest
 
 
-def _named(partitions: list[TopicPartition]) -> list[Partition]:
+def named_partitions(partitions: list[TopicPartition]) -> list[Partition]:
     return sorted((partition.topic or "", partition.partition) for partition in partitions)
 
 

@@ -28,11 +28,11 @@ from tests.compat.consumer_protocol_support import (
     ContinuousProducer,
     Ledger,
     ProtocolMember,
+    named_partitions,
 )
 from tests.compat.support import create_topic, unique_topic
 from tests.compat.test_groups_helpers import (
     ConfluentMember,
-    Partition,
     all_partitions,
     committed_offsets,
     stop_all,
@@ -71,23 +71,19 @@ class ClassicMember(ConfluentMember):
         self.ledger = ledger
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.ledger.add(self.name, "assign", _named(partitions))
+        self.ledger.add(self.name, "assign", named_partitions(partitions))
         super()._on_assign(consumer, partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         positions = [position for position in consumer.position(partitions) if position.offset >= 0]
         if positions:
             consumer.commit(offsets=positions, asynchronous=False)
-        self.ledger.add(self.name, "revoke", _named(partitions))
+        self.ledger.add(self.name, "revoke", named_partitions(partitions))
         super()._on_revoke(consumer, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.ledger.add(self.name, "lost", _named(partitions))
+        self.ledger.add(self.name, "lost", named_partitions(partitions))
         super()._on_lost(consumer, partitions)
-
-
-def _named(partitions: list[TopicPartition]) -> list[Partition]:
-    return sorted((partition.topic or "", partition.partition) for partition in partitions)
 
 
 @pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
