@@ -355,7 +355,10 @@ def test_sessions_survive_a_short_zookeeper_pause_and_see_a_restart(
         wait_until(lambda: _reads(zk.store), "reads to work again after the pause")
         assert list(zk.read_live_brokers()) == [1], "a pause shorter than the session keeps the session"
         own_zookeeper_server.restart()
-        wait_until(lambda: _reads(zk.store), "reconnecting after the restart")
+        try:
+            wait_until(lambda: _reads(zk.store), "reconnecting after the restart")
+        except AssertionError as error:
+            raise AssertionError(f"{error}; ZooKeeper's log:\n{own_zookeeper_server.log_tail(120)}") from None
         assert list(zk.read_live_brokers()) == [1], (
             "the persistent tree and the live session survive a restart"
         )

@@ -126,6 +126,9 @@ class ZooKeeperServer:
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
             "-Dzookeeper.admin.enableServer=false",
+            # Timestamps in its log, to line its events up with the clients' after a failure.
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
             "-cp",
             ":".join(classpath),
             MAIN_CLASS,
