@@ -266,9 +266,13 @@ console_connections_max = 64
 # the loop is the broker's). Two: one slow page does not hold up the next; more would only contend
 # for the interpreter on the 2-core machines strom is tested on.
 console_worker_threads = 2
-# Rows of a list page (topics, groups, partitions of the cluster page): 1,000 topics or 1,000
-# groups fit whole; beyond, the page says how many it left out and the name filter narrows it.
-console_list_rows_max = 5_000
+# Rows of one page of a list (topics, groups, a topic's partitions, a group's partitions, the
+# cluster page's under-replicated and offline partitions); the page links to the next and the
+# previous, and the name filter narrows the list. A page asks the cluster only about the rows it
+# shows (a topic list page's offsets and sizes: its topics' partitions), so its time does not grow
+# with the cluster: 100 rows of 10 partitions are one ListOffsets round of 1,000 partitions, tens
+# of ms (benchmarks/console.py), where 10,000 took ~0.5 s.
+console_page_rows = 100
 # Records one message-browser page shows, and how many records a search may scan (each record is
 # decoded, so this bounds the time and memory of a search).
 console_records_max = 500
@@ -282,11 +286,11 @@ console_field_chars_max = 65_536
 console_lag_sample_interval_ms = 30_000
 console_lag_window_ms = 3_600_000
 console_lag_groups_max = 1_000
-# The cluster page and the topics list answer from a snapshot of every topic's metadata, offsets
-# and sizes (strom.console.snapshot): fresh for this long, then refreshed in the background while
-# the snapshot still answers, until it is this old (then a view waits for a fresh one). At 10,000
-# partitions one round of those requests takes longer than a page may (200 ms); 5 s is about how
-# long a person takes to look at a page before the next click.
+# The cluster page and the topics list answer from a snapshot of every topic's metadata
+# (strom.console.snapshot): fresh for this long, then refreshed in the background while the
+# snapshot still answers, until it is this old (then a view waits for a fresh one). At 10,000
+# partitions the Metadata rounds for every topic take longer than a page may (200 ms); 5 s is
+# about how long a person takes to look at a page before the next click.
 console_snapshot_fresh_ms = 5_000
 console_snapshot_stale_ms = 60_000
 # A group's rebalance-history page (strom.console): the rebalances drawn and listed (the newest;

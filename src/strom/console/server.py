@@ -56,6 +56,7 @@ class ConsoleServer:
 
     async def start(self) -> None:
         await self._http.start()
+        self.console.prefetch()
         if self.sample_lag:
             self._sampler = asyncio.create_task(self._sample_forever())
         mode = " (read-only)" if self.options.read_only else ""
