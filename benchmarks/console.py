@@ -248,9 +248,9 @@ def main() -> None:
         "one for latest, one DescribeLogDirs, each a request per broker), a topic's page those of its "
         "page of partitions. The cluster page and the topics list take the topics and their partitions "
         "from a snapshot of the cluster's metadata, fresh for 5 s and refreshed behind the page after "
-        "that (strom.console.snapshot), taken in the background when the console starts; the rows marked "
-        "(no snapshot) are a view that waits for it (a console's first view before its prefetch is in, or "
-        "after a minute without views).",
+        "that (strom.console.snapshot), and taken in the background when the console starts and every 30 s "
+        "after; the rows marked (no snapshot) are a view that waits for it (only a view in the moment "
+        "after the console starts; under --console-login, a session's view after a minute without one).",
         "",
         f"The lag sampler's round over all {groups:,} groups (in the background, every 30 s): "
         f"median {statistics.median(sample_ms):.0f} ms.",

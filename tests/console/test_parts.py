@@ -204,6 +204,32 @@ def test_a_view_without_a_value_waits_for_the_fetch_under_way() -> None:
         executor.shutdown()
 
 
+def test_prefetch_refreshes_a_value_no_longer_fresh_so_no_view_waits() -> None:
+    now = [0]
+    fetched = [0]
+
+    def fetch() -> int:
+        fetched[0] += 1
+        return fetched[0]
+
+    executor = InlineExecutor()
+    snapshot = Snapshot(fetch, executor, fresh_ms=5_000, stale_ms=60_000, monotonic_ms=lambda: now[0])
+    snapshot.prefetch()  # the console starting
+    assert fetched[0] == 1
+    now[0] = 4_000
+    snapshot.prefetch()  # fresh: nothing
+    assert fetched[0] == 1
+    for step in range(1, 10):  # the console's timer, every 30 s, with no view at all
+        now[0] = step * 30_000
+        snapshot.prefetch()
+    assert fetched[0] == 10
+    now[0] += 1_000
+    assert snapshot.get()[0] == 10 and executor.ran == 10  # answered from the value, no fetch
+    never = Snapshot(fetch, executor, fresh_ms=0, stale_ms=0)
+    never.prefetch()  # stale 0: no view would use it
+    assert fetched[0] == 10
+
+
 def test_a_failed_fetch_is_the_waiting_views_error_and_the_next_view_asks_again() -> None:
     answers: list[object] = [KafkaError("the cluster is down"), 7]
 

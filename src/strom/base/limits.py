@@ -290,7 +290,9 @@ console_lag_groups_max = 1_000
 # (strom.console.snapshot): fresh for this long, then refreshed in the background while the
 # snapshot still answers, until it is this old (then a view waits for a fresh one). At 10,000
 # partitions the Metadata rounds for every topic take longer than a page may (200 ms); 5 s is
-# about how long a person takes to look at a page before the next click.
+# about how long a person takes to look at a page before the next click. The console also takes
+# it when it starts and every lag-sample interval (above), which must stay under the stale bound
+# so that no view, even after a long idle, waits for it.
 console_snapshot_fresh_ms = 5_000
 console_snapshot_stale_ms = 60_000
 # A group's rebalance-history page (strom.console): the rebalances drawn and listed (the newest;

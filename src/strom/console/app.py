@@ -193,9 +193,11 @@ class Console:
         }
 
     def prefetch(self) -> None:
-        """Take the console's own snapshot of the topics' metadata in the background, so that the
-        first view of the cluster page or the topics list does not wait for it (not under login:
-        pages use the sessions' views, each prefetched when its user logs in)."""
+        """Take the console's own snapshot of the topics' metadata in the background unless it is
+        fresh, so that a view of the cluster page or the topics list does not wait for it: when
+        the console starts, and then every lag-sample interval (30 s, under the snapshot's
+        60 s), idle or not (not under login: pages use the sessions' views, each prefetched when
+        its user logs in and refreshed behind its views)."""
         if not self.options.login:
             self._view.topics_snapshot.prefetch()
 

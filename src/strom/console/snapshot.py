@@ -76,7 +76,9 @@ class Snapshot(Generic[T]):
                 answer = value, self._fetched_wall_ms
             else:
                 pending = self._pending
-                if pending is None or self._pending_generation != generation:
+                # Stale 0 asks afresh every time: a fetch begun before this call may predate what
+                # its caller just changed.
+                if pending is None or self._pending_generation != generation or self.stale_ms == 0:
                     pending = own = self._pending = concurrent.futures.Future()
                     self._pending_generation = generation
         if answer is not None:
@@ -90,10 +92,17 @@ class Snapshot(Generic[T]):
         return pending.result()
 
     def prefetch(self) -> None:
-        """Fetch now in the background if nothing is held or under way (a console starting: its
-        first view then finds the value)."""
+        """Fetch now in the background unless the value is fresh or a fetch is under way (a
+        console starting: its first view then finds the value; a console's timer, every
+        interval shorter than ``stale_ms``: no view finds the value too old to answer from).
+        Nothing with stale 0 (no view would use it)."""
         with self._lock:
-            if self._value is not None or self._pending is not None:
+            age_ms = self._monotonic_ms() - self._fetched_monotonic_ms
+            if (
+                (self._value is not None and age_ms < self.fresh_ms)
+                or self._pending is not None
+                or self.stale_ms == 0
+            ):
                 return
             pending = self._pending = concurrent.futures.Future()
             self._pending_generation = generation = self._generation
