@@ -40,6 +40,7 @@ from urllib.parse import urlencode
 from benchmarks.harness import Broker
 from benchmarks.report import replace_section
 from benchmarks.run import machine_description
+from strom.base import limits
 from strom.client.admin import Admin, NewTopic, OffsetAndMetadata
 from strom.client.cluster import TopicPartition
 from strom.client.producer import Producer
@@ -243,8 +244,8 @@ def main() -> None:
         )
     lines += [
         "",
-        "Lists are paged (100 rows a page) and a page asks the cluster only about its rows: the topics "
-        "list the offsets and sizes of its 100 topics' partitions (one ListOffsets round for earliest and "
+        f"Lists are paged ({limits.console_page_rows} rows a page) and a page asks the cluster only about "
+        f"its rows: the topics list the offsets and sizes of its {limits.console_page_rows} topics' partitions (one ListOffsets round for earliest and "
         "one for latest, one DescribeLogDirs, each a request per broker), a topic's page those of its "
         "page of partitions. The cluster page and the topics list take the topics and their partitions "
         "from a snapshot of the cluster's metadata, fresh for 5 s and refreshed behind the page after "

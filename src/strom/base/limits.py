@@ -270,9 +270,11 @@ console_worker_threads = 2
 # cluster page's under-replicated and offline partitions); the page links to the next and the
 # previous, and the name filter narrows the list. A page asks the cluster only about the rows it
 # shows (a topic list page's offsets and sizes: its topics' partitions), so its time does not grow
-# with the cluster: 100 rows of 10 partitions are one ListOffsets round of 1,000 partitions, tens
-# of ms (benchmarks/console.py), where 10,000 took ~0.5 s.
-console_page_rows = 100
+# with the cluster: 50 rows of 10 partitions cost ~20 ms of the console's CPU and ~12 ms of the
+# broker's (two ListOffsets rounds of 500 partitions, Metadata and DescribeLogDirs of 50 topics;
+# 100 rows twice that, which a machine under load stretches past 200 ms; all 10,000 partitions
+# took ~0.5 s; benchmarks/console.py). Kafka consoles page by 25 to 100.
+console_page_rows = 50
 # Records one message-browser page shows, and how many records a search may scan (each record is
 # decoded, so this bounds the time and memory of a search).
 console_records_max = 500
