@@ -736,7 +736,7 @@ def render_history_cost(result: HistoryCostResult) -> str:
             "## Recording the rebalance history: its cost (`python -m benchmarks.rebalance --history-cost`)",
             "",
             f"Run: {now}. Machine: {machine_description()}; load average (1, 5, 15 min) at the end {load}."
-            f" {result.members} members, (a) and (b) as above, {result.rounds} rounds on each of three brokers"
+            f" {result.members} members, (a) and (b) of the rebalance section, {result.rounds} rounds on each of three brokers"
             " run side by side (a round on each in turn): one recording the history, one with its hooks switched off (a benchmark-only"
             " switch, `HISTORY_SWITCH`), one with its hooks timed.",
             "",
