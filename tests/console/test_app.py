@@ -436,6 +436,22 @@ def test_lists_are_paged_and_a_page_asks_only_about_its_rows() -> None:
         console.close()
 
 
+def test_group_page_pages_its_partitions_and_sums_the_lag_of_all() -> None:
+    source = FakeSource()
+    source.add_topic("wide", partitions=12, records=10)
+    source.group_table["reader"] = FakeGroup(committed={TopicPartition("wide", p): p % 10 for p in range(12)})
+    options = ConsoleOptions(page_rows=5, snapshot_fresh_ms=0, snapshot_stale_ms=0)
+    console = Console(source, options, csrf_token=TOKEN)
+    try:
+        page = text(get(console, "/group?id=reader&page=3"))
+    finally:
+        console.close()
+    assert re.findall(r'<tr data-topic="wide" data-partition="(\d+)"', page) == ["10", "11"]
+    # The total is over every partition, not the page's: lag 10 - p % 10.
+    assert f"id=total-lag>{sum(10 - p % 10 for p in range(12))}<" in page
+    assert 'href="/group?id=reader&amp;page=2" id=previous-page' in page
+
+
 def test_cluster_page_lists_the_first_page_of_unhealthy_partitions() -> None:
     from strom.client.admin import PartitionDescription
 

@@ -651,7 +651,18 @@ class Console:
             # the history, one point an interval, however often the page is opened.
             points.append(LagPoint(now_ms, total_lag(committed, ends)))
         return self._page(
-            200, pages.group_page(context, group, committed, ends, points, now_ms, self.options.lag_window_ms)
+            200,
+            pages.group_page(
+                context,
+                group,
+                committed,
+                ends,
+                points,
+                now_ms,
+                self.options.lag_window_ms,
+                self.options.page_rows,
+                self._page_number(request),
+            ),
         )
 
     def _group_history(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:

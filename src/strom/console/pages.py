@@ -743,7 +743,11 @@ def group_page(
     points: Sequence[LagPoint],
     now_ms: int,
     window_ms: int,
+    rows: int,
+    page: int,
 ) -> Markup:
+    """The group, its total lag over every partition, and the partitions of page ``page`` (of
+    ``rows`` each) with their offsets and lag."""
     owner: dict[TopicPartition, str] = {}
     member_rows = []
     for member in group.members:
@@ -766,11 +770,14 @@ def group_page(
         )
     partitions = sorted(set(committed) | set(owner))
     total = 0
-    partition_rows = []
     for tp in partitions:
         offset = committed.get(tp)
+        total += partition_lag(offset.offset if offset else None, ends.get(tp)) or 0
+    pager = Pager.of(page, rows, len(partitions))
+    partition_rows = []
+    for tp in partitions[pager.start : pager.end]:
+        offset = committed.get(tp)
         lag = partition_lag(offset.offset if offset else None, ends.get(tp))
-        total += lag or 0
         partition_rows.append(
             html(
                 '<tr data-topic="{}" data-partition="{}"><td>{}</td><td>{}</td><td class=member>{}</td>'
@@ -800,7 +807,7 @@ def group_page(
         url("/group/history", id=group.group_id),
     )
     body = html(
-        "{}{}{}<h2>Members</h2>{}<h2>Committed offsets and lag</h2>{}<h2>Total lag (up to the last hour)</h2>{}",
+        "{}{}{}<h2>Members</h2>{}<h2>Committed offsets and lag</h2>{}{}<h2>Total lag (up to the last hour)</h2>{}",
         refresh,
         summary,
         history,
@@ -816,6 +823,7 @@ def group_page(
             table_id="offsets",
             empty="nothing committed",
         ),
+        pager.links("/group", "partitions", id=group.group_id),
         lag_chart(points, now_ms, window_ms),
     )
     return layout(context, f"Group {group.group_id}", "/groups", body)
