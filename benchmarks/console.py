@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -227,7 +228,9 @@ def main() -> None:
         "",
         f"Run {datetime.date.today().isoformat()} on {machine_description()}: `python -m benchmarks.console "
         f"--topics {topics} --partitions-per-topic {partitions} --groups {groups} --rounds {arguments.rounds}` "
-        f"({topics:,} topics, {topics * partitions:,} partitions, {groups:,} groups; the broker filled in {fill_s:.0f} s).",
+        f"({topics:,} topics, {topics * partitions:,} partitions, {groups:,} groups; the broker filled in {fill_s:.0f} s; "
+        f"open-files hard limit {resource.getrlimit(resource.RLIMIT_NOFILE)[1]:,}, which bounds the partitions a broker "
+        "accepts: 1,000 x 10 and __consumer_offsets' 10 need ~20,100).",
         load,
         f"Bar: every page at most {BAR_MS:.0f} ms of server time. Median and worst of {arguments.rounds} rounds, ms.",
         "",
