@@ -19,7 +19,9 @@ Two measurements, side by side in one run:
   answers.
 
 The broker needs one open file per partition and at least its own handful (``strom broker`` logs
-how many partitions its open-files limit allows): the full size needs a limit above ~20,100.
+how many partitions its open-files limit allows): the full size needs a limit above ~20,100
+(1,000 x 10 partitions and __consumer_offsets' 10); under a hard limit of 20,000 the largest is
+``--topics 995``. ``--beside`` says what else ran on the machine (the report gives the load).
 The results replace the section between ``<!-- console:start -->`` and ``<!-- console:end -->``.
 """
 
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
+import resource
 import statistics
 import tempfile
 import time
@@ -37,6 +41,7 @@ from urllib.parse import urlencode
 from benchmarks.harness import Broker
 from benchmarks.report import replace_section
 from benchmarks.run import machine_description
+from strom.base import limits
 from strom.client.admin import Admin, NewTopic, OffsetAndMetadata
 from strom.client.cluster import TopicPartition
 from strom.client.producer import Producer
@@ -65,6 +70,7 @@ def pages(topics: int) -> list[tuple[str, str]]:
     return [
         ("cluster", "/"),
         ("topics", "/topics"),
+        ("topics, page 5", "/topics?page=5"),
         ("topics, filtered", "/topics?" + urlencode({"q": "topic-00"})),
         ("topic", "/topic?" + urlencode({"name": topic_name(topics // 2)})),
         ("messages (latest 20)", "/messages?" + urlencode({"topic": first, "partition": 0})),
@@ -77,6 +83,7 @@ def pages(topics: int) -> list[tuple[str, str]]:
             "/messages?" + urlencode({"topic": first, "search": f"order-{BROWSED_RECORDS - 1}"}),
         ),
         ("groups", "/groups"),
+        ("groups, page 5", "/groups?page=5"),
         ("group", "/group?" + urlencode({"id": group_name(0)})),
     ]
 
@@ -163,7 +170,13 @@ def main() -> None:
         action="store_true",
         help="only the in-memory cluster (no broker); implies --no-write",
     )
+    parser.add_argument(
+        "--beside",
+        default="",
+        help="what else ran on the machine meanwhile (a sentence for the report beside the load averages)",
+    )
     arguments = parser.parse_args()
+    load_before = os.getloadavg()
     topics, partitions, groups = arguments.topics, arguments.partitions_per_topic, arguments.groups
     targets = pages(topics)
 
@@ -203,12 +216,22 @@ def main() -> None:
         finally:
             broker.stop()
 
+    load_after = os.getloadavg()
+    load = (
+        f"Load average (1, 5, 15 min) {', '.join(f'{x:.1f}' for x in load_before)} at the start and "
+        f"{', '.join(f'{x:.1f}' for x in load_after)} at the end, on {os.cpu_count()} CPUs"
+        + (f": {arguments.beside}" if arguments.beside else "")
+        + "."
+    )
     lines = [
         "## Console: server time of each page",
         "",
         f"Run {datetime.date.today().isoformat()} on {machine_description()}: `python -m benchmarks.console "
         f"--topics {topics} --partitions-per-topic {partitions} --groups {groups} --rounds {arguments.rounds}` "
-        f"({topics:,} topics, {topics * partitions:,} partitions, {groups:,} groups; the broker filled in {fill_s:.0f} s).",
+        f"({topics:,} topics, {topics * partitions:,} partitions, {groups:,} groups; the broker filled in {fill_s:.0f} s; "
+        f"open-files hard limit {resource.getrlimit(resource.RLIMIT_NOFILE)[1]:,}, which bounds the partitions a broker "
+        "accepts: 1,000 x 10 and __consumer_offsets' 10 need ~20,100).",
+        load,
         f"Bar: every page at most {BAR_MS:.0f} ms of server time. Median and worst of {arguments.rounds} rounds, ms.",
         "",
         "| page | end to end, median | worst | rendering alone, median | worst | bar |",
@@ -224,9 +247,14 @@ def main() -> None:
         )
     lines += [
         "",
-        "The cluster page and the topics list answer from a snapshot of every topic's metadata, offsets "
-        "and sizes, fresh for 5 s and refreshed behind the page after that (strom.console.snapshot); "
-        "the rows marked (no snapshot) are a first view, which waits for the cluster's answers.",
+        f"Lists are paged ({limits.console_page_rows} rows a page) and a page asks the cluster only about "
+        f"its rows: the topics list the offsets and sizes of its {limits.console_page_rows} topics' partitions (one ListOffsets round for earliest and "
+        "one for latest, one DescribeLogDirs, each a request per broker), a topic's page those of its "
+        "page of partitions. The cluster page and the topics list take the topics and their partitions "
+        "from a snapshot of the cluster's metadata, fresh for 5 s and refreshed behind the page after "
+        "that (strom.console.snapshot), and taken in the background when the console starts and every 30 s "
+        "after; the rows marked (no snapshot) are a view that waits for it (only a view in the moment "
+        "after the console starts; under --console-login, a session's view after a minute without one).",
         "",
         f"The lag sampler's round over all {groups:,} groups (in the background, every 30 s): "
         f"median {statistics.median(sample_ms):.0f} ms.",

@@ -582,6 +582,182 @@ def profile_broker(pid: int, seconds: int, work: Callable[[], object]) -> list[t
 # -- report -------------------------------------------------------------------------------------------
 
 
+# -- the cost of recording the rebalance history (issue 15) -----------------------------------------
+
+# The rebalance history's hooks in the coordinator (strom.coordinator.history.RebalanceHistory): what
+# a broker without history recording skips, and what a timed broker times.
+HISTORY_HOOKS = (
+    "classic_trigger",
+    "classic_started",
+    "classic_joined_during",
+    "classic_joined",
+    "classic_synced",
+    "consumer_snapshot",
+    "consumer_written",
+)
+
+# A benchmark-only switch, not a broker setting: a ``sitecustomize`` module on the broker's
+# PYTHONPATH (``Broker(source_dir=...)``) that Python imports at start, before the broker runs.
+# "off" makes every hook do nothing (no entry kept, no history record written to
+# __consumer_offsets; classic_trigger answers a constant, as its answer only feeds the history);
+# "timed" adds up the time spent inside the hooks (the history records they write included)
+# and writes it to a file when the broker stops.
+HISTORY_SWITCH = """
+import atexit, time
+from strom.coordinator import history as _history
+from strom.coordinator.history import RebalanceHistory, Trigger
+
+MODE = {mode!r}
+HOOKS = {hooks!r}
+
+if MODE == "off":
+    for _name in HOOKS:
+        if _name == "classic_trigger":
+            setattr(RebalanceHistory, _name, staticmethod(lambda *args: Trigger.MEMBER_REJOINED))
+        elif _name == "consumer_snapshot":
+            setattr(RebalanceHistory, _name, staticmethod(lambda *args: None))
+        else:
+            setattr(RebalanceHistory, _name, lambda self, *args, **kwargs: None)
+elif MODE == "timed":
+    _totals = {{"seconds": 0.0, "calls": 0}}
+
+    def _timed(function):
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                _totals["seconds"] += time.perf_counter() - started
+                _totals["calls"] += 1
+        return timed
+
+    for _name in HOOKS:
+        _function = RebalanceHistory.__dict__[_name]
+        if isinstance(_function, staticmethod):
+            setattr(RebalanceHistory, _name, staticmethod(_timed(_function.__func__)))
+        else:
+            setattr(RebalanceHistory, _name, _timed(_function))
+
+    @atexit.register
+    def _write_totals():
+        with open({totals_path!r}, "w") as totals:
+            totals.write(f"{{_totals['seconds']}} {{_totals['calls']}}")
+"""
+
+
+def history_broker(work_dir: Path, mode: str, settings: dict[str, str]) -> Broker:
+    """A broker whose rebalance history is recorded as usual ("on"), not at all ("off"), or with
+    the time inside its hooks added up ("timed", read by ``hook_totals``)."""
+    work_dir.mkdir(parents=True)
+    if mode == "on":
+        return Broker(work_dir, settings)
+    switch = work_dir / "history-switch"
+    switch.mkdir()
+    (switch / "sitecustomize.py").write_text(
+        HISTORY_SWITCH.format(mode=mode, hooks=HISTORY_HOOKS, totals_path=str(work_dir / "history-hooks.txt"))
+    )
+    return Broker(work_dir, settings, source_dir=switch)
+
+
+def hook_totals(work_dir: Path) -> tuple[float, int]:
+    """Seconds spent in the history's hooks and their calls, of a stopped "timed" broker."""
+    seconds, calls = (work_dir / "history-hooks.txt").read_text().split()
+    return float(seconds), int(calls)
+
+
+@dataclass
+class HistoryCostResult:
+    members: int
+    rounds: int
+    on: list[StormResult]
+    off: list[StormResult]
+    on_cpu_s: list[float]
+    off_cpu_s: list[float]
+    timed: list[StormResult]
+    hook_s: float
+    hook_calls: int
+
+
+def measure_history_cost(member_count: int, rounds: int, settings: dict[str, str]) -> HistoryCostResult:
+    """(a) and (b) with ``member_count`` members, ``rounds`` times on each of three brokers in
+    turn (all three run all along, so they see the same machine): one recording the history, one
+    not recording it, one with its history hooks timed; with each broker's CPU time per round."""
+    with tempfile.TemporaryDirectory(prefix="strom-history-cost-") as work:
+        brokers: dict[str, Broker] = {}
+        results: dict[str, list[StormResult]] = {mode: [] for mode in ("on", "off", "timed")}
+        cpu: dict[str, list[float]] = {mode: [] for mode in results}
+        try:
+            for mode in results:
+                brokers[mode] = history_broker(Path(work) / mode, mode, settings)
+            for broker in brokers.values():
+                measure_storm_and_leave(broker.bootstrap, 2)  # creates __consumer_offsets: not measured
+            for _ in range(rounds):
+                for mode in ("on", "off", "timed"):
+                    broker = brokers[mode]
+                    before = cpu_seconds(broker.process.pid)
+                    results[mode].append(measure_storm_and_leave(broker.bootstrap, member_count))
+                    cpu[mode].append(cpu_seconds(broker.process.pid) - before)
+                    print(mode, results[mode][-1], f"broker CPU {cpu[mode][-1]:.2f} s", flush=True)
+        finally:
+            for broker in brokers.values():
+                broker.stop()
+        hook_s, hook_calls = hook_totals(Path(work) / "timed")
+    return HistoryCostResult(
+        member_count,
+        rounds,
+        results["on"],
+        results["off"],
+        cpu["on"],
+        cpu["off"],
+        results["timed"],
+        hook_s,
+        hook_calls,
+    )
+
+
+def render_history_cost(result: HistoryCostResult) -> str:
+    def median(values: Sequence[float]) -> float:
+        return statistics.median(values)
+
+    on_leave = median([r.leave_s for r in result.on])
+    off_leave = median([r.leave_s for r in result.off])
+    on_join = median([r.join_s for r in result.on])
+    off_join = median([r.join_s for r in result.off])
+    # Each round is a join storm (and its generations) plus one leave.
+    rebalances = sum(r.join_generation + 1 for r in result.timed)
+    hook_ms_per_round = result.hook_s / result.rounds * 1000
+    hook_ms_per_rebalance = result.hook_s / max(rebalances, 1) * 1000
+    figure_s = median([r.leave_s for r in result.timed])
+    round_s = median([r.join_s + r.leave_s for r in result.timed])
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return "\n".join(
+        [
+            "## Recording the rebalance history: its cost (`python -m benchmarks.rebalance --history-cost`)",
+            "",
+            f"Run: {now}. Machine: {machine_description()}; load average (1, 5, 15 min) at the end {load}."
+            f" {result.members} members, (a) and (b) of the rebalance section, {result.rounds} rounds on each of three brokers"
+            " run side by side (a round on each in turn): one recording the history, one with its hooks switched off (a benchmark-only"
+            " switch, `HISTORY_SWITCH`), one with its hooks timed.",
+            "",
+            "| broker | (a) join storm, median s | (b) re-stable after a leave, median s | broker CPU per round, median s |",
+            "|---|---:|---:|---:|",
+            f"| history recorded | {on_join:.2f} | {on_leave:.3f} | {median(result.on_cpu_s):.2f} |",
+            f"| history off | {off_join:.2f} | {off_leave:.3f} | {median(result.off_cpu_s):.2f} |",
+            "",
+            f"Inside the history's hooks (timed broker): {result.hook_s * 1000:.1f} ms in {result.hook_calls:,} calls"
+            f" over {result.rounds} rounds, {hook_ms_per_round:.2f} ms a round: **{hook_ms_per_round / 1000 / round_s:.2%}**"
+            f" of that broker's median (a) + (b) of {round_s:.2f} s a round (bar: 2 %). Per rebalance"
+            f" ({rebalances} in all: each join storm's generations and each leave), {hook_ms_per_rebalance:.2f} ms on"
+            f" average: **{hook_ms_per_rebalance / 1000 / figure_s:.2%}** of its median (b) figure, one rebalance"
+            f" of {result.members} members, {figure_s:.3f} s. The on/off rows differ by the machine's noise more"
+            " than by the history (rounds of one broker vary by tens of percent under load, the join storm"
+            " most); the hooks' own time is the figure that says what recording costs.",
+            "",
+        ]
+    )
+
+
 def machine_description() -> str:
     cpu = platform.machine()
     try:
@@ -686,8 +862,27 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="sample the broker with py-spy during (d)")
     parser.add_argument("--output", default="BENCHMARKS.md", help="file whose rebalance section is replaced")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--history-cost",
+        type=int,
+        metavar="ROUNDS",
+        default=0,
+        help="only compare (a)/(b) with the rebalance history recorded, off and timed, ROUNDS rounds each"
+        " with the largest --members (its own section, rebalance-history)",
+    )
     arguments = parser.parse_args()
     member_counts = [int(count) for count in arguments.members.split(",")]
+    if arguments.history_cost:
+        cost = measure_history_cost(
+            max(member_counts),
+            arguments.history_cost,
+            {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"},
+        )
+        section = render_history_cost(cost)
+        print(section)
+        if not arguments.no_write:
+            replace_section(Path(arguments.output), "rebalance-history", section)
+        return 0
     with tempfile.TemporaryDirectory(prefix="strom-rebalance-") as work_dir:
         broker = Broker(
             Path(work_dir),

@@ -56,6 +56,9 @@ class FakeSource:
         # is not strom and has no history to give.
         self.histories: dict[str, list[RebalanceEntry]] = {}
         self.history_supported = True
+        # What the pages asked for: (method, partitions or topics asked), to check that a page
+        # asks only about what it shows.
+        self.asked: list[tuple[str, int]] = []
 
     # -- building --------------------------------------------------------------------------------
 
@@ -92,6 +95,11 @@ class FakeSource:
         return TopicDescription(name, list(self.topic_partitions[name]))
 
     def offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetRange]:
+        partitions = list(partitions)
+        self.asked.append(("offsets", len(partitions)))
+        for tp in partitions:
+            if tp.topic not in self.topic_partitions:  # as ListOffsets answers a deleted topic
+                raise error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, context=str(tp))
         return {
             tp: OffsetRange(self.log_start[tp], len(self.records[tp]))
             for tp in partitions
@@ -111,6 +119,7 @@ class FakeSource:
         if self.sizes_fail:
             raise KafkaError("DescribeLogDirs is not supported")
         wanted = set(self.topic_partitions) if topics is None else set(topics)
+        self.asked.append(("sizes", len(wanted)))
         return {tp: 100 * len(records) for tp, records in self.records.items() if tp.topic in wanted}
 
     def topic_configs(self, topic: str) -> dict[str, ConfigEntry]:

@@ -380,11 +380,104 @@ def test_list_pages_answer_from_a_snapshot_the_consoles_own_changes_invalidate(s
         assert 'data-name="audit"' not in text(get(console, "/topics"))
         source.add_topic("behind-its-back")
         page = text(get(console, "/topics"))
-        assert 'data-name="behind-its-back"' not in page and "id=as-of>Figures as of" in page
+        assert 'data-name="behind-its-back"' not in page and "id=as-of>Topics and partitions as of" in page
         assert post(console, "/topics", {"name": "audit", "partitions": "1"}).status == 303
         page = text(get(console, "/topics"))
         assert 'data-name="audit"' in page and 'data-name="behind-its-back"' in page
         assert get(console, "/topic?name=behind-its-back").status == 200  # a topic's page is live
+    finally:
+        console.close()
+
+
+def test_lists_are_paged_and_a_page_asks_only_about_its_rows() -> None:
+    source = FakeSource()
+    for index in range(25):
+        source.add_topic(f"topic-{index:02d}", partitions=3, records=index)
+    for index in range(12):
+        source.group_table[f"group-{index:02d}"] = FakeGroup()
+    options = ConsoleOptions(page_rows=10, snapshot_fresh_ms=0, snapshot_stale_ms=0)
+    console = Console(source, options, csrf_token=TOKEN)
+    try:
+        first = text(get(console, "/topics"))
+        assert re.findall(r'<tr data-name="([^"]+)"', first) == [f"topic-{i:02d}" for i in range(10)]
+        assert "Showing topics 1 to 10 of <span class=total>25</span>." in first
+        assert 'href="/topics?page=2" id=next-page' in first and "previous-page" not in first
+        # The figures of the page's 10 topics (30 partitions) only: offsets and sizes asked once.
+        assert source.asked == [("sizes", 10), ("offsets", 30)] or source.asked == [
+            ("offsets", 30),
+            ("sizes", 10),
+        ]
+        last = text(get(console, "/topics?page=3"))
+        assert re.findall(r'<tr data-name="([^"]+)"', last) == [f"topic-{i:02d}" for i in range(20, 25)]
+        row = re.search(r'<tr data-name="topic-24">.*?</tr>', last)
+        assert row is not None and re.findall(r"<td[^>]*>(.*?)</td>", row.group(0))[3:5] == ["72", "72"]
+        assert 'href="/topics?page=2" id=previous-page' in last and "next-page" not in last
+        # Past the end: the last page. The filter is kept in the links.
+        assert re.findall(r'<tr data-name="([^"]+)"', text(get(console, "/topics?page=99"))) == [
+            f"topic-{i:02d}" for i in range(20, 25)
+        ]
+        filtered = text(get(console, "/topics?q=topic-1"))
+        assert (
+            len(re.findall(r"<tr data-name=", filtered)) == 10
+            and "of <span class=total>10</span>" not in filtered
+        )
+        assert get(console, "/topics?page=0").status == 400
+        assert get(console, "/topics?page=x").status == 400
+        groups = text(get(console, "/groups?page=2"))
+        assert re.findall(r'<tr data-group="([^"]+)"', groups) == ["group-10", "group-11"]
+        assert 'href="/groups?page=1" id=previous-page' in groups
+        source.add_topic("wide", partitions=25, records=1)
+        source.asked.clear()
+        topic = text(get(console, "/topic?name=wide&page=3"))
+        assert re.findall(r'<tr data-partition="(\d+)"', topic) == [str(p) for p in range(20, 25)]
+        assert ("offsets", 5) in source.asked
+        assert 'href="/topic?name=wide&amp;page=2" id=previous-page' in topic
+    finally:
+        console.close()
+
+
+def test_group_page_pages_its_partitions_and_sums_the_lag_of_all() -> None:
+    source = FakeSource()
+    source.add_topic("wide", partitions=12, records=10)
+    source.group_table["reader"] = FakeGroup(committed={TopicPartition("wide", p): p % 10 for p in range(12)})
+    options = ConsoleOptions(page_rows=5, snapshot_fresh_ms=0, snapshot_stale_ms=0)
+    console = Console(source, options, csrf_token=TOKEN)
+    try:
+        page = text(get(console, "/group?id=reader&page=3"))
+    finally:
+        console.close()
+    assert re.findall(r'<tr data-topic="wide" data-partition="(\d+)"', page) == ["10", "11"]
+    # The total is over every partition, not the page's: lag 10 - p % 10.
+    assert f"id=total-lag>{sum(10 - p % 10 for p in range(12))}<" in page
+    assert 'href="/group?id=reader&amp;page=2" id=previous-page' in page
+
+
+def test_cluster_page_lists_the_first_page_of_unhealthy_partitions() -> None:
+    from strom.client.admin import PartitionDescription
+
+    source = FakeSource()
+    source.add_topic("sick", partitions=15)
+    source.topic_partitions["sick"] = [PartitionDescription(p, -1, (1, 2), ()) for p in range(15)]
+    options = ConsoleOptions(page_rows=10, snapshot_fresh_ms=0, snapshot_stale_ms=0)
+    console = Console(source, options, csrf_token=TOKEN)
+    try:
+        page = text(get(console, "/"))
+    finally:
+        console.close()
+    assert "id=offline-count>15<" in page
+    assert page.split('id="offline"')[1].split("<tbody>")[1].split("</table>")[0].count("<tr>") == 10
+    assert "Showing the first 10 of 15" in page
+
+
+def test_a_topic_deleted_behind_the_snapshot_leaves_its_row_without_figures(source: FakeSource) -> None:
+    console = Console(source, ConsoleOptions(), csrf_token=TOKEN)  # the default: fresh for 5 s
+    try:
+        assert 'data-name="payments"' in text(get(console, "/topics"))
+        source.delete_topic("payments")  # by another client: the snapshot still lists it
+        response = get(console, "/topics")
+        assert response.status == 200
+        page = text(response)
+        assert "Records and offsets unavailable" in page and 'data-name="payments"' in page
     finally:
         console.close()
 

@@ -225,7 +225,9 @@ def test_topics_and_topic_page_show_the_brokers_offsets_and_configs(stack: Stack
             row = stack.driver.find_element(By.CSS_SELECTOR, f'#topics tr[data-name="{TOPIC}"]')
             return [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
 
-        # The list answers from a snapshot at most a few seconds old (a topic's page is live).
+        # The list's offsets are asked when it is viewed (its topics and partitions come from a
+        # snapshot a few seconds old); waited for, as the producer's thread may send one more record
+        # while it pauses.
         wait_until(
             lambda: number(topics_row_cells()[4]) == end_sum, "the list's snapshot to catch up", WAIT_S
         )

@@ -174,3 +174,42 @@ def test_a_console_beside_a_broker_that_is_not_up_yet_says_so() -> None:
             await console.stop()
 
     asyncio.run(main())
+
+
+def test_a_console_takes_its_topics_snapshot_when_it_starts_and_every_interval_after() -> None:
+    """No view waits for the metadata snapshot: the console takes it when it starts and again
+    every lag-sample interval once it is no longer fresh, whether anyone looks or not."""
+    import time
+
+    from strom.client.admin import TopicDescription
+    from strom.console.app import ConsoleOptions
+    from strom.console.server import ConsoleServer
+    from tests.console.fakes import FakeSource
+
+    class Counting(FakeSource):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked_topics = 0
+
+        def topics(self) -> dict[str, TopicDescription]:
+            self.asked_topics += 1
+            return super().topics()
+
+    source = Counting()
+    source.add_topic("orders")
+    options = ConsoleOptions(lag_sample_interval_ms=50, snapshot_fresh_ms=10, snapshot_stale_ms=60_000)
+
+    async def main() -> None:
+        server = ConsoleServer(source, options, 0)
+        await server.start()
+        try:
+            deadline = time.monotonic() + 30
+            while source.asked_topics < 3:  # at the start, then at two intervals (no view at all)
+                assert time.monotonic() < deadline, source.asked_topics
+                await asyncio.sleep(0.01)
+            answer = await exchange(server.port, b"GET /topics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert status_of(answer) == 200 and b'data-name="orders"' in answer
+        finally:
+            await server.stop()
+
+    asyncio.run(main())

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Callable
 
 import pytest
 
+from strom.client.errors import KafkaError
 from strom.console.lag import LagHistory, partition_lag
 from strom.console.markup import Markup, escape, html, join, url
 from strom.console.pages import lag_chart
@@ -173,6 +175,75 @@ def test_a_refresh_begun_before_an_invalidation_is_not_kept() -> None:
     snapshot.invalidate()  # the console changed the cluster meanwhile
     pending.pop()()  # the refresh finishes now, with what it saw before the change
     assert snapshot.get()[0] == "after-the-change"
+
+
+def test_a_view_without_a_value_waits_for_the_fetch_under_way() -> None:
+    """A prefetch (a console starting) or a refresh already asking: a view that finds nothing to
+    answer from waits for that fetch instead of asking the cluster a second time."""
+    release = threading.Event()
+    calls = [0]
+
+    def fetch() -> int:
+        calls[0] += 1
+        assert release.wait(30)
+        return calls[0]
+
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        snapshot = Snapshot(fetch, executor, fresh_ms=5_000, stale_ms=60_000)
+        snapshot.prefetch()
+        snapshot.prefetch()  # one under way already: nothing more
+        waiting = concurrent.futures.ThreadPoolExecutor(2)
+        views = [waiting.submit(snapshot.get) for _ in range(2)]
+        release.set()
+        assert [view.result(30)[0] for view in views] == [1, 1] and calls[0] == 1
+        waiting.shutdown()
+        snapshot.prefetch()  # a value is held: nothing
+        assert snapshot.get()[0] == 1 and calls[0] == 1
+    finally:
+        executor.shutdown()
+
+
+def test_prefetch_refreshes_a_value_no_longer_fresh_so_no_view_waits() -> None:
+    now = [0]
+    fetched = [0]
+
+    def fetch() -> int:
+        fetched[0] += 1
+        return fetched[0]
+
+    executor = InlineExecutor()
+    snapshot = Snapshot(fetch, executor, fresh_ms=5_000, stale_ms=60_000, monotonic_ms=lambda: now[0])
+    snapshot.prefetch()  # the console starting
+    assert fetched[0] == 1
+    now[0] = 4_000
+    snapshot.prefetch()  # fresh: nothing
+    assert fetched[0] == 1
+    for step in range(1, 10):  # the console's timer, every 30 s, with no view at all
+        now[0] = step * 30_000
+        snapshot.prefetch()
+    assert fetched[0] == 10
+    now[0] += 1_000
+    assert snapshot.get()[0] == 10 and executor.ran == 10  # answered from the value, no fetch
+    never = Snapshot(fetch, executor, fresh_ms=0, stale_ms=0)
+    never.prefetch()  # stale 0: no view would use it
+    assert fetched[0] == 10
+
+
+def test_a_failed_fetch_is_the_waiting_views_error_and_the_next_view_asks_again() -> None:
+    answers: list[object] = [KafkaError("the cluster is down"), 7]
+
+    def fetch() -> int:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, int)
+        return answer
+
+    snapshot = Snapshot(fetch, InlineExecutor(), fresh_ms=5_000, stale_ms=60_000)
+    with pytest.raises(KafkaError, match="down"):
+        snapshot.get()
+    assert snapshot.get()[0] == 7
 
 
 def test_rebalance_phases_as_drawn() -> None:

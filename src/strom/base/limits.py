@@ -266,9 +266,15 @@ console_connections_max = 64
 # the loop is the broker's). Two: one slow page does not hold up the next; more would only contend
 # for the interpreter on the 2-core machines strom is tested on.
 console_worker_threads = 2
-# Rows of a list page (topics, groups, partitions of the cluster page): 1,000 topics or 1,000
-# groups fit whole; beyond, the page says how many it left out and the name filter narrows it.
-console_list_rows_max = 5_000
+# Rows of one page of a list (topics, groups, a topic's partitions, a group's partitions, the
+# cluster page's under-replicated and offline partitions); the page links to the next and the
+# previous, and the name filter narrows the list. A page asks the cluster only about the rows it
+# shows (a topic list page's offsets and sizes: its topics' partitions), so its time does not grow
+# with the cluster: 50 rows of 10 partitions cost ~20 ms of the console's CPU and ~12 ms of the
+# broker's (two ListOffsets rounds of 500 partitions, Metadata and DescribeLogDirs of 50 topics;
+# 100 rows twice that, which a machine under load stretches past 200 ms; all 10,000 partitions
+# took ~0.5 s; benchmarks/console.py). Kafka consoles page by 25 to 100.
+console_page_rows = 50
 # Records one message-browser page shows, and how many records a search may scan (each record is
 # decoded, so this bounds the time and memory of a search).
 console_records_max = 500
@@ -282,11 +288,13 @@ console_field_chars_max = 65_536
 console_lag_sample_interval_ms = 30_000
 console_lag_window_ms = 3_600_000
 console_lag_groups_max = 1_000
-# The cluster page and the topics list answer from a snapshot of every topic's metadata, offsets
-# and sizes (strom.console.snapshot): fresh for this long, then refreshed in the background while
-# the snapshot still answers, until it is this old (then a view waits for a fresh one). At 10,000
-# partitions one round of those requests takes longer than a page may (200 ms); 5 s is about how
-# long a person takes to look at a page before the next click.
+# The cluster page and the topics list answer from a snapshot of every topic's metadata
+# (strom.console.snapshot): fresh for this long, then refreshed in the background while the
+# snapshot still answers, until it is this old (then a view waits for a fresh one). At 10,000
+# partitions the Metadata rounds for every topic take longer than a page may (200 ms); 5 s is
+# about how long a person takes to look at a page before the next click. The console also takes
+# it when it starts and every lag-sample interval (above), which must stay under the stale bound
+# so that no view, even after a long idle, waits for it.
 console_snapshot_fresh_ms = 5_000
 console_snapshot_stale_ms = 60_000
 # A group's rebalance-history page (strom.console): the rebalances drawn and listed (the newest;

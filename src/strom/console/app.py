@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from strom.base import limits
-from strom.client.admin import TopicDescription
 from strom.client.cluster import TopicPartition
 from strom.client.errors import AuthenticationError, KafkaError, UnsupportedVersionError
 from strom.console import pages
@@ -105,32 +104,28 @@ class ConsoleOptions:
     host: str = "127.0.0.1"
     lag_sample_interval_ms: int = limits.console_lag_sample_interval_ms
     lag_window_ms: int = limits.console_lag_window_ms
-    rows_max: int = limits.console_list_rows_max
+    # Rows of one page of a list (topics, groups, a topic's partitions).
+    page_rows: int = limits.console_page_rows
     snapshot_fresh_ms: int = limits.console_snapshot_fresh_ms
     snapshot_stale_ms: int = limits.console_snapshot_stale_ms
 
 
 @dataclass(frozen=True)
 class TopicFigures:
-    topics: dict[str, TopicDescription]
     offsets: Mapping[TopicPartition, OffsetRange]
     sizes: Mapping[TopicPartition, int] | None
+    problems: list[str]
 
 
 class ClusterView:
-    """The cluster as one principal sees it: its source and the snapshots made from it (a
-    snapshot is never shared between principals: it holds what that principal may see)."""
+    """The cluster as one principal sees it: its source and the snapshot of every topic's
+    metadata made from it (never shared between principals: it holds what that principal may
+    see)."""
 
     def __init__(self, source: ClusterSource, console: Console) -> None:
         self.source = source
-        self.topics_snapshot: Snapshot[dict[str, TopicDescription]] = Snapshot(
-            source.topics,
-            console.refresher,
-            fresh_ms=console.options.snapshot_fresh_ms,
-            stale_ms=console.options.snapshot_stale_ms,
-        )
-        self.figures_snapshot: Snapshot[TopicFigures] = Snapshot(
-            lambda: console.topic_figures(self, self.topics_snapshot.get()[0], every=True),
+        self.topics_snapshot: Snapshot[pages.TopicsImage] = Snapshot(
+            lambda: pages.TopicsImage.of(source.topics()),
             console.refresher,
             fresh_ms=console.options.snapshot_fresh_ms,
             stale_ms=console.options.snapshot_stale_ms,
@@ -139,7 +134,6 @@ class ClusterView:
     def changed(self) -> None:
         """The console changed the cluster: the next views ask afresh."""
         self.topics_snapshot.invalidate()
-        self.figures_snapshot.invalidate()
 
 
 Route = Callable[[Request, pages.PageContext, ClusterView], Response]
@@ -197,6 +191,15 @@ class Console:
             "/topic/config": self._set_config,
             "/topic/delete": self._delete_topic,
         }
+
+    def prefetch(self) -> None:
+        """Take the console's own snapshot of the topics' metadata in the background unless it is
+        fresh, so that a view of the cluster page or the topics list does not wait for it: when
+        the console starts, and then every lag-sample interval (30 s, under the snapshot's
+        60 s), idle or not (not under login: pages use the sessions' views, each prefetched when
+        its user logs in and refreshed behind its views)."""
+        if not self.options.login:
+            self._view.topics_snapshot.prefetch()
 
     def close(self) -> None:
         """Ends every session (closing its clients); the console's own source is its owner's."""
@@ -326,6 +329,7 @@ class Console:
             self._end([s for s in [self.sessions.remove(session.token)] if s is not None])
         opened, ended = self.sessions.add(user, ClusterView(source, self), self.clock_ms())
         self._end(ended)
+        opened.view.topics_snapshot.prefetch()
         log.info("console login of %r", user)
         response = self._redirect("/")
         response.headers.append(("Set-Cookie", f"{SESSION_COOKIE}={opened.token}; {_COOKIE_ATTRIBUTES}"))
@@ -403,54 +407,79 @@ class Console:
     # -- cluster and topics --------------------------------------------------------------------
 
     def _cluster(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
-        cluster = view.source.cluster()
-        topics, as_of_ms = view.topics_snapshot.get()
-        return self._page(200, pages.cluster_page(context, cluster, topics, self.options.rows_max, as_of_ms))
+        # DescribeCluster is asked while the snapshot answers (or is waited for).
+        asked = self._side.submit(view.source.cluster)
+        image, as_of_ms = view.topics_snapshot.get()
+        cluster = asked.result()
+        return self._page(200, pages.cluster_page(context, cluster, image, self.options.page_rows, as_of_ms))
 
     def topic_figures(
-        self, view: ClusterView, topics: Mapping[str, TopicDescription], *, every: bool
+        self, view: ClusterView, partitions: list[TopicPartition], topics: list[str]
     ) -> TopicFigures:
-        """The topics with their partitions' offsets and sizes (``every``: the topics list's
-        snapshot, sizes asked for every topic at once)."""
-        partitions = [
-            TopicPartition(name, p.partition) for name, topic in topics.items() for p in topic.partitions
-        ]
-        # Sizes are asked for while the offsets are: each is a request per broker.
-        asked = self._side.submit(view.source.sizes, None if every else list(topics))
-        offsets = view.source.offsets(partitions)
+        """The offsets of ``partitions`` and the sizes of every partition of ``topics``, asked at
+        once (each is a request per broker). Sizes the cluster does not give (no DescribeLogDirs,
+        a refusal) are None; offsets it does not give raise, unless ``topics`` are a list page's
+        rows, where a topic deleted since the snapshot leaves its figures as "-" with a note."""
+        asked = self._side.submit(view.source.sizes, topics)
+        problems = []
+        offsets: Mapping[TopicPartition, OffsetRange]
+        try:
+            offsets = view.source.offsets(partitions)
+        except KafkaError as error:
+            if error.code in AUTHORIZATION_ERRORS or len(topics) == 1:
+                asked.cancel()
+                raise
+            offsets = {}
+            problems.append(f"Records and offsets unavailable: {error}")
         sizes: Mapping[TopicPartition, int] | None
         try:
             sizes = asked.result()
-        except KafkaError:
-            sizes = None  # a cluster without DescribeLogDirs, or a refusal: sizes show as "-"
-        return TopicFigures(dict(topics), offsets, sizes)
+        except KafkaError as error:
+            sizes = None
+            problems.append(f"Sizes unavailable: {error}")
+        return TopicFigures(offsets, sizes, problems)
+
+    def _page_number(self, request: Request) -> int:
+        return self._integer(request.query.get("page", "1") or "1", "page", 1)
 
     def _topics(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         query = request.query.get("q", "").strip()
-        figures, as_of_ms = view.figures_snapshot.get()
-        chosen = [topic for name, topic in sorted(figures.topics.items()) if query.lower() in name.lower()]
-        shown = chosen[: self.options.rows_max]
-        page = pages.topics_page(context, shown, len(chosen), figures.offsets, figures.sizes, query, as_of_ms)
+        image, as_of_ms = view.topics_snapshot.get()
+        needle = query.lower()
+        chosen = [name for name in image.names if needle in name.lower()] if needle else image.names
+        pager = pages.Pager.of(self._page_number(request), self.options.page_rows, len(chosen))
+        shown = [image.topics[name] for name in chosen[pager.start : pager.end]]
+        partitions = [TopicPartition(topic.name, p.partition) for topic in shown for p in topic.partitions]
+        figures = (
+            self.topic_figures(view, partitions, [topic.name for topic in shown])
+            if shown
+            else TopicFigures({}, {}, [])
+        )
+        page = pages.topics_page(
+            context, shown, pager, figures.offsets, figures.sizes, query, as_of_ms, figures.problems
+        )
         return self._page(200, page)
 
     def _topic(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         name = self._required(request.query, "name")
         topic = view.source.topic(name)
-        partitions = [TopicPartition(name, p.partition) for p in topic.partitions]
-        offsets = view.source.offsets(partitions)
-        problems = []
-        sizes: Mapping[TopicPartition, int] | None
+        pager = pages.Pager.of(self._page_number(request), self.options.page_rows, len(topic.partitions))
+        configs_asked = self._side.submit(view.source.topic_configs, name)
+        partitions = [TopicPartition(name, p.partition) for p in topic.partitions[pager.start : pager.end]]
         try:
-            sizes = view.source.sizes([name])
-        except KafkaError as error:
-            sizes = None
-            problems.append(f"Sizes unavailable: {error}")
+            figures = self.topic_figures(view, partitions, [name])
+        except BaseException:
+            configs_asked.cancel()
+            raise
+        problems = list(figures.problems)
         configs = None
         try:
-            configs = view.source.topic_configs(name)
+            configs = configs_asked.result()
         except KafkaError as error:
             problems.append(f"Configs unavailable: {error}")
-        return self._page(200, pages.topic_page(context, topic, offsets, sizes, configs, problems))
+        return self._page(
+            200, pages.topic_page(context, topic, pager, figures.offsets, figures.sizes, configs, problems)
+        )
 
     def _new_topic(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         if context.read_only:
@@ -585,8 +614,10 @@ class Console:
     def _groups(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
         query = request.query.get("q", "").strip()
         # The latest sampled lag is shown for the groups this view's own ListGroups answered.
-        listings = [g for g in view.source.groups() if query.lower() in g.group_id.lower()]
-        shown = listings[: self.options.rows_max]
+        needle = query.lower()
+        listings = [g for g in view.source.groups() if needle in g.group_id.lower()]
+        pager = pages.Pager.of(self._page_number(request), self.options.page_rows, len(listings))
+        shown = listings[pager.start : pager.end]
         with self.history_lock:
             latest: dict[str, LagPoint] = {}
             for listing in shown:
@@ -595,9 +626,7 @@ class Console:
                     latest[listing.group_id] = point
         return self._page(
             200,
-            pages.groups_page(
-                context, shown, len(listings), latest, query, self.options.lag_sample_interval_ms
-            ),
+            pages.groups_page(context, shown, pager, latest, query, self.options.lag_sample_interval_ms),
         )
 
     def _group(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:
@@ -622,7 +651,18 @@ class Console:
             # the history, one point an interval, however often the page is opened.
             points.append(LagPoint(now_ms, total_lag(committed, ends)))
         return self._page(
-            200, pages.group_page(context, group, committed, ends, points, now_ms, self.options.lag_window_ms)
+            200,
+            pages.group_page(
+                context,
+                group,
+                committed,
+                ends,
+                points,
+                now_ms,
+                self.options.lag_window_ms,
+                self.options.page_rows,
+                self._page_number(request),
+            ),
         )
 
     def _group_history(self, request: Request, context: pages.PageContext, view: ClusterView) -> Response:

@@ -134,14 +134,61 @@ def group_link(group_id: str) -> Markup:
     return html('<a href="/group?id={}">{}</a>', quote(group_id, safe=""), group_id)
 
 
-def cut_note(shown: int, total: int) -> Markup:
+def cut_note(shown: int, total: int, where: str) -> Markup:
     if shown >= total:
         return Markup("")
-    return html(
-        "<p class=note>Showing the first {} of {}; filter by name to narrow.</p>",
-        number(shown),
-        number(total),
-    )
+    return html("<p class=note>Showing the first {} of {}; {}.</p>", number(shown), number(total), where)
+
+
+@dataclass(frozen=True)
+class Pager:
+    """Which rows of a list a page shows: page ``number`` (from 1) of ``rows`` rows each, out of
+    ``total``; a number past the last page shows the last."""
+
+    number: int
+    rows: int
+    total: int
+
+    @classmethod
+    def of(cls, requested: int, rows: int, total: int) -> Pager:
+        pages = max((total + rows - 1) // rows, 1)
+        return cls(min(max(requested, 1), pages), rows, total)
+
+    @property
+    def start(self) -> int:
+        return (self.number - 1) * self.rows
+
+    @property
+    def end(self) -> int:
+        return min(self.start + self.rows, self.total)
+
+    def links(self, path: str, what: str, **query: object) -> Markup:
+        """Where the page is in the list and links to the previous and next pages (``query``: the
+        rest of the page's query, kept); nothing when the list fits on one page."""
+        if self.total <= self.rows:
+            return Markup("")
+        previous = (
+            html(
+                ' <a href="{}" id=previous-page rel=prev>← previous</a>',
+                url(path, **query, page=self.number - 1),
+            )
+            if self.number > 1
+            else Markup("")
+        )
+        following = (
+            html(' <a href="{}" id=next-page rel=next>next →</a>', url(path, **query, page=self.number + 1))
+            if self.end < self.total
+            else Markup("")
+        )
+        return html(
+            "<p class=pager>Showing {} {} to {} of <span class=total>{}</span>.{}{}</p>",
+            what,
+            number(self.start + 1),
+            number(self.end),
+            number(self.total),
+            previous,
+            following,
+        )
 
 
 def as_of(time_ms: int, what: str) -> Markup:
@@ -166,13 +213,43 @@ def filter_form(path: str, query: str, placeholder: str) -> Markup:
 # -- cluster -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TopicsImage:
+    """Every topic as one Metadata answer described them, with what the cluster page and the
+    topics list need of all of them worked out once (when the snapshot is taken, in the
+    background), so a view does work only for the rows it shows."""
+
+    topics: Mapping[str, TopicDescription]
+    names: Sequence[str]  # sorted
+    partition_count: int
+    under_replicated: Sequence[tuple[str, PartitionDescription]]
+    offline: Sequence[tuple[str, PartitionDescription]]
+
+    @classmethod
+    def of(cls, topics: Mapping[str, TopicDescription]) -> TopicsImage:
+        names = sorted(topics)
+        under: list[tuple[str, PartitionDescription]] = []
+        offline: list[tuple[str, PartitionDescription]] = []
+        count = 0
+        for name in names:
+            partitions = topics[name].partitions
+            count += len(partitions)
+            for p in partitions:
+                if p.leader < 0:
+                    offline.append((name, p))
+                elif len(p.isr) < len(p.replicas):
+                    under.append((name, p))
+        return cls(dict(topics), names, count, under, offline)
+
+
 def cluster_page(
     context: PageContext,
     cluster: ClusterDescription,
-    topics: Mapping[str, TopicDescription],
-    rows_max: int,
+    image: TopicsImage,
+    rows: int,
     as_of_ms: int,
 ) -> Markup:
+    """The brokers, and the first ``rows`` under-replicated and offline partitions."""
     brokers = table(
         ["Id", "Host", "Port", "Rack", "Role"],
         (
@@ -187,12 +264,10 @@ def cluster_page(
         ),
         table_id="brokers",
     )
-    partitions = [(name, p) for name, topic in sorted(topics.items()) for p in topic.partitions]
-    under = [(name, p) for name, p in partitions if p.leader >= 0 and len(p.isr) < len(p.replicas)]
-    offline = [(name, p) for name, p in partitions if p.leader < 0]
+    under, offline = image.under_replicated, image.offline
 
-    def partition_rows(found: list[tuple[str, PartitionDescription]]) -> Iterable[Markup]:
-        for name, p in found[:rows_max]:
+    def partition_rows(found: Sequence[tuple[str, PartitionDescription]]) -> Iterable[Markup]:
+        for name, p in found[:rows]:
             yield cells(
                 topic_link(name),
                 p.partition,
@@ -208,8 +283,8 @@ def cluster_page(
         cluster.cluster_id or "-",
         cluster.controller_id if cluster.controller_id >= 0 else "none",
         len(cluster.brokers),
-        number(len(topics)),
-        number(len(partitions)),
+        number(len(image.names)),
+        number(image.partition_count),
         number(len(under)),
         number(len(offline)),
     )
@@ -220,9 +295,9 @@ def cluster_page(
         as_of(as_of_ms, "Partitions"),
         brokers,
         table(headers, partition_rows(under), table_id="under-replicated"),
-        cut_note(min(len(under), rows_max), len(under)),
+        cut_note(min(len(under), rows), len(under), "a topic's page shows all of its partitions"),
         table(headers, partition_rows(offline), table_id="offline"),
-        cut_note(min(len(offline), rows_max), len(offline)),
+        cut_note(min(len(offline), rows), len(offline), "a topic's page shows all of its partitions"),
     )
     return layout(context, "Cluster", "/", body)
 
@@ -233,14 +308,16 @@ def cluster_page(
 def topics_page(
     context: PageContext,
     topics: Sequence[TopicDescription],
-    total: int,
+    pager: Pager,
     offsets: Mapping[TopicPartition, OffsetRange],
     sizes: Mapping[TopicPartition, int] | None,
     query: str,
     as_of_ms: int,
+    problems: Sequence[str],
 ) -> Markup:
-    # One pass over the partitions' answers, summed by topic (10,000 partitions: no object per
-    # partition made here).
+    """One page of the topics list: ``topics`` (the page's rows), with ``offsets`` and ``sizes``
+    of their partitions."""
+    # One pass over the partitions' answers, summed by topic.
     answered: dict[str, int] = {}
     records_by_topic: dict[str, int] = {}
     ends_by_topic: dict[str, int] = {}
@@ -275,17 +352,22 @@ def topics_page(
         else Markup('<p><a class=button href="/topics/new" id=create-topic>Create a topic</a></p>')
     )
     body = html(
-        "{}{}{}{}{}",
+        "{}{}{}{}{}{}",
         create,
         filter_form("/topics", query, "topic name contains"),
-        as_of(as_of_ms, "Figures"),
+        html(
+            "<p class=note id=as-of>Topics and partitions as of {} (asked again at most every few "
+            "seconds); records, offsets and sizes asked now.</p>",
+            format_time_ms(as_of_ms),
+        ),
+        join(html("<p class=warning>{}</p>", problem) for problem in problems),
         table(
             ["Topic", "Partitions", "Replicas", "Records", "End offsets (sum)", "Size"],
             rows,
             table_id="topics",
             empty="no topics",
         ),
-        cut_note(len(topics), total),
+        pager.links("/topics", "topics", q=query),
     )
     return layout(context, "Topics", "/topics", body)
 
@@ -293,13 +375,15 @@ def topics_page(
 def topic_page(
     context: PageContext,
     topic: TopicDescription,
+    pager: Pager,
     offsets: Mapping[TopicPartition, OffsetRange],
     sizes: Mapping[TopicPartition, int] | None,
     configs: Mapping[str, ConfigEntry] | None,
     problems: Sequence[str],
 ) -> Markup:
+    """The topic with the partitions of ``pager``'s page (``offsets`` and ``sizes`` of those)."""
     rows = []
-    for p in topic.partitions:
+    for p in topic.partitions[pager.start : pager.end]:
         tp = TopicPartition(topic.name, p.partition)
         found = offsets.get(tp)
         rows.append(
@@ -376,11 +460,12 @@ def topic_page(
         "yes" if topic.is_internal else "no",
     )
     body = html(
-        "{}{}{}<h2>Partitions</h2>{}<h2>Configs</h2>{}{}",
+        "{}{}{}<h2>Partitions</h2>{}{}<h2>Configs</h2>{}{}",
         warnings,
         summary,
         actions,
         partitions,
+        pager.links("/topic", "partitions", name=topic.name),
         config_form,
         config_table,
     )
@@ -557,7 +642,7 @@ def messages_page(
 def groups_page(
     context: PageContext,
     groups: Sequence[GroupListing],
-    total: int,
+    pager: Pager,
     latest_lag: Mapping[str, LagPoint],
     query: str,
     sample_interval_ms: int,
@@ -579,7 +664,7 @@ def groups_page(
         "each partition's committed offset and its end, summed over the group's partitions.</p>",
         filter_form("/groups", query, "group id contains"),
         table(["Group", "Type", "State", "Protocol type", "Lag"], rows, table_id="groups", empty="no groups"),
-        cut_note(len(groups), total),
+        pager.links("/groups", "groups", q=query),
         f"{sample_interval_ms / 1000:g}",
     )
     return layout(context, "Consumer groups", "/groups", body)
@@ -658,7 +743,11 @@ def group_page(
     points: Sequence[LagPoint],
     now_ms: int,
     window_ms: int,
+    rows: int,
+    page: int,
 ) -> Markup:
+    """The group, its total lag over every partition, and the partitions of page ``page`` (of
+    ``rows`` each) with their offsets and lag."""
     owner: dict[TopicPartition, str] = {}
     member_rows = []
     for member in group.members:
@@ -681,11 +770,14 @@ def group_page(
         )
     partitions = sorted(set(committed) | set(owner))
     total = 0
-    partition_rows = []
     for tp in partitions:
         offset = committed.get(tp)
+        total += partition_lag(offset.offset if offset else None, ends.get(tp)) or 0
+    pager = Pager.of(page, rows, len(partitions))
+    partition_rows = []
+    for tp in partitions[pager.start : pager.end]:
+        offset = committed.get(tp)
         lag = partition_lag(offset.offset if offset else None, ends.get(tp))
-        total += lag or 0
         partition_rows.append(
             html(
                 '<tr data-topic="{}" data-partition="{}"><td>{}</td><td>{}</td><td class=member>{}</td>'
@@ -715,7 +807,7 @@ def group_page(
         url("/group/history", id=group.group_id),
     )
     body = html(
-        "{}{}{}<h2>Members</h2>{}<h2>Committed offsets and lag</h2>{}<h2>Total lag (up to the last hour)</h2>{}",
+        "{}{}{}<h2>Members</h2>{}<h2>Committed offsets and lag</h2>{}{}<h2>Total lag (up to the last hour)</h2>{}",
         refresh,
         summary,
         history,
@@ -731,6 +823,7 @@ def group_page(
             table_id="offsets",
             empty="nothing committed",
         ),
+        pager.links("/group", "partitions", id=group.group_id),
         lag_chart(points, now_ms, window_ms),
     )
     return layout(context, f"Group {group.group_id}", "/groups", body)

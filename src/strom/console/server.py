@@ -56,6 +56,7 @@ class ConsoleServer:
 
     async def start(self) -> None:
         await self._http.start()
+        self.console.prefetch()
         if self.sample_lag:
             self._sampler = asyncio.create_task(self._sample_forever())
         mode = " (read-only)" if self.options.read_only else ""
@@ -92,6 +93,9 @@ class ConsoleServer:
             # Sleep first: beside a broker the console starts before the broker listens (and a
             # group's page records a sample of its own when it is opened).
             await asyncio.sleep(interval_s)
+            # The topics' snapshot never grows too old to answer from (it refreshes behind views
+            # otherwise, but a view after a long idle would wait for it).
+            self.console.prefetch()
             try:
                 await loop.run_in_executor(self._sampler_executor, self.console.sample_lag)
             except KafkaError as error:

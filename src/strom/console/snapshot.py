@@ -6,7 +6,8 @@ client more than a page may take (benchmarks/console.py). A ``Snapshot`` answers
 holds while it is younger than ``fresh_ms``; older but younger than ``stale_ms`` it still answers
 from it and refreshes it in the background (one refresh at a time, on ``executor``, which must
 not be the one ``fetch`` itself waits on); older still, or never fetched, the caller waits for a
-fresh one (``stale_ms`` 0: every call fetches). The console's own changes (create, delete, alter)
+fresh one, sharing the fetch already under way if there is one (``stale_ms`` 0: every call
+fetches). ``prefetch`` fetches in the background before anyone asks (a console starting). The console's own changes (create, delete, alter)
 invalidate it, so they show at once; other clients' changes show within ``fresh_ms`` on the next
 view. Pages say how old their figures are.
 """
@@ -50,46 +51,92 @@ class Snapshot(Generic[T]):
         self._fetched_monotonic_ms = 0
         self._fetched_wall_ms = 0
         self._generation = 0  # bumped by invalidate(): a refresh begun before it is not kept
-        self._refreshing = False
+        # The fetch under way (foreground or background), which callers without a value wait on,
+        # and the generation it began in.
+        self._pending: concurrent.futures.Future[tuple[T, int]] | None = None
+        self._pending_generation = 0
 
     def get(self) -> tuple[T, int]:
-        """The value and when it was fetched (ms since the epoch)."""
+        """The value and when it was fetched (ms since the epoch). With no value young enough to
+        answer from, the caller waits: for the fetch already under way (a prefetch, a background
+        refresh) if one is, else for its own."""
         refresh = False
+        own: concurrent.futures.Future[tuple[T, int]] | None = None
+        pending: concurrent.futures.Future[tuple[T, int]] | None = None
+        answer: tuple[T, int] | None = None
         with self._lock:
             value = self._value
             age_ms = self._monotonic_ms() - self._fetched_monotonic_ms
             generation = self._generation
             if value is not None and age_ms < self.stale_ms:
-                if age_ms >= self.fresh_ms and not self._refreshing:
-                    self._refreshing = refresh = True
+                if age_ms >= self.fresh_ms and self._pending is None:
+                    refresh = True
+                    pending = self._pending = concurrent.futures.Future()
+                    self._pending_generation = generation
                 answer = value, self._fetched_wall_ms
             else:
-                answer = None
-        if refresh:
-            self._executor.submit(self._refresh, generation)  # outside the lock: it takes it
+                pending = self._pending
+                # Stale 0 asks afresh every time: a fetch begun before this call may predate what
+                # its caller just changed.
+                if pending is None or self._pending_generation != generation or self.stale_ms == 0:
+                    pending = own = self._pending = concurrent.futures.Future()
+                    self._pending_generation = generation
         if answer is not None:
+            if refresh:
+                assert pending is not None
+                self._executor.submit(self._refresh, pending, generation)  # outside the lock: it takes it
             return answer
-        return self._store(self._fetch(), generation)
+        assert pending is not None
+        if own is not None:
+            self._run(own, generation)
+        return pending.result()
+
+    def prefetch(self) -> None:
+        """Fetch now in the background unless the value is fresh or a fetch is under way (a
+        console starting: its first view then finds the value; a console's timer, every
+        interval shorter than ``stale_ms``: no view finds the value too old to answer from).
+        Nothing with stale 0 (no view would use it)."""
+        with self._lock:
+            age_ms = self._monotonic_ms() - self._fetched_monotonic_ms
+            if (
+                (self._value is not None and age_ms < self.fresh_ms)
+                or self._pending is not None
+                or self.stale_ms == 0
+            ):
+                return
+            pending = self._pending = concurrent.futures.Future()
+            self._pending_generation = generation = self._generation
+        self._executor.submit(self._refresh, pending, generation)
 
     def invalidate(self) -> None:
         with self._lock:
             self._value = None
             self._generation += 1
 
-    def _store(self, value: T, generation: int) -> tuple[T, int]:
+    def _run(self, pending: concurrent.futures.Future[tuple[T, int]], generation: int) -> None:
+        """Fetch, keep the value unless invalidated since, and hand it to whoever waits."""
+        try:
+            fetched = self._fetch()
+        except BaseException as error:
+            with self._lock:
+                if self._pending is pending:
+                    self._pending = None
+            pending.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+            return
         with self._lock:
             wall_ms = self._wall_ms()
             if generation == self._generation:
-                self._value = value
+                self._value = fetched
                 self._fetched_monotonic_ms = self._monotonic_ms()
                 self._fetched_wall_ms = wall_ms
-            return value, wall_ms
+            if self._pending is pending:
+                self._pending = None
+        pending.set_result((fetched, wall_ms))
 
-    def _refresh(self, generation: int) -> None:
-        try:
-            self._store(self._fetch(), generation)
-        except Exception as error:  # the next view that finds it too old asks again, and says why
+    def _refresh(self, pending: concurrent.futures.Future[tuple[T, int]], generation: int) -> None:
+        self._run(pending, generation)
+        error = pending.exception()
+        if error is not None:  # the next view that finds it too old asks again, and says why
             log.info("console: background refresh failed: %s", error)
-        finally:
-            with self._lock:
-                self._refreshing = False

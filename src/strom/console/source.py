@@ -149,12 +149,16 @@ def _no_more_clients() -> dict[str, Any]:
 class ClientSource:
     """``ClusterSource`` over strom's admin client and a consumer. The clients are made on first
     use, so a console beside a broker starts before the broker listens. The message browser's
-    consumer is one, used by one page at a time (a lock)."""
+    consumer is one, used by one page at a time (a lock). Every topic's metadata (``topics``, the
+    console's snapshot, 10,000 partitions in two Metadata rounds) is asked through an admin
+    client of its own: its answers, tens of ms to decode, are not decoded on the event loop
+    thread that the pages' own requests wait on."""
 
     def __init__(self, settings: Callable[[], dict[str, Any]]) -> None:
         self._settings = settings
         self._lock = threading.Lock()
         self._admin: Admin | None = None
+        self._metadata_admin: Admin | None = None
         self._consumer: Consumer | None = None
         self._consumer_lock = threading.Lock()
         # Asks for earliest and latest offsets at once (each is a request per leader).
@@ -171,6 +175,7 @@ class ClientSource:
         source = cls(lambda: user_settings)
         try:
             source.admin.describe_cluster()
+            source._metadata()
             with source._consumer_lock:
                 source._browser()
         except BaseException:
@@ -186,6 +191,12 @@ class ClientSource:
             if self._admin is None:
                 self._admin = Admin({**self._settings(), "client.id": "strom-console"})
             return self._admin
+
+    def _metadata(self) -> Admin:
+        with self._lock:
+            if self._metadata_admin is None:
+                self._metadata_admin = Admin({**self._settings(), "client.id": "strom-console-metadata"})
+            return self._metadata_admin
 
     def _browser(self) -> Consumer:
         if self._consumer is None:
@@ -209,9 +220,11 @@ class ClientSource:
     def close(self) -> None:
         self._side.shutdown()
         with self._lock:
-            admin, self._admin = self._admin, None
-        if admin is not None:
-            admin.close()
+            admins = [self._admin, self._metadata_admin]
+            self._admin = self._metadata_admin = None
+        for admin in admins:
+            if admin is not None:
+                admin.close()
         with self._consumer_lock:
             consumer, self._consumer = self._consumer, None
         if consumer is not None:
@@ -221,7 +234,7 @@ class ClientSource:
         return self.admin.describe_cluster()
 
     def topics(self) -> dict[str, TopicDescription]:
-        admin = self.admin
+        admin = self._metadata()
         names = admin.list_topics(include_internal=True)
         return admin.describe_topics(names) if names else {}
 
