@@ -99,15 +99,28 @@ class Probe:
             broker_wait.close()
 
 
+def log_stamp_now() -> str:
+    """Now, as the broker's log writes its time (to the millisecond): where a measurement starts."""
+    now = time.time()
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
+
+
+def _log_time_s(stamp: str) -> float:
+    seconds, milliseconds = stamp.split(",")
+    return time.mktime(time.strptime(seconds, "%Y-%m-%d %H:%M:%S")) + int(milliseconds) / 1000
+
+
 def broker_stalls_ms(log_text: str, since: str) -> list[int]:
-    """Stalls the broker logged at or after the timestamp ``since`` (its log's own format), less
-    the time its threads waited for a CPU meanwhile (the loop's, and the others': one of them
-    holding the interpreter's lock while descheduled holds the loop too): what the broker's own work held the
-    loop, not what a loaded machine took from it."""
+    """Stalls the broker logged that began at or after ``since`` (``log_stamp_now``; a line is
+    written once its stall ended, so one that began before the measurement, while the broker started
+    or a topic was created, is left out), less the time its threads waited for a CPU meanwhile (the
+    loop's, and the others': one of them holding the interpreter's lock while descheduled holds the
+    loop too): what the broker's own work held the loop, not what a loaded machine took from it."""
+    since_s = _log_time_s(since)
     return [
         max(0, int(ms) - int(waited) - int(others))
         for stamp, ms, waited, others in STALL_LINE.findall(log_text)
-        if stamp >= since
+        if _log_time_s(stamp) - int(ms) / 1000 >= since_s
     ]
 
 
@@ -116,7 +129,7 @@ def test_creating_and_deleting_5000_partitions_stalls_no_client(start_broker: St
     topic = unique_topic("wide")
     with Probe(broker.port, broker.pid) as probe, WireClient(broker.port, timeout_s=ADMIN_TIMEOUT_S) as admin:
         time.sleep(0.2)  # the probe is connected and answered
-        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        since = log_stamp_now()
         probe.measure()
         started = time.perf_counter()
         created = admin.round_trip(

@@ -67,10 +67,12 @@ def test_a_silent_listener_is_given_up_on_after_the_request_timeout(name: str) -
     # The stated time is the time really waited: the timeout (plus the moments before the first
     # request), not more than the process lived.
     assert SHORT_TIMEOUT_MS / 1000 <= float(stated.group(1)) <= finished.elapsed_s + 0.1, line
-    # Honoured, not overrun by another wait behind it (it took 61 s before): the slack covers a
-    # loaded machine's scheduling, not a second timeout.
-    assert float(stated.group(1)) < SHORT_TIMEOUT_MS / 1000 + STARTUP_ALLOWANCE_S / 2, line
-    assert finished.elapsed_s < SHORT_TIMEOUT_MS / 1000 + STARTUP_ALLOWANCE_S, (
+    # Honoured, not overrun by another wait behind it (it took 61 s before). The stated time
+    # includes the command's imports and set-up, which took 5.8 s once on a machine at load 15, so
+    # the slack is the start-up allowance: a default wait behind the timeout (the command's 10 s,
+    # the client's 30 s) still exceeds it.
+    assert float(stated.group(1)) < SHORT_TIMEOUT_MS / 1000 + STARTUP_ALLOWANCE_S, line
+    assert finished.elapsed_s < SHORT_TIMEOUT_MS / 1000 + 2 * STARTUP_ALLOWANCE_S, (
         f"{name} took {finished.elapsed_s:.1f} s"
     )
     assert "--request-timeout-ms" in line  # the knob that sets it

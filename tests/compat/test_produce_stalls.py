@@ -34,6 +34,7 @@ from .test_admin_stalls import (
     PROBE_STALL_BOUND_MS,
     Probe,
     broker_stalls_ms,
+    log_stamp_now,
 )
 from .wire import WireClient
 
@@ -122,7 +123,7 @@ def test_a_batch_decompressing_to_the_cap_stalls_no_client(
         ).topics[0]
         assert created.error_code == ErrorCode.NONE, created
         time.sleep(0.2)  # the probe is connected and answered
-        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        since = log_stamp_now()
         probe.measure()
         started = time.perf_counter()
         large_id = producer.send(produce_request(topic, at_cap), PRODUCE_VERSION)
