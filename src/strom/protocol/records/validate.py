@@ -356,6 +356,20 @@ def validate_records(
     size = len(payload)
     if count < 0 or count > size // RECORD_BYTES_MIN:
         raise InvalidRecordError(f"{count} records cannot fit in {size} bytes")
+    if count == 1:
+        # One record (what a producer at linger.ms=0 sends): parsed as the walker would, without it.
+        try:
+            record_end, timestamp_delta, key_is_null = _parse_record(payload, 0, size, 0)
+        except IndexError:
+            raise InvalidRecordError("record 0 runs off the end of the batch") from None
+        except _VarintError as error:
+            raise InvalidRecordError(f"record 0 has {error}") from None
+        if record_end != size:
+            raise InvalidRecordError(f"{size - record_end} bytes left over after the batch's last record")
+        if key_is_null:
+            listed = (0,) if keyless_listed_max > 0 else ()
+            return RecordsSummary(timestamp_delta, timestamp_delta, 1, listed)
+        return RecordsSummary(timestamp_delta, timestamp_delta, 0, ())
     walker = _Walker(payload, count, keyless_listed_max, tuning)
     walker.walk()
     return RecordsSummary(
