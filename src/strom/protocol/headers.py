@@ -208,9 +208,14 @@ def encode_response_buffers(correlation_id: int, api_key: int, api_version: int,
         body = fast(response, api_version)
         if body is not None:
             frame = bytearray(start)
-            frame += body
-            _SIZE_PREFIX.pack_into(frame, 0, len(frame) - _SIZE_PREFIX.size)
-            return [frame]
+            if isinstance(body, bytes):
+                frame += body
+                _SIZE_PREFIX.pack_into(frame, 0, len(frame) - _SIZE_PREFIX.size)
+                return [frame]
+            frame += body[0]
+            framed: list[Blob] = [frame, *body[1:]]
+            _SIZE_PREFIX.pack_into(frame, 0, sum(map(len, framed)) - _SIZE_PREFIX.size)
+            return framed
     writer = Writer(start)
     response.write(writer, api_version)
     buffers = writer.getbuffers()

@@ -24,6 +24,7 @@ from strom.protocol.headers import (
     encode_response_buffers,
     read_request_header,
 )
+from strom.protocol.messages.fetch import FetchRequest, FetchResponse
 from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 from strom.protocol.primitives import DecodeError, Reader
@@ -304,7 +305,202 @@ def test_the_broker_codec_takes_the_fast_paths_and_frames_their_answers() -> Non
         assert fast_paths.encode_produce_response(response, version) is not None
         answer = b"".join(encode_response_buffers(5, 0, version, response))
         assert answer == encode_response(5, 0, version, response.encode(version))
+    fetch = FetchResponse(
+        responses=[
+            FetchResponse.FetchableTopicResponse(
+                "t", partitions=[FetchResponse.PartitionData(2, records=records * 60)]
+            )
+        ]
+    )
+    for version in FETCH_VERSIONS:
+        assert fast_paths.encode_fetch_response(fetch, version) is not None
+        answer = b"".join(encode_response_buffers(5, 1, version, fetch))
+        assert answer == encode_response(5, 1, version, fetch.encode(version))
     heartbeat = HeartbeatResponse(error_code=27)
     for version in HEARTBEAT_VERSIONS:
         answer = b"".join(encode_response_buffers(9, 12, version, heartbeat))
         assert answer == encode_response(9, 12, version, heartbeat.encode(version))
+
+
+FETCH_VERSIONS = range(12, 18)
+uuids = st.uuids()
+
+
+@st.composite
+def fetch_requests(draw: st.DrawFn, one_partition: bool = True) -> FetchRequest:
+    def partition() -> FetchRequest.FetchPartition:
+        return FetchRequest.FetchPartition(
+            partition=draw(int32s),
+            current_leader_epoch=draw(int32s),
+            fetch_offset=draw(int64s),
+            last_fetched_epoch=draw(int32s),
+            log_start_offset=draw(int64s),
+            partition_max_bytes=draw(int32s),
+            unknown_tagged_fields=draw(tagged) if not one_partition else {},
+        )
+
+    def topic() -> FetchRequest.FetchTopic:
+        count = 1 if one_partition else draw(st.integers(min_value=0, max_value=2))
+        return FetchRequest.FetchTopic(
+            topic=draw(names),
+            topic_id=draw(uuids),
+            partitions=[partition() for _ in range(count)],
+            unknown_tagged_fields=draw(tagged) if not one_partition else {},
+        )
+
+    topics = 1 if one_partition else draw(st.integers(min_value=0, max_value=2))
+    forgotten = (
+        []
+        if one_partition
+        else [FetchRequest.ForgottenTopic("f", draw(uuids), [1]) for _ in range(draw(st.integers(0, 1)))]
+    )
+    return FetchRequest(
+        cluster_id=None if one_partition else draw(st.one_of(st.none(), names)),
+        replica_id=draw(int32s),
+        max_wait_ms=draw(int32s),
+        min_bytes=draw(int32s),
+        max_bytes=draw(int32s),
+        isolation_level=draw(st.integers(min_value=-128, max_value=127)),
+        session_id=draw(int32s),
+        session_epoch=draw(int32s),
+        topics=[topic() for _ in range(topics)],
+        forgotten_topics_data=forgotten,
+        rack_id=draw(names),
+        unknown_tagged_fields=draw(tagged) if not one_partition else {},
+    )
+
+
+def _for_version(request: FetchRequest, version: int) -> FetchRequest:
+    """What ``version`` carries of ``request`` (the fields it has; the others at their defaults)."""
+    if version > 14:
+        request.replica_id = -1
+    for topic in request.topics:
+        if version <= 12:
+            topic.topic_id = FetchRequest.FetchTopic().topic_id
+        else:
+            topic.topic = ""
+    for forgotten in request.forgotten_topics_data:
+        if version <= 12:
+            forgotten.topic_id = FetchRequest.ForgottenTopic().topic_id
+        else:
+            forgotten.topic = ""
+    return request
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+@settings(max_examples=150, deadline=None, database=None)
+@given(
+    request=fetch_requests(),
+    trailing=st.binary(max_size=3),
+    cut=st.integers(min_value=0, max_value=200),
+    noise=st.binary(max_size=6),
+)
+def test_fetch_decodes_as_the_generated_codec_does_or_is_handed_back(
+    version: int, request: FetchRequest, trailing: bytes, cut: int, noise: bytes
+) -> None:
+    request = _for_version(request, version)
+    valid = request.encode(version)
+    decoded = _assert_same_decoding(fast_paths.decode_fetch, FetchRequest, valid + trailing, version)
+    short_strings = len(request.rack_id.encode()) < 126 and len(request.topics[0].topic.encode()) < 126
+    if short_strings:
+        assert decoded, "a body of the fast shape took the general path"
+    position = min(cut, len(valid))
+    _assert_same_decoding(fast_paths.decode_fetch, FetchRequest, valid[:position], version)
+    overwritten = valid[:position] + noise + valid[position + len(noise) :]
+    _assert_same_decoding(fast_paths.decode_fetch, FetchRequest, overwritten, version)
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+@settings(max_examples=100, deadline=None, database=None)
+@given(request=fetch_requests(one_partition=False))
+def test_fetch_of_other_shapes_decodes_as_the_generated_codec_does_or_is_handed_back(
+    version: int, request: FetchRequest
+) -> None:
+    request = _for_version(request, version)
+    body = request.encode(version)
+    decoded = _assert_same_decoding(fast_paths.decode_fetch, FetchRequest, body, version)
+    if decoded:
+        assert request.cluster_id is None and not request.forgotten_topics_data
+        assert len(request.topics) == 1 and len(request.topics[0].partitions) == 1
+
+
+def test_fetch_of_a_version_outside_the_fast_paths_is_handed_back() -> None:
+    request = FetchRequest(topics=[FetchRequest.FetchTopic("t", partitions=[FetchRequest.FetchPartition()])])
+    assert fast_paths.decode_fetch(request.encode(11), 0, 11) is None
+    assert fast_paths.encode_fetch_response(FetchResponse(), 11) is None
+
+
+@st.composite
+def fetch_responses(draw: st.DrawFn) -> FetchResponse:
+    records = draw(
+        st.one_of(
+            st.none(),
+            st.binary(max_size=200),
+            st.binary(max_size=200).map(lambda data: memoryview(bytearray(data))),
+            st.integers(min_value=16_380, max_value=16_400).map(bytes),
+        )
+    )
+    partition = FetchResponse.PartitionData(
+        partition_index=draw(int32s),
+        error_code=draw(int16s),
+        high_watermark=draw(int64s),
+        last_stable_offset=draw(int64s),
+        log_start_offset=draw(int64s),
+        aborted_transactions=draw(st.sampled_from([None, []])),
+        preferred_read_replica=draw(int32s),
+        records=records,
+    )
+    shape = draw(
+        st.sampled_from(["fast", "aborted", "diverging", "leader", "snapshot", "endpoints", "tagged", "two"])
+    )
+    if shape == "aborted":
+        partition.aborted_transactions = [FetchResponse.AbortedTransaction(1, 2)]
+    elif shape == "diverging":
+        partition.diverging_epoch = FetchResponse.EpochEndOffset(1, 2)
+    elif shape == "leader":
+        partition.current_leader = FetchResponse.LeaderIdAndEpoch(1, 2)
+    elif shape == "snapshot":
+        partition.snapshot_id = FetchResponse.SnapshotId(1, 2)
+    elif shape == "tagged":
+        partition.unknown_tagged_fields = {9: b"x"}
+    topic = FetchResponse.FetchableTopicResponse(
+        topic=draw(names), topic_id=draw(uuids), partitions=[partition]
+    )
+    response = FetchResponse(
+        throttle_time_ms=draw(int32s), error_code=draw(int16s), session_id=draw(int32s), responses=[topic]
+    )
+    if shape == "endpoints":
+        response.node_endpoints = [FetchResponse.NodeEndpoint(1, "h", 9092)]
+    elif shape == "two":
+        response.responses.append(topic)
+    return response
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+@settings(max_examples=150, deadline=None, database=None)
+@given(response=fetch_responses())
+def test_fetch_answers_encode_as_the_generated_codec_does_or_are_handed_back(
+    version: int, response: FetchResponse
+) -> None:
+    buffers = fast_paths.encode_fetch_response(response, version)
+    try:
+        expected = response.encode(version)
+    except ValueError:
+        assert buffers is None
+        return
+    if buffers is not None:
+        assert b"".join(buffers) == expected
+    partition = response.responses[0].partitions[0]
+    fast_shape = (
+        len(response.responses) == 1
+        and not response.node_endpoints
+        and not partition.aborted_transactions
+        and partition.diverging_epoch == FetchResponse.EpochEndOffset()
+        and partition.current_leader == FetchResponse.LeaderIdAndEpoch()
+        and partition.snapshot_id == FetchResponse.SnapshotId()
+        and not partition.unknown_tagged_fields
+        and (version > 12 or len(response.responses[0].topic.encode()) < 126)
+    )
+    assert (buffers is not None) == fast_shape
+    if buffers is not None and partition.records is not None:
+        assert any(buffer is partition.records for buffer in buffers), "records are sent by reference"
