@@ -870,19 +870,29 @@ class PartitionLog:
         want_first = min_one_batch
         while index < len(segments) and offset < limit:
             segment = segments[index]
-            found = segment.find_batch(offset)
+            found = segment.locate_batch(offset)
             index += 1
             if found is None:
                 continue
-            position, header = found
+            position, header, window, window_start = found
             if header.base_offset >= limit:
                 break
             available = segment.size_bytes - position
-            data = segment.read_bytes(position, min(budget, available)) if budget > 0 else b""
+            wanted = min(budget, available) if budget > 0 else 0
+            start = position - window_start
+            if wanted and start + wanted <= len(window):
+                # Already read while looking for the batch (a small fetch near the end: the usual case).
+                data = window[start : start + wanted]
+            else:
+                data = segment.read_bytes(position, wanted) if wanted else b""
             whole = _whole_batches_length(data, limit)
             if whole == 0:
                 if want_first and not parts:
-                    parts.append(segment.read_bytes(position, header.size_bytes))
+                    size = header.size_bytes
+                    if start + size <= len(window):
+                        parts.append(window[start : start + size])
+                    else:
+                        parts.append(segment.read_bytes(position, size))
                 break
             parts.append(data if whole == len(data) else data[:whole])
             budget -= whole
