@@ -52,6 +52,7 @@ ACKS_ALL = -1
 VALID_ACKS = (ACKS_ALL, 0, 1)
 
 Partition = ProduceResponse.PartitionProduceResponse
+TopicAnswer = ProduceResponse.TopicProduceResponse
 RecordError = ProduceResponse.BatchIndexAndErrorMessage
 
 
@@ -148,11 +149,9 @@ async def _append(
     state.notify_append(partition_log.topic, partition_log.partition)
     if partition_log.needs_flush(now_ms):
         await state.flush(partition_log)
+    # Positional (index, error code, base offset, append time, log start): on every produce's path.
     return Partition(
-        error_code=ErrorCode.NONE,
-        base_offset=result.base_offset,
-        log_append_time_ms=result.log_append_time_ms,
-        log_start_offset=result.log_start_offset,
+        0, ErrorCode.NONE, result.base_offset, result.log_append_time_ms, result.log_start_offset
     )
 
 
@@ -237,14 +236,12 @@ async def handle_produce(context: RequestContext, request: ProduceRequest) -> Pr
                     partition.error_message = str(error)
             partition.index = index
             partitions.append(partition)
-        responses.append(
-            ProduceResponse.TopicProduceResponse(name=topic_data.name, partition_responses=partitions)
-        )
+        responses.append(TopicAnswer(topic_data.name, partitions))
     if replicated:
         await _wait_for_replicas(context, replicated, request.timeout_ms)
     if request.acks == 0:
         return None
-    return ProduceResponse(responses=responses)
+    return ProduceResponse(responses)
 
 
 async def _wait_for_replicas(

@@ -275,7 +275,7 @@ def _check_work(headers: Sequence[BatchHeader], records_bytes: int, bound: WorkB
     """Raise ``ValidationTooCostly`` for batches that are too many records or bytes for ``bound``
     already by their headers (a compressed batch may still be found too costly once decompressed:
     it holds at least as many bytes as it takes compressed, and usually more)."""
-    records = sum(header.record_count for header in headers)
+    records = headers[0].record_count if len(headers) == 1 else sum(header.record_count for header in headers)
     if records > bound.records_max:
         raise ValidationTooCostly(f"{records} records, more than {bound.records_max}")
     if records_bytes > bound.bytes_max:
