@@ -486,13 +486,14 @@ class PartitionLog:
         base_offsets: list[int] = []
         for header in headers:
             assert not header.attributes & CONTROL_BIT, "markers are written by append_marker"
-            if header.size_bytes > config.max_message_bytes:
+            size_bytes = header.size_bytes
+            if size_bytes > config.max_message_bytes:
                 raise RecordTooLargeError(
-                    f"batch of {header.size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
+                    f"batch of {size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
                 )
-            if header.size_bytes > config.segment_bytes:
+            if size_bytes > config.segment_bytes:
                 raise RecordTooLargeError(
-                    f"batch of {header.size_bytes} bytes exceeds segment.bytes={config.segment_bytes}"
+                    f"batch of {size_bytes} bytes exceeds segment.bytes={config.segment_bytes}"
                 )
             base_offsets.append(next_offset)
             next_offset += header.last_offset_delta + 1
@@ -511,13 +512,12 @@ class PartitionLog:
             if log_append_time:
                 max_timestamp = now_ms
                 _stamp_log_append_time(records, position, header, now_ms)
+            size_bytes = header.size_bytes
             batches.append(
-                BatchInfo(
-                    base_offset, base_offset + header.last_offset_delta, max_timestamp, header.size_bytes
-                )
+                BatchInfo(base_offset, base_offset + header.last_offset_delta, max_timestamp, size_bytes)
             )
             message_count += header.record_count
-            position += header.size_bytes
+            position += size_bytes
         assert position == len(records), "headers must describe all of records"
 
         rolled = self._write_batches(records, batches, now_ms)
