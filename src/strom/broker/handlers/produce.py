@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 
 from strom.broker.context import RequestContext
+from strom.broker.produce_validation import Turn
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.protocol.acl import AclOperation
@@ -110,23 +111,36 @@ async def _append(
             f"{len(records)} bytes of records exceed segment.bytes {config.segment_bytes}",
         )
     topic, index = partition_log.topic, partition_log.partition
+    validation = state.produce_validation
+    turn: Turn | None = None
     try:
-        turn = await state.produce_validation.check(
+        # Cheap uncompressed records to a partition with nothing in progress (the usual case) are
+        # checked without a coroutine; anything else awaits its turn.
+        checked = validation.check_at_once(
             (topic, index), records, headers, keys_required=config.requires_keys
         )
+        if checked is None:
+            turn = await validation.check(
+                (topic, index), records, headers, keys_required=config.requires_keys
+            )
+            checked = turn.headers
     except InvalidRecordError as error:
         raise _RefusedRecords(str(error), error.record_errors) from None
     except CorruptBatchError as error:
         raise Refused(ErrorCode.CORRUPT_MESSAGE, str(error)) from None
     try:
         # After a wait the partition may be gone or led elsewhere: asked again.
-        if turn.waited and state.replication.writable(topic, index, acks) is not partition_log:
+        if (
+            turn is not None
+            and turn.waited
+            and state.replication.writable(topic, index, acks) is not partition_log
+        ):
             raise Refused(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} changed while its records were checked"
             )
         now_ms = state.clock.wall_ms()
         try:
-            result = partition_log.append(records, turn.headers, now_ms)
+            result = partition_log.append(records, checked, now_ms)
         except DuplicateSequenceError as duplicate:
             # A retry of a batch already in the log: answered with where it went the first time.
             return Partition(
@@ -145,7 +159,8 @@ async def _append(
         except RecordTooLargeError as error:
             raise Refused(ErrorCode.MESSAGE_TOO_LARGE, str(error)) from None
     finally:
-        turn.done()
+        if turn is not None:
+            turn.done()
     state.notify_append(partition_log.topic, partition_log.partition)
     if partition_log.needs_flush(now_ms):
         await state.flush(partition_log)
