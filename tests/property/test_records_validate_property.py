@@ -18,6 +18,7 @@ from strom.protocol.records import CompressionType, Record, build_batch, decode_
 from strom.protocol.records.batch import RecordRow, build_batch_from_rows
 from strom.protocol.records.validate import (
     DEFAULT_TUNING,
+    RECORD_BYTES_MIN,
     InvalidRecordError,
     RecordsSummary,
     Tuning,
@@ -180,3 +181,54 @@ def test_every_path_agrees_on_mutated_payloads(
 @given(payload=st.binary(max_size=300), count=st.integers(min_value=0, max_value=40))
 def test_every_path_agrees_on_random_payloads(payload: bytes, count: int) -> None:
     _check_agreement(payload, count)
+
+
+def _walked(payload: bytes, count: int) -> RecordsSummary | str:
+    """What the general walk over the records finds (``validate_records`` reads a lone record
+    without it)."""
+    from strom.protocol.records.validate import _Walker
+
+    try:
+        if count < 0 or count > len(payload) // RECORD_BYTES_MIN:
+            raise InvalidRecordError(f"{count} records cannot fit in {len(payload)} bytes")
+        walker = _Walker(payload, count, 1 << 20, ONE_BY_ONE)
+        walker.walk()
+    except InvalidRecordError as error:
+        return f"refused: {error}"
+    return RecordsSummary(
+        walker.timestamp_delta_min,
+        walker.timestamp_delta_max,
+        walker.keyless_count,
+        tuple(walker.keyless_indexes),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    key=optional_bytes,
+    value=optional_bytes,
+    headers=header_lists,
+    timestamp_delta=st.integers(min_value=-(1 << 50), max_value=1 << 50),
+    edits=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=3),
+    cut=st.integers(min_value=0, max_value=400),
+    extra=st.binary(max_size=3),
+)
+def test_a_lone_record_is_read_as_the_walk_reads_it(
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes | None]],
+    timestamp_delta: int,
+    edits: list[tuple[int, int]],
+    cut: int,
+    extra: bytes,
+) -> None:
+    payload = bytearray(build_batch([Record(0, timestamp_delta, key, value, headers)])[61:])
+    for position, byte in edits:
+        if payload:
+            payload[position % len(payload)] = byte
+    for candidate in (bytes(payload), bytes(payload[:cut]), bytes(payload) + extra):
+        expected = _walked(candidate, 1)
+        assert _summary_or_error(candidate, 1, DEFAULT_TUNING) == expected
+        if isinstance(expected, RecordsSummary):  # keyless records counted, none listed unless asked
+            summary = validate_records(candidate, 1)
+            assert (summary.keyless_count, summary.keyless_indexes) == (expected.keyless_count, ())

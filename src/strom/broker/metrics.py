@@ -468,7 +468,27 @@ class BrokerMetrics:
                     counters.messages_in += records_in(records)
                     errors[ErrorCode.NONE] += 1
             return
-        for topic_data, topic_response in zip(request.topic_data, response.responses, strict=True):
+        topics = request.topic_data
+        answers = response.responses
+        if len(topics) == 1 and len(answers) == 1:
+            # One topic (what a producer at linger.ms=0 sends): the loop below, without the zips.
+            topic_data = topics[0]
+            partitions = topic_data.partition_data
+            partition_answers = answers[0].partition_responses
+            if len(partitions) == 1 and len(partition_answers) == 1:
+                code = partition_answers[0].error_code
+                errors[code] += 1
+                counters = self.topics.get(topic_data.name) or self._topic(state, topic_data.name)
+                if counters is not None:
+                    counters.produce_requests += 1
+                    if code:
+                        counters.failed_produce_requests += 1
+                    else:
+                        records = partitions[0].records
+                        counters.bytes_in += len(records) if records else 0
+                        counters.messages_in += records_in(records)
+                return
+        for topic_data, topic_response in zip(topics, answers, strict=True):
             counters = self._topic(state, topic_data.name)
             for partition_data, answer in zip(
                 topic_data.partition_data, topic_response.partition_responses, strict=True

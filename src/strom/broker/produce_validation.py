@@ -156,6 +156,35 @@ class ProduceValidation:
         """Whether produces to ``partition`` are still being checked or waiting to append."""
         return partition in self._last
 
+    def check_at_once(
+        self,
+        partition: TopicPartition,
+        records: Records,
+        headers: Sequence[BatchHeader],
+        *,
+        keys_required: bool,
+    ) -> list[BatchHeader] | None:
+        """``check``'s commonest case without a coroutine or a ``Turn``: uncompressed records
+        within the inline bound, to a partition with no earlier produce in progress, are checked
+        now (their checked headers returned, or what ``validate_produced_batches`` raises, raised).
+        None when they are not of that case: nothing was decided, and the caller awaits ``check``
+        (only the work bound's header test may run twice; nothing is decompressed here)."""
+        if partition in self._last:
+            return None
+        for header in headers:
+            if header.attributes & COMPRESSION_MASK:
+                return None
+        try:
+            return validate_produced_batches(
+                records,
+                headers,
+                keys_required=keys_required,
+                decompressed_bytes_max=self.decompressed_bytes_max,
+                work_bound=self.inline_bound,
+            )
+        except ValidationTooCostly:
+            return None
+
     async def check(
         self,
         partition: TopicPartition,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from strom.protocol import fast_paths
 from strom.protocol.messages import REQUESTS
 from strom.protocol.messages.request_header import RequestHeader
 from strom.protocol.messages.response_header import ResponseHeader
@@ -91,6 +92,10 @@ _NULL_CLIENT_ID = -1
 # The start of an answer frame: its size (patched once known) and the correlation id.
 _RESPONSE_START = struct.Struct(">ii")
 _NO_TAGGED_FIELDS = b"\x00"
+# The commonest small bodies (a one-partition Produce and its answer, Heartbeat) are read and
+# written by ``fast_paths`` when they have its shape, by the generated codec otherwise.
+_FAST_DECODERS = fast_paths.DECODERS
+_FAST_ENCODERS = fast_paths.ENCODERS
 
 
 def read_request_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int, str | None, int]:
@@ -158,6 +163,11 @@ def decode_request_body(
     So bytes after a complete body are not an error here (the caller may log them); a body that
     does not decode still raises ``DecodeError``.
     """
+    fast = _FAST_DECODERS.get(request_type)
+    if fast is not None:
+        decoded = fast(frame, body_offset, api_version)
+        if decoded is not None:
+            return decoded
     reader = Reader(frame, body_offset)
     request = request_type.read(reader, api_version)
     return request, reader.remaining
@@ -193,6 +203,19 @@ def encode_response_buffers(correlation_id: int, api_key: int, api_version: int,
     start = _RESPONSE_START.pack(0, correlation_id)
     if response_header_version(api_key, api_version) >= 1:
         start += _NO_TAGGED_FIELDS
+    fast = _FAST_ENCODERS.get(type(response))
+    if fast is not None:
+        body = fast(response, api_version)
+        if body is not None:
+            frame = bytearray(start)
+            if isinstance(body, bytes):
+                frame += body
+                _SIZE_PREFIX.pack_into(frame, 0, len(frame) - _SIZE_PREFIX.size)
+                return [frame]
+            frame += body[0]
+            framed: list[Blob] = [frame, *body[1:]]
+            _SIZE_PREFIX.pack_into(frame, 0, sum(map(len, framed)) - _SIZE_PREFIX.size)
+            return framed
     writer = Writer(start)
     response.write(writer, api_version)
     buffers = writer.getbuffers()

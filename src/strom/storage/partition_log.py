@@ -119,8 +119,10 @@ _CRC = struct.Struct(">I")
 log = logging.getLogger("strom.storage")
 
 
-@dataclass(frozen=True)
-class AppendResult:
+class AppendResult(NamedTuple):
+    """What an append returns (a NamedTuple: one is built per produced partition, and it costs a
+    third of a frozen dataclass)."""
+
     base_offset: int  # offset given to the first record
     last_offset: int
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
@@ -484,13 +486,14 @@ class PartitionLog:
         base_offsets: list[int] = []
         for header in headers:
             assert not header.attributes & CONTROL_BIT, "markers are written by append_marker"
-            if header.size_bytes > config.max_message_bytes:
+            size_bytes = header.size_bytes
+            if size_bytes > config.max_message_bytes:
                 raise RecordTooLargeError(
-                    f"batch of {header.size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
+                    f"batch of {size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
                 )
-            if header.size_bytes > config.segment_bytes:
+            if size_bytes > config.segment_bytes:
                 raise RecordTooLargeError(
-                    f"batch of {header.size_bytes} bytes exceeds segment.bytes={config.segment_bytes}"
+                    f"batch of {size_bytes} bytes exceeds segment.bytes={config.segment_bytes}"
                 )
             base_offsets.append(next_offset)
             next_offset += header.last_offset_delta + 1
@@ -509,13 +512,12 @@ class PartitionLog:
             if log_append_time:
                 max_timestamp = now_ms
                 _stamp_log_append_time(records, position, header, now_ms)
+            size_bytes = header.size_bytes
             batches.append(
-                BatchInfo(
-                    base_offset, base_offset + header.last_offset_delta, max_timestamp, header.size_bytes
-                )
+                BatchInfo(base_offset, base_offset + header.last_offset_delta, max_timestamp, size_bytes)
             )
             message_count += header.record_count
-            position += header.size_bytes
+            position += size_bytes
         assert position == len(records), "headers must describe all of records"
 
         rolled = self._write_batches(records, batches, now_ms)
@@ -870,19 +872,29 @@ class PartitionLog:
         want_first = min_one_batch
         while index < len(segments) and offset < limit:
             segment = segments[index]
-            found = segment.find_batch(offset)
+            found = segment.locate_batch(offset)
             index += 1
             if found is None:
                 continue
-            position, header = found
+            position, header, window, window_start = found
             if header.base_offset >= limit:
                 break
             available = segment.size_bytes - position
-            data = segment.read_bytes(position, min(budget, available)) if budget > 0 else b""
+            wanted = min(budget, available) if budget > 0 else 0
+            start = position - window_start
+            if wanted and start + wanted <= len(window):
+                # Already read while looking for the batch (a small fetch near the end: the usual case).
+                data = window[start : start + wanted]
+            else:
+                data = segment.read_bytes(position, wanted) if wanted else b""
             whole = _whole_batches_length(data, limit)
             if whole == 0:
                 if want_first and not parts:
-                    parts.append(segment.read_bytes(position, header.size_bytes))
+                    size = header.size_bytes
+                    if start + size <= len(window):
+                        parts.append(window[start : start + size])
+                    else:
+                        parts.append(segment.read_bytes(position, size))
                 break
             parts.append(data if whole == len(data) else data[:whole])
             budget -= whole

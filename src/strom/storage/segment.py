@@ -350,15 +350,26 @@ class Segment:
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch whose last offset is >= ``offset``, if any."""
+        found = self.locate_batch(offset)
+        return None if found is None else (found[0], found[1])
+
+    def locate_batch(self, offset: int) -> tuple[int, BatchHeader, bytes, int] | None:
+        """``find_batch``, and the bytes read ahead to find the batch: (position, header, bytes
+        read, the position they start at). A small fetch finds its records there, not in a
+        second read of the file."""
         if offset >= self.next_offset:
             return None
         slot = bisect_right(self._index_offsets, offset) - 1
-        start = self._index_positions[slot] if slot >= 0 else 0
+        position = self._index_positions[slot] if slot >= 0 else 0
         # The batch is at most one index interval away: a small read-ahead finds it in one pread.
         window_bytes = min(SCAN_WINDOW_BYTES, max(self.index_interval_bytes * 2, 8192))
-        for position, header in self.scan_headers(start, window_bytes=window_bytes):
+        stop = self.size_bytes
+        reader = _WindowReader(self._files, self._log_key, stop, window_bytes)
+        while stop - position >= HEADER_BYTES:
+            header = BatchHeader._make(HEADER.unpack_from(reader.read(position, HEADER_BYTES)))
             if header.last_offset >= offset:
-                return position, header
+                return position, header, reader.window, reader.window_start
+            position += header.size_bytes
         return None
 
     def position_of_offset_index_floor(self, offset: int) -> int:
@@ -705,14 +716,14 @@ class _WindowReader:
         self._path = path
         self._window_bytes = window_bytes
         self._file_end = file_end
-        self._window = b""
-        self._window_start = 0
+        self.window = b""  # the bytes read last, from window_start
+        self.window_start = 0
 
     def read(self, position: int, size_bytes: int) -> bytes | memoryview:
-        offset = position - self._window_start
-        if offset < 0 or offset + size_bytes > len(self._window):
+        offset = position - self.window_start
+        if offset < 0 or offset + size_bytes > len(self.window):
             want = max(size_bytes, min(self._window_bytes, self._file_end - position))
-            self._window = self._files.pread(self._path, want, position)
-            self._window_start = position
+            self.window = self._files.pread(self._path, want, position)
+            self.window_start = position
             offset = 0
-        return memoryview(self._window)[offset : offset + size_bytes]
+        return memoryview(self.window)[offset : offset + size_bytes]

@@ -105,6 +105,33 @@ def test_a_cheap_poison_is_refused_on_the_loop(harness: Harness) -> None:
     assert not harness.validation.busy(("t", 0))
 
 
+def test_check_at_once_decides_only_cheap_uncompressed_records_to_an_idle_partition(harness: Harness) -> None:
+    """The coroutine-free path of the common case: it checks what ``check`` would check at once
+    without a thread or a wait, and hands everything else back undecided."""
+    validation = harness.validation
+
+    def at_once(partition: tuple[str, int], batch: bytearray) -> list[BatchHeader] | None:
+        return validation.check_at_once(partition, batch, validate_batches(batch), keys_required=False)
+
+    cheap = small()
+    assert at_once(("t", 0), cheap) == validate_batches(cheap)
+    with pytest.raises(InvalidRecordError):
+        at_once(("t", 0), bytearray(assemble(record(1), count=1)))
+    assert at_once(("t", 0), costly()) is None  # beyond the inline bound: a thread's work
+    compressed = bytearray(assemble(compress(CompressionType.GZIP, records(3)), count=3, attributes=1))
+    assert at_once(("t", 0), compressed) is None  # never decompressed here
+    busy = harness.check(("t", 0), costly())
+    harness.settle()
+    assert validation.busy(("t", 0))
+    assert at_once(("t", 0), small()) is None  # it must queue behind the costly one
+    assert at_once(("t", 1), small()) is not None  # other partitions are not held up
+    assert validation.checked_in_threads == 1 and len(harness.executor.pending) == 1
+    harness.executor.run_next()
+    harness.settle()
+    busy.result().done()
+    assert not validation.busy(("t", 0))
+
+
 def test_a_later_produce_to_the_partition_waits_for_the_costly_one(harness: Harness) -> None:
     first = harness.check(("t", 0), costly())
     second = harness.check(("t", 0), small())  # cheap, but the partition is busy

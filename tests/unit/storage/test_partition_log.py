@@ -39,6 +39,43 @@ def test_read_starts_at_the_batch_containing_the_offset(open_log: OpenLog) -> No
         assert header.last_offset >= offset
 
 
+def test_a_small_read_is_served_from_the_bytes_read_to_find_its_batch(
+    open_log: OpenLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding the batch reads ahead; a read those bytes cover takes no second read of the file,
+    and every read, covered or not, returns exactly the whole batches the log holds."""
+    log = open_log(LogConfig(index_interval_bytes=4096))
+    # Batches of 70 to 500 bytes: a batch starts less than 4096 + 500 bytes after the index entry
+    # below it, and the 8192 bytes read from that entry cover any read of up to 3000 bytes.
+    batches = [make_batch([f"v{index:02}".encode() * (1 + index * 3)]) for index in range(120)]
+    for batch in batches:
+        append(log, batch)
+    stored = log.read(0, 1 << 30).records
+    starts = [header.base_offset for header in iter_batch_headers(stored)]
+    positions = [0]
+    for header in iter_batch_headers(stored):
+        positions.append(positions[-1] + header.size_bytes)
+    preads: list[int] = []
+    files = log._segments[-1]._files
+    real_pread = files.pread
+
+    def counting_pread(path: str, size_bytes: int, position: int) -> bytes:
+        preads.append(size_bytes)
+        return real_pread(path, size_bytes, position)
+
+    monkeypatch.setattr(files, "pread", counting_pread)
+    for index, offset in enumerate(starts):
+        for max_bytes in (1, 100, 5_000, 1 << 20):
+            preads.clear()
+            records = log.read(offset, max_bytes).records
+            end = index + 1
+            while end < len(starts) and positions[end + 1] - positions[index] <= max_bytes:
+                end += 1
+            assert records == stored[positions[index] : positions[end]]
+            if min(max_bytes, len(stored) - positions[index]) <= 3000:
+                assert len(preads) == 1, (offset, max_bytes, preads)
+
+
 def test_rolls_by_bytes_and_reads_across_segments(open_log: OpenLog) -> None:
     batch = make_batch([b"x" * 100])
     log = open_log(LogConfig(segment_bytes=len(batch) * 3))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 
 from strom.broker.context import RequestContext
+from strom.broker.produce_validation import Turn
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.protocol.acl import AclOperation
@@ -52,6 +53,7 @@ ACKS_ALL = -1
 VALID_ACKS = (ACKS_ALL, 0, 1)
 
 Partition = ProduceResponse.PartitionProduceResponse
+TopicAnswer = ProduceResponse.TopicProduceResponse
 RecordError = ProduceResponse.BatchIndexAndErrorMessage
 
 
@@ -109,23 +111,36 @@ async def _append(
             f"{len(records)} bytes of records exceed segment.bytes {config.segment_bytes}",
         )
     topic, index = partition_log.topic, partition_log.partition
+    validation = state.produce_validation
+    turn: Turn | None = None
     try:
-        turn = await state.produce_validation.check(
+        # Cheap uncompressed records to a partition with nothing in progress (the usual case) are
+        # checked without a coroutine; anything else awaits its turn.
+        checked = validation.check_at_once(
             (topic, index), records, headers, keys_required=config.requires_keys
         )
+        if checked is None:
+            turn = await validation.check(
+                (topic, index), records, headers, keys_required=config.requires_keys
+            )
+            checked = turn.headers
     except InvalidRecordError as error:
         raise _RefusedRecords(str(error), error.record_errors) from None
     except CorruptBatchError as error:
         raise Refused(ErrorCode.CORRUPT_MESSAGE, str(error)) from None
     try:
         # After a wait the partition may be gone or led elsewhere: asked again.
-        if turn.waited and state.replication.writable(topic, index, acks) is not partition_log:
+        if (
+            turn is not None
+            and turn.waited
+            and state.replication.writable(topic, index, acks) is not partition_log
+        ):
             raise Refused(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} changed while its records were checked"
             )
         now_ms = state.clock.wall_ms()
         try:
-            result = partition_log.append(records, turn.headers, now_ms)
+            result = partition_log.append(records, checked, now_ms)
         except DuplicateSequenceError as duplicate:
             # A retry of a batch already in the log: answered with where it went the first time.
             return Partition(
@@ -144,15 +159,14 @@ async def _append(
         except RecordTooLargeError as error:
             raise Refused(ErrorCode.MESSAGE_TOO_LARGE, str(error)) from None
     finally:
-        turn.done()
+        if turn is not None:
+            turn.done()
     state.notify_append(partition_log.topic, partition_log.partition)
     if partition_log.needs_flush(now_ms):
         await state.flush(partition_log)
+    # Positional (index, error code, base offset, append time, log start): on every produce's path.
     return Partition(
-        error_code=ErrorCode.NONE,
-        base_offset=result.base_offset,
-        log_append_time_ms=result.log_append_time_ms,
-        log_start_offset=result.log_start_offset,
+        0, ErrorCode.NONE, result.base_offset, result.log_append_time_ms, result.log_start_offset
     )
 
 
@@ -237,14 +251,12 @@ async def handle_produce(context: RequestContext, request: ProduceRequest) -> Pr
                     partition.error_message = str(error)
             partition.index = index
             partitions.append(partition)
-        responses.append(
-            ProduceResponse.TopicProduceResponse(name=topic_data.name, partition_responses=partitions)
-        )
+        responses.append(TopicAnswer(topic_data.name, partitions))
     if replicated:
         await _wait_for_replicas(context, replicated, request.timeout_ms)
     if request.acks == 0:
         return None
-    return ProduceResponse(responses=responses)
+    return ProduceResponse(responses)
 
 
 async def _wait_for_replicas(

@@ -107,7 +107,7 @@ def parse_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> Bat
         raise CorruptBatchError(f"batch magic is {header.magic}, expected {CURRENT_MAGIC}")
     if header.batch_length < HEADER_BYTES - LOG_OVERHEAD_BYTES:
         raise CorruptBatchError(f"batch length {header.batch_length} is shorter than its header")
-    if header.size_bytes > len(buf) - pos:
+    if header.batch_length + LOG_OVERHEAD_BYTES > len(buf) - pos:
         raise CorruptBatchError(f"batch declares {header.size_bytes} bytes, only {len(buf) - pos} present")
     if header.last_offset_delta < 0 or header.record_count < 0:
         raise CorruptBatchError("negative record count or offset delta")
@@ -134,10 +134,11 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
         raise CorruptBatchError("no record batch in the request")
     while pos < end:
         header = parse_batch_header(buf, pos)
-        if compute_crc(buf, pos, header.size_bytes) != header.crc:
+        size_bytes = header.batch_length + LOG_OVERHEAD_BYTES
+        if compute_crc(buf, pos, size_bytes) != header.crc:
             raise CorruptBatchError(f"CRC mismatch in the batch at byte {pos}")
         headers.append(header)
-        pos += header.size_bytes
+        pos += size_bytes
     return headers
 
 
