@@ -142,6 +142,13 @@ def test_admin_operations(shared_broker: BrokerProcess, admin: Admin) -> None:
 
     admin.create_partitions({topic: 4})
     assert len(admin.describe_topics([topic])[topic].partitions) == 4
+    # Every topic from one Metadata round: the same descriptions, the internal ones only when asked.
+    every = admin.describe_all_topics()
+    assert sorted(every) == admin.list_topics()
+    assert every[topic] == admin.describe_topics([topic])[topic]
+    assert sorted(admin.describe_all_topics(include_internal=True)) == admin.list_topics(
+        include_internal=True
+    )
 
     resource = ConfigResource(ConfigResourceType.TOPIC, topic)
     assert admin.describe_configs([resource])[resource]["retention.ms"].value == "3600000"

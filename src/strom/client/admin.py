@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from strom.assignors import Assignment, decode_assignment
-from strom.client.cluster import BrokerNode, TopicPartition
+from strom.client.cluster import BrokerNode, TopicInfo, TopicPartition
 from strom.client.config import AdminConfig
 from strom.client.errors import (
     KafkaError,
@@ -199,6 +199,18 @@ class ClusterDescription:
     cluster_id: str | None
     controller_id: int
     brokers: list[BrokerNode]
+
+
+def _topic_description(name: str, info: TopicInfo) -> TopicDescription:
+    return TopicDescription(
+        name,
+        [
+            PartitionDescription(partition.partition, partition.leader, partition.replicas, partition.isr)
+            for _, partition in sorted(info.partitions.items())
+        ],
+        info.is_internal,
+        info.topic_id,
+    )
 
 
 def _raise_for(code: int, message: str | None, context: str) -> None:
@@ -726,18 +738,22 @@ class Admin:
                 if info is None:
                     raise error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, context=f"topic {name!r}")
                 _raise_for(info.error_code, None, f"topic {name!r}")
-                descriptions[name] = TopicDescription(
-                    name,
-                    [
-                        PartitionDescription(
-                            partition.partition, partition.leader, partition.replicas, partition.isr
-                        )
-                        for _, partition in sorted(info.partitions.items())
-                    ],
-                    info.is_internal,
-                    info.topic_id,
-                )
+                descriptions[name] = _topic_description(name, info)
             return descriptions
+
+        return self._run(fetch())
+
+    def describe_all_topics(self, include_internal: bool = False) -> dict[str, TopicDescription]:
+        """Every topic (the ones ``list_topics`` names), described from the same one Metadata round:
+        ``describe_topics(list_topics())`` asks the cluster twice."""
+
+        async def fetch() -> dict[str, TopicDescription]:
+            await self._transport.refresh_metadata(None)
+            return {
+                name: _topic_description(name, info)
+                for name, info in sorted(self._transport.metadata.topics.items())
+                if include_internal or not info.is_internal
+            }
 
         return self._run(fetch())
 

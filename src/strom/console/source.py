@@ -234,9 +234,7 @@ class ClientSource:
         return self.admin.describe_cluster()
 
     def topics(self) -> dict[str, TopicDescription]:
-        admin = self._metadata()
-        names = admin.list_topics(include_internal=True)
-        return admin.describe_topics(names) if names else {}
+        return self._metadata().describe_all_topics(include_internal=True)
 
     def topic(self, name: str) -> TopicDescription:
         return self.admin.describe_topics([name])[name]
