@@ -368,12 +368,22 @@ class RecordAccumulator:
     # -- the sender's side ---------------------------------------------------------------------
 
     def ready(
-        self, now_ms: int, blocked: Callable[[TopicPartition], bool]
+        self,
+        now_ms: int,
+        blocked: Callable[[TopicPartition], bool],
+        busy: Callable[[TopicPartition], bool] | None = None,
     ) -> tuple[list[TopicPartition], int | None]:
         """Partitions with a batch to send now (full, lingered long enough, a retry, or a flush in
-        progress), and the ms until the next one will be, or None when nothing is waiting."""
+        progress), and the ms until the next one will be, or None when nothing is waiting.
+
+        With ``linger_ms`` 0 a batch that is not full goes at once when its partition is not
+        ``busy`` (has no request in flight); otherwise it goes when the answer comes (the caller
+        looks again then), taking every record that arrived meanwhile: records that arrive while
+        one request is out travel together in the next, as Kafka's linger.ms describes, instead
+        of a request each (no timer: the answer is what sends it)."""
         ready: list[TopicPartition] = []
         next_ms: int | None = None
+        hold_while_busy = busy is not None and self.linger_ms == 0
         with self.lock:
             for topic_partition, queue in self._queues.items():
                 if not queue or blocked(topic_partition):
@@ -389,6 +399,8 @@ class RecordAccumulator:
                     continue
                 wait_ms = first.created_ms + self.linger_ms - now_ms
                 if wait_ms <= 0:
+                    if hold_while_busy and busy(topic_partition):  # type: ignore[misc]
+                        continue
                     ready.append(topic_partition)
                 elif next_ms is None or wait_ms < next_ms:
                     next_ms = wait_ms

@@ -16,6 +16,7 @@ from strom.client.cluster import ClusterMetadata, TopicPartition
 from strom.client.config import ProducerConfig
 from strom.client.errors import KafkaError, KafkaTimeoutError, error_for_code
 from strom.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from strom.client.producer.produce_request import FastProduceRequest
 from strom.client.producer.transactions import TransactionManager
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
@@ -26,7 +27,7 @@ __all__ = ["ProduceJob", "SenderCore"]
 _SEQUENCE_MODULUS = 1 << 31
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ProduceJob:
     """One Produce request for one broker, and the batch it carries for each partition."""
 
@@ -34,6 +35,10 @@ class ProduceJob:
     request: ProduceRequest
     batches: dict[TopicPartition, ProducerBatch]
     expects_response: bool
+    # When it was written (monotonic ms), for request.timeout.ms; set by whoever sends it.
+    sent_ms: int = 0
+    # Its time ran out: the connection was closed, and the failure is a timeout.
+    timed_out: bool = False
 
 
 @dataclass(slots=True)
@@ -87,6 +92,11 @@ class SenderCore:
             return True
         return state.retries_waiting > 0 and state.in_flight > 0
 
+    def busy(self, topic_partition: TopicPartition) -> bool:
+        """The partition has a request in flight."""
+        state = self._partitions.get(topic_partition)
+        return state is not None and state.in_flight > 0
+
     # -- sending -------------------------------------------------------------------------------
 
     def expire(self, now_ms: int) -> None:
@@ -113,7 +123,7 @@ class SenderCore:
             if self.producer_id < 0:
                 return [], None
             blocked = self._blocked_in_transaction
-        ready, next_ms = self.accumulator.ready(now_ms, blocked)
+        ready, next_ms = self.accumulator.ready(now_ms, blocked, self.busy)
         by_node: dict[int, list[TopicPartition]] = {}
         for topic_partition in ready:
             leader = self.metadata.leader_for(topic_partition)
@@ -152,7 +162,7 @@ class SenderCore:
             topic_data.partition_data.append(
                 ProduceRequest.PartitionProduceData(index=partition, records=batch.encoded)
             )
-        request = ProduceRequest(
+        request = FastProduceRequest(
             acks=self.config.acks, timeout_ms=self.config.request_timeout_ms, topic_data=list(topics.values())
         )
         self.in_flight_batches += len(batches)
