@@ -276,6 +276,13 @@ class RecordAccumulator:
         # Set by append() when the sender should look now (a batch opened, so its linger timer
         # starts, or one filled up); the producer wakes the sender and clears it.
         self.wake_needed = False
+        # Partitions with a request in flight, kept by the sender. With linger_ms 0 a batch opened
+        # for one of them needs no wake-up (waking the loop thread costs a self-pipe write and a
+        # turn of the loop): it leaves when that request is answered, and the answer wakes the
+        # sender when anything is queued. Read here without the sender's lock: the sender removes
+        # a partition before it counts what is queued, and a batch is counted (``_incomplete``)
+        # before this is read, so one side or the other always wakes the sender.
+        self.busy: set[TopicPartition] = set()
 
     # -- the application's side ----------------------------------------------------------------
 
@@ -356,7 +363,8 @@ class RecordAccumulator:
         queue.append(batch)
         self._open[topic_partition] = batch
         self._incomplete += 1
-        self.wake_needed = True
+        if self.linger_ms or topic_partition not in self.busy:
+            self.wake_needed = True
         return batch
 
     def has_open_batch(self, topic_partition: TopicPartition) -> bool:

@@ -76,6 +76,7 @@ class SenderCore:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self._partitions.clear()
+        self.accumulator.busy.clear()
 
     def _state(self, topic_partition: TopicPartition) -> _PartitionState:
         state = self._partitions.get(topic_partition)
@@ -171,6 +172,7 @@ class SenderCore:
     def _prepare(self, batch: ProducerBatch) -> None:
         state = self._state(batch.topic_partition)
         state.in_flight += 1
+        self.accumulator.busy.add(batch.topic_partition)
         batch.attempts += 1
         if batch.encoded is not None:  # a retry: same bytes, same sequence
             state.retries_waiting -= 1
@@ -236,7 +238,10 @@ class SenderCore:
             self._retry_or_fail(batch, error, now_ms)
 
     def _finished_sending(self, batch: ProducerBatch) -> None:
-        self._state(batch.topic_partition).in_flight -= 1
+        state = self._state(batch.topic_partition)
+        state.in_flight -= 1
+        if state.in_flight <= 0:
+            self.accumulator.busy.discard(batch.topic_partition)
         self.in_flight_batches -= 1
 
     def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError, now_ms: int) -> None:
