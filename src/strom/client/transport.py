@@ -169,6 +169,8 @@ class BrokerChannel(asyncio.BufferedProtocol):
         self.closed = False
         self._writable = asyncio.Event()
         self._writable.set()
+        # request() calls waiting for the socket's buffer to drain (send_nowait() defers to them).
+        self._write_waiters = 0
         self._receive_buffer = memoryview(bytearray(_RECEIVE_BUFFER_BYTES))
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
@@ -310,7 +312,11 @@ class BrokerChannel(asyncio.BufferedProtocol):
         if self.closed or self._transport is None:
             raise KafkaConnectionError(f"connection to broker {self.node_id} is closed")
         if not self._writable.is_set():
-            await self._writable.wait()
+            self._write_waiters += 1
+            try:
+                await self._writable.wait()
+            finally:
+                self._write_waiters -= 1
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         frame = self.connection.send(request, future, expect_response=expect_response)
         self._transport.write(frame)
@@ -330,6 +336,7 @@ class BrokerChannel(asyncio.BufferedProtocol):
             self._reauthenticating is not None
             or self.closed
             or transport is None
+            or self._write_waiters  # requests waiting to be written go first: order is kept
             or not self._writable.is_set()
         ):
             return False
