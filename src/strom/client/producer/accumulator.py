@@ -367,6 +367,14 @@ class RecordAccumulator:
             self.wake_needed = True
         return batch
 
+    def has_queue_not_busy(self) -> bool:
+        """A partition without a request in flight has a batch queued."""
+        busy = self.busy
+        with self.lock:
+            return any(
+                queue and topic_partition not in busy for topic_partition, queue in self._queues.items()
+            )
+
     def has_open_batch(self, topic_partition: TopicPartition) -> bool:
         """The partition has a batch that still takes records (KIP-480's "until the batch is sent")."""
         with self.lock:

@@ -562,12 +562,34 @@ class Producer:
             core.on_error(job, KafkaError(f"internal error: {failure!r}"), now_ms)
         # The sender looks again only when something waits (a batch queued meanwhile, a retry, a
         # partition that was blocked), or to finish closing or a transaction's next step.
-        if (
-            self._accumulator.incomplete > core.in_flight_batches
-            or self._closed
-            or self._transactions is not None
-        ):
+        if self._transactions is not None or self._closed:
             self._wakeup.set()
+        elif self._accumulator.incomplete > core.in_flight_batches:
+            if self._accumulator.linger_ms == 0 and not self._send_from_answer(now_ms):
+                return
+            self._wakeup.set()
+
+    def _send_from_answer(self, now_ms: int) -> bool:
+        """With linger.ms 0, what waited for this answer leaves now, from the answer's callback,
+        not a loop turn later through the sender. True when the sender must still look (a timer
+        to set, something still waiting, or work only the sender does)."""
+        core = self._core
+        if core.needs_producer_id or self._transport.metadata.stale(now_ms):
+            return True
+        try:
+            jobs, next_ms = core.collect(now_ms, self._node_ready)
+            for job in jobs:
+                self._dispatch(job)
+        except Exception as error:  # the sender's loop reports and retries it
+            log.debug("producer: sending from an answer failed (%r); the sender takes over", error)
+            return True
+        # Batches of partitions with a request in flight leave with its answer; any other one
+        # (left out of this request, or queued meanwhile) is the sender's to look at.
+        return (
+            next_ms is not None
+            or self._transport.metadata.stale(now_ms)
+            or self._accumulator.has_queue_not_busy()
+        )
 
     def _schedule_timeout_check(self, sent_ms: int) -> None:
         delay_ms = sent_ms + self.config.request_timeout_ms - self._clock.monotonic_ms()
