@@ -184,10 +184,11 @@ class BrokerChannel(asyncio.BufferedProtocol):
         return self._receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        # A copy of what was read: the Connection may keep a partial frame past this call.
-        self.data_received(bytes(self._receive_buffer[:nbytes]))
+        # A view, not a copy: the Connection's frame decoder copies what it keeps (a partial
+        # frame) into its own buffer and never holds on to the view, which the next read reuses.
+        self.data_received(self._receive_buffer[:nbytes])
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes | memoryview) -> None:
         completions, outgoing = self.connection.receive_data(data)
         if outgoing and self._transport is not None:
             self._transport.write(outgoing)
