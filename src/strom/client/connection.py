@@ -14,10 +14,12 @@ generated codec can encode.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from strom.client.errors import KafkaConnectionError, KafkaError, ProtocolError, UnsupportedVersionError
+from strom.client.produce_codec import decode_produce_response
 from strom.protocol.api import request_class, response_class
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameDecoder
@@ -28,6 +30,9 @@ from strom.protocol.primitives import DecodeError
 __all__ = ["CLIENT_VERSION_CAPS", "Completion", "Connection", "VersionRange"]
 
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+PRODUCE_KEY = 0
+# Answers read in one pass when they have their usual shape (None: the generated decoder reads them).
+_FAST_DECODERS: dict[int, Callable[[memoryview, int], Any]] = {PRODUCE_KEY: decode_produce_response}
 _HEADER_START = struct.Struct(">hhi")  # api key, api version, correlation id
 _SIZE = struct.Struct(">i")
 _SIZE16 = struct.Struct(">h")
@@ -197,7 +202,10 @@ class Connection:
         if pending.api_key == API_VERSIONS_KEY and bytes(body[:2]) == _UNSUPPORTED_VERSION_BYTES:
             # A broker refusing our ApiVersions version answers in v0, the one every client reads.
             decode_version = 0
-        response = response_class(pending.api_key).decode(body, decode_version)
+        fast_decode = _FAST_DECODERS.get(pending.api_key)
+        response = fast_decode(body, decode_version) if fast_decode is not None else None
+        if response is None:
+            response = response_class(pending.api_key).decode(body, decode_version)
         if pending.api_key == API_VERSIONS_KEY and pending.token is None:
             return None, self._on_api_versions(response, pending.api_version)
         return Completion(pending.token, pending.api_key, pending.api_version, response=response), b""

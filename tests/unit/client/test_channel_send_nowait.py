@@ -9,7 +9,7 @@ from typing import Any
 
 from strom.client.config import ClientConfig
 from strom.client.errors import KafkaConnectionError, KafkaError
-from strom.client.producer.produce_request import FastProduceRequest
+from strom.client.produce_codec import FastProduceRequest
 from strom.client.transport import BrokerChannel
 from strom.protocol.headers import decode_request_header
 from strom.protocol.messages.api_versions import ApiVersionsResponse

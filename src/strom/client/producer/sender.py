@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from strom.client.cluster import ClusterMetadata, TopicPartition
 from strom.client.config import ProducerConfig
 from strom.client.errors import KafkaError, KafkaTimeoutError, error_for_code
+from strom.client.produce_codec import FastProduceRequest
 from strom.client.producer.accumulator import ProducerBatch, RecordAccumulator
-from strom.client.producer.produce_request import FastProduceRequest
 from strom.client.producer.transactions import TransactionManager
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
