@@ -1,6 +1,7 @@
 """strom's Python client beside confluent-kafka, kafka-python and aiokafka, measured in one run.
 
-``python -m benchmarks.clients [--records N] [--rounds R] [--output BENCHMARKS.md] [--no-write]``
+``python -m benchmarks.clients [--records N] [--rounds R] [--value-bytes B] [--only NAMES] [--before REV]
+[--output BENCHMARKS.md] [--no-write]``
 
 One local strom broker (started and stopped here, 127.0.0.1 only) serves every case. Each case runs
 in a fresh process (spawned, so no client's threads or memory linger into the next one):
@@ -18,6 +19,10 @@ so that the noise of a shared 2-core machine falls on all clients alike; the tab
 of the rounds and every round's figure. The results go into ``BENCHMARKS.md`` between the markers
 ``<!-- clients:start -->`` and ``<!-- clients:end -->`` (added at the end when absent); the rest of
 the file is left as it is.
+
+``--before REV`` adds a case "strom REV": strom's client from ``src`` of git revision REV (exported
+with ``git archive``) against the same broker, interleaved with the others, to compare a change to
+the client with what it was in the same run. ``--value-bytes`` changes the record size (default 100).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.run import Broker, create_topic, machine_description
+from benchmarks.validation import export_source
 
 MIB = 1024 * 1024
 VALUE_BYTES = 100
@@ -344,6 +350,8 @@ class ClientCase:
     name: str
     produce: ProduceFunction
     consume: ConsumeFunction | None
+    # strom's ``src`` of another revision to import in the case's process (None: this tree's).
+    source: str | None = None
 
 
 CLIENTS = (
@@ -358,18 +366,23 @@ CLIENTS = (
 # -- running ----------------------------------------------------------------------------------------
 
 
-def _in_child(function: Callable[..., float], arguments: tuple[Any, ...], out: Any) -> None:
+def _in_child(
+    function: Callable[..., float], arguments: tuple[Any, ...], source: str | None, out: Any
+) -> None:
+    if source:
+        sys.path.insert(0, source)  # another revision's strom, imported first
     try:
         out.put(("ok", function(*arguments)))
     except BaseException as error:  # reported to the parent, which fails the run
         out.put(("error", repr(error)))
 
 
-def run_isolated(function: Callable[..., float], *arguments: Any) -> float:
-    """Run ``function(*arguments)`` in a fresh spawned process and return its seconds."""
+def run_isolated(function: Callable[..., float], *arguments: Any, source: str | None = None) -> float:
+    """Run ``function(*arguments)`` in a fresh spawned process (importing strom from ``source``
+    when given) and return its seconds."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
-    child = context.Process(target=_in_child, args=(function, arguments, out))
+    child = context.Process(target=_in_child, args=(function, arguments, source, out))
     child.start()
     try:
         status, answer = out.get(timeout=CASE_TIMEOUT_S * 2)
@@ -388,9 +401,11 @@ class Figures:
     consume_rates: dict[str, list[float]] = field(default_factory=dict)
 
 
-def measure(records: int, rounds: int, clients: tuple[ClientCase, ...]) -> Figures:
+def measure(
+    records: int, rounds: int, clients: tuple[ClientCase, ...], value_bytes: int = VALUE_BYTES
+) -> Figures:
     figures = Figures()
-    value = os.urandom(VALUE_BYTES)
+    value = os.urandom(value_bytes)
     with tempfile.TemporaryDirectory(prefix="strom-client-bench-") as work_dir:
         broker = Broker(Path(work_dir))
         try:
@@ -402,12 +417,16 @@ def measure(records: int, rounds: int, clients: tuple[ClientCase, ...]) -> Figur
                     topics = (f"warm-{slug}-{round_index}", f"bench-{slug}-{round_index}")
                     for topic in topics:
                         create_topic(broker.bootstrap, topic, 1)
-                    seconds = run_isolated(case.produce, broker.bootstrap, topics, records, value)
+                    seconds = run_isolated(
+                        case.produce, broker.bootstrap, topics, records, value, source=case.source
+                    )
                     rate = records / seconds
                     figures.produce_rates.setdefault(case.name, []).append(rate)
                     line = f"round {round_index + 1}: {case.name:<30} produce {rate:>11,.0f} rec/s"
                     if case.consume is not None:
-                        seconds = run_isolated(_consume_warm, case.consume, broker.bootstrap, topics, records)
+                        seconds = run_isolated(
+                            _consume_warm, case.consume, broker.bootstrap, topics, records, source=case.source
+                        )
                         rate = records / seconds
                         figures.consume_rates.setdefault(case.name, []).append(rate)
                         line += f"   consume {rate:>11,.0f} rec/s"
@@ -434,12 +453,18 @@ def _ratio(numerator: list[float] | None, denominator: list[float] | None) -> st
     return f"{statistics.median(numerator) / statistics.median(denominator):.2f}"
 
 
-def render(figures: Figures, records: int, rounds: int) -> str:
+def render(
+    figures: Figures,
+    records: int,
+    rounds: int,
+    clients: tuple[ClientCase, ...] = CLIENTS,
+    value_bytes: int = VALUE_BYTES,
+) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
         "## Python clients side by side",
         "",
-        f"Run: {when} with `python -m benchmarks.clients` ({records:,} records of {VALUE_BYTES} B per case,"
+        f"Run: {when} with `python -m benchmarks.clients` ({records:,} records of {value_bytes} B per case,"
         f" {rounds} interleaved rounds, median shown, each round in brackets).",
         f"Machine: {machine_description()}. Clients: {_versions()}.",
         "",
@@ -453,7 +478,7 @@ def render(figures: Figures, records: int, rounds: int) -> str:
         each = ", ".join(f"{rate / 1000:,.0f}k" for rate in rates)
         return f"{statistics.median(rates):,.0f} ({each})"
 
-    for case in CLIENTS:
+    for case in clients:
         if case.name not in figures.produce_rates:
             continue
         lines.append(
@@ -466,7 +491,8 @@ def render(figures: Figures, records: int, rounds: int) -> str:
         "| strom / other (medians) | produce | consume |",
         "|---|---:|---:|",
     ]
-    for other in ("confluent-kafka", "confluent-kafka produce_batch", "kafka-python", "aiokafka"):
+    others = [case.name for case in clients if case.name != "strom"]
+    for other in others:
         if other in produce:
             lines.append(
                 f"| strom / {other} | {_ratio(produce.get('strom'), produce.get(other))} |"
@@ -476,7 +502,7 @@ def render(figures: Figures, records: int, rounds: int) -> str:
         "",
         "How measured: one strom broker on 127.0.0.1 shared by every case; each case in a fresh",
         f"process; 1-partition topics; acks=1, linger {LINGER_MS} ms, no compression, {BATCH_BYTES // MIB} MiB",
-        "batches, 100-byte values without keys. Produce: from the first send to the return of the",
+        f"batches, {value_bytes}-byte values without keys. Produce: from the first send to the return of the",
         "flush after which every record is acknowledged (strom `send()`, confluent `produce()` with",
         "`poll(0)` every 10,000, or `produce_batch` of 10,000 dicts; kafka-python `send()` + `flush()`;",
         "aiokafka `await send()` + `flush()`). Consume: from `assign` at offset 0 until every record is",
@@ -510,13 +536,20 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=RECORDS_DEFAULT, help="records per case")
     parser.add_argument("--rounds", type=int, default=ROUNDS_DEFAULT, help="interleaved rounds")
     parser.add_argument("--only", default="", help="comma-separated client names to run (default: all)")
+    parser.add_argument("--value-bytes", type=int, default=VALUE_BYTES, help="bytes per record value")
+    parser.add_argument("--before", default="", help="also measure strom's client of this git revision")
     parser.add_argument("--output", default="BENCHMARKS.md", help="the file whose section is rewritten")
     parser.add_argument("--no-write", action="store_true", help="print only")
     arguments = parser.parse_args()
     wanted = {name.strip() for name in arguments.only.split(",") if name.strip()}
     clients = tuple(case for case in CLIENTS if not wanted or case.name in wanted)
-    figures = measure(arguments.records, arguments.rounds, clients)
-    section = render(figures, arguments.records, arguments.rounds)
+    with tempfile.TemporaryDirectory(prefix="strom-client-before-") as before_dir:
+        if arguments.before:
+            source = export_source(arguments.before, Path(before_dir))
+            strom = next(case for case in CLIENTS if case.name == "strom")
+            clients += (ClientCase(f"strom {arguments.before}", strom.produce, strom.consume, str(source)),)
+        figures = measure(arguments.records, arguments.rounds, clients, arguments.value_bytes)
+    section = render(figures, arguments.records, arguments.rounds, clients, arguments.value_bytes)
     print(section)
     if not arguments.no_write:
         write_section(Path(arguments.output), section)

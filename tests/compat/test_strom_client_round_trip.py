@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -264,6 +267,51 @@ def test_idempotent_producer_through_broker_restart(start_broker: StartBroker) -
         number = int.from_bytes(record.value or b"", "big")
         by_key.setdefault(number % 10, []).append(number)
     assert all(numbers == sorted(numbers) for numbers in by_key.values())
+
+
+def test_produce_request_unanswered_past_its_timeout_is_retried_without_duplicates(
+    start_broker: StartBroker,
+) -> None:
+    """A Produce request the broker does not answer (the process stopped) within request.timeout.ms:
+    the producer closes that connection and sends again once the broker answers; sequence numbers
+    keep the partition free of duplicates (the broker may still append the first attempt, read
+    before the connection closed)."""
+    broker = start_broker()
+    topic = unique_topic("unanswered")
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    with Producer(
+        bootstrap_servers=broker.bootstrap,
+        linger_ms=0,
+        request_timeout_ms=1_000,
+        reconnect_backoff_ms=20,
+        retry_backoff_ms=20,
+    ) as producer:
+        producer.send(topic, b"before").result(30)
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            stalled = producer.send(topic, b"while stopped")
+            # Past request.timeout.ms: the request is given up (its connection closed) and retried.
+            deadline = time.monotonic() + 30
+            while not any(channel.closed for channel in _channels_ever(producer)):
+                assert time.monotonic() < deadline, "the unanswered request never timed out"
+                time.sleep(0.05)
+            assert not stalled.done()
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        assert stalled.exception(60) is None
+        producer.send(topic, b"after").result(30)
+    read = strom_read_all(broker.bootstrap, topic, 1, 3)
+    assert [record.value for record in read] == [b"before", b"while stopped", b"after"]
+
+
+def _channels_ever(producer: Producer) -> list[Any]:
+    """The producer's broker connections, remembered across reconnects (a test's view inside)."""
+    seen: list[Any] = producer.__dict__.setdefault("_test_channels_seen", [])
+    for channel in list(producer._transport._channels.values()):
+        if channel not in seen:
+            seen.append(channel)
+    return seen
 
 
 def test_throughput_report(

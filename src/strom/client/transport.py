@@ -41,11 +41,14 @@ from strom.client.security import SaslAuthenticator, describe_tls_failure, ssl_c
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.metadata import MetadataRequest
 
-__all__ = ["BrokerChannel", "LoopThread", "Transport"]
+__all__ = ["BrokerChannel", "LoopThread", "ResponseCallback", "Transport"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# What ``BrokerChannel.send_nowait`` calls with a request's answer: (response, None) or (None, error).
+ResponseCallback = Callable[[Any, KafkaError | None], None]
 
 
 def _describe_os_error(error: OSError | TimeoutError) -> str:
@@ -166,6 +169,8 @@ class BrokerChannel(asyncio.BufferedProtocol):
         self.closed = False
         self._writable = asyncio.Event()
         self._writable.set()
+        # request() calls waiting for the socket's buffer to drain (send_nowait() defers to them).
+        self._write_waiters = 0
         self._receive_buffer = memoryview(bytearray(_RECEIVE_BUFFER_BYTES))
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
@@ -179,10 +184,11 @@ class BrokerChannel(asyncio.BufferedProtocol):
         return self._receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        # A copy of what was read: the Connection may keep a partial frame past this call.
-        self.data_received(bytes(self._receive_buffer[:nbytes]))
+        # A view, not a copy: the Connection's frame decoder copies what it keeps (a partial
+        # frame) into its own buffer and never holds on to the view, which the next read reuses.
+        self.data_received(self._receive_buffer[:nbytes])
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes | memoryview) -> None:
         completions, outgoing = self.connection.receive_data(data)
         if outgoing and self._transport is not None:
             self._transport.write(outgoing)
@@ -307,13 +313,36 @@ class BrokerChannel(asyncio.BufferedProtocol):
         if self.closed or self._transport is None:
             raise KafkaConnectionError(f"connection to broker {self.node_id} is closed")
         if not self._writable.is_set():
-            await self._writable.wait()
+            self._write_waiters += 1
+            try:
+                await self._writable.wait()
+            finally:
+                self._write_waiters -= 1
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         frame = self.connection.send(request, future, expect_response=expect_response)
         self._transport.write(frame)
         if not expect_response:
             return None
         return await future
+
+    def send_nowait(self, request: Any, callback: ResponseCallback | None) -> bool:
+        """Write ``request`` now, without a task, a future or a timer: its answer (or the error that
+        ends the exchange, a lost connection included) goes to ``callback(response, error)`` on
+        the loop thread; with no callback none is expected (Produce with acks=0). False, and
+        nothing written, when the channel cannot take it at once (closed, re-authenticating,
+        the socket's buffer full): the caller then uses ``request()``. Timing out is the caller's:
+        ``close()`` fails every exchange in flight. The producer's per-request path."""
+        transport = self._transport
+        if (
+            self._reauthenticating is not None
+            or self.closed
+            or transport is None
+            or self._write_waiters  # requests waiting to be written go first: order is kept
+            or not self._writable.is_set()
+        ):
+            return False
+        transport.write(self.connection.send(request, callback, expect_response=callback is not None))
+        return True
 
     async def _exchange(self, request: Any) -> Any:
         """One request of a SASL exchange: past the gate that holds other requests back while the
@@ -338,13 +367,21 @@ class BrokerChannel(asyncio.BufferedProtocol):
 
     def _deliver(self, completions: list[Completion]) -> None:
         for completion in completions:
-            future = completion.token
-            if future is None or future.done():
+            token = completion.token
+            if token is None:
+                continue
+            if not isinstance(token, asyncio.Future):  # send_nowait()'s callback
+                try:
+                    token(completion.response, completion.error)
+                except Exception:
+                    log.exception("response callback of broker %d raised", self.node_id)
+                continue
+            if token.done():
                 continue
             if completion.error is not None:
-                future.set_exception(completion.error)
+                token.set_exception(completion.error)
             else:
-                future.set_result(completion.response)
+                token.set_result(completion.response)
 
     def _fail(self, error: KafkaError) -> None:
         if self.closed:

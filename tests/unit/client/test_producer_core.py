@@ -223,3 +223,37 @@ def test_blocked_partition_waits_for_its_in_flight_requests() -> None:
     assert core.collect(clock.monotonic_ms(), always_ready)[0] == []
     core.on_response(job, _ok(job), clock.monotonic_ms())
     assert len(core.collect(clock.monotonic_ms(), always_ready)[0]) == 1
+
+
+def test_linger_zero_sends_at_once_then_gathers_what_arrives_while_a_request_is_out() -> None:
+    accumulator, core, clock = make(linger_ms=0, batch_size=1000)
+    broker = FakeBroker()
+    append(accumulator, clock, TP0, b"a")
+    assert accumulator.wake_needed  # the partition is idle: its first record wakes the sender
+    accumulator.wake_needed = False
+    (first,), _ = core.collect(clock.monotonic_ms(), always_ready)
+    assert TP0 in accumulator.busy
+    futures = [append(accumulator, clock, TP0, bytes([index])) for index in range(3)]
+    # Its request is out: the records wait for the answer (no wake-up, no timer), all in one batch.
+    assert not accumulator.wake_needed
+    assert core.collect(clock.monotonic_ms(), always_ready) == ([], None)
+    core.on_response(first, broker.handle(first), clock.monotonic_ms())
+    assert TP0 not in accumulator.busy
+    assert accumulator.incomplete > core.in_flight_batches  # what makes the producer wake the sender
+    (second,), _ = core.collect(clock.monotonic_ms(), always_ready)
+    assert second.batches[TP0].record_count == 3
+    core.on_response(second, broker.handle(second), clock.monotonic_ms())
+    assert [future.result(0).offset for future in futures] == [1, 2, 3]
+    assert broker.logs[TP0] == [b"a", b"\x00", b"\x01", b"\x02"]
+
+
+def test_linger_zero_sends_a_full_batch_even_while_a_request_is_out() -> None:
+    accumulator, core, clock = make(linger_ms=0, batch_size=200)
+    append(accumulator, clock, TP0, b"a")
+    core.collect(clock.monotonic_ms(), always_ready)
+    accumulator.wake_needed = False
+    for _ in range(3):  # the third fills the batch (header and records over 200 bytes)
+        append(accumulator, clock, TP0, b"x" * 50)
+    assert accumulator.wake_needed  # full: it goes now, up to max.in.flight
+    (job,), _ = core.collect(clock.monotonic_ms(), always_ready)
+    assert job.batches[TP0].record_count == 3

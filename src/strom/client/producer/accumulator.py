@@ -276,6 +276,13 @@ class RecordAccumulator:
         # Set by append() when the sender should look now (a batch opened, so its linger timer
         # starts, or one filled up); the producer wakes the sender and clears it.
         self.wake_needed = False
+        # Partitions with a request in flight, kept by the sender. With linger_ms 0 a batch opened
+        # for one of them needs no wake-up (waking the loop thread costs a self-pipe write and a
+        # turn of the loop): it leaves when that request is answered, and the answer wakes the
+        # sender when anything is queued. Read here without the sender's lock: the sender removes
+        # a partition before it counts what is queued, and a batch is counted (``_incomplete``)
+        # before this is read, so one side or the other always wakes the sender.
+        self.busy: set[TopicPartition] = set()
 
     # -- the application's side ----------------------------------------------------------------
 
@@ -356,8 +363,17 @@ class RecordAccumulator:
         queue.append(batch)
         self._open[topic_partition] = batch
         self._incomplete += 1
-        self.wake_needed = True
+        if self.linger_ms or topic_partition not in self.busy:
+            self.wake_needed = True
         return batch
+
+    def has_queue_not_busy(self) -> bool:
+        """A partition without a request in flight has a batch queued."""
+        busy = self.busy
+        with self.lock:
+            return any(
+                queue and topic_partition not in busy for topic_partition, queue in self._queues.items()
+            )
 
     def has_open_batch(self, topic_partition: TopicPartition) -> bool:
         """The partition has a batch that still takes records (KIP-480's "until the batch is sent")."""
@@ -368,12 +384,22 @@ class RecordAccumulator:
     # -- the sender's side ---------------------------------------------------------------------
 
     def ready(
-        self, now_ms: int, blocked: Callable[[TopicPartition], bool]
+        self,
+        now_ms: int,
+        blocked: Callable[[TopicPartition], bool],
+        busy: Callable[[TopicPartition], bool] | None = None,
     ) -> tuple[list[TopicPartition], int | None]:
         """Partitions with a batch to send now (full, lingered long enough, a retry, or a flush in
-        progress), and the ms until the next one will be, or None when nothing is waiting."""
+        progress), and the ms until the next one will be, or None when nothing is waiting.
+
+        With ``linger_ms`` 0 a batch that is not full goes at once when its partition is not
+        ``busy`` (has no request in flight); otherwise it goes when the answer comes (the caller
+        looks again then), taking every record that arrived meanwhile: records that arrive while
+        one request is out travel together in the next, as Kafka's linger.ms describes, instead
+        of a request each (no timer: the answer is what sends it)."""
         ready: list[TopicPartition] = []
         next_ms: int | None = None
+        hold_while_busy = busy is not None and self.linger_ms == 0
         with self.lock:
             for topic_partition, queue in self._queues.items():
                 if not queue or blocked(topic_partition):
@@ -389,6 +415,8 @@ class RecordAccumulator:
                     continue
                 wait_ms = first.created_ms + self.linger_ms - now_ms
                 if wait_ms <= 0:
+                    if hold_while_busy and busy(topic_partition):  # type: ignore[misc]
+                        continue
                     ready.append(topic_partition)
                 elif next_ms is None or wait_ms < next_ms:
                     next_ms = wait_ms

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -35,7 +36,7 @@ from strom.client.producer.transactions import (
     TransactionState,
     fit_transaction_request,
 )
-from strom.client.transport import LoopThread, Transport
+from strom.client.transport import BrokerChannel, LoopThread, Transport
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.init_producer_id import InitProducerIdRequest
 
@@ -111,6 +112,10 @@ class Producer:
             self.config, self._accumulator, self._transport.metadata, transactions=self._transactions
         )
         self._wakeup = asyncio.Event()
+        # Produce requests written with a callback and not answered yet, oldest first, and the one
+        # timer that checks the oldest against request.timeout.ms (not a timer per request).
+        self._awaiting: dict[ProduceJob, BrokerChannel] = {}
+        self._timeout_timer: asyncio.TimerHandle | None = None
         self._refresh_task: asyncio.Task[None] | None = None
         # Strong references to background tasks (the loop keeps only weak ones).
         self._tasks: set[asyncio.Task[None]] = set()
@@ -358,6 +363,7 @@ class Producer:
 
     async def _run_sender(self) -> None:
         core = self._core
+        loop = asyncio.get_running_loop()
         while not (self._closed and self._accumulator.incomplete == 0):
             self._wakeup.clear()
             next_ms: int | None = None
@@ -370,7 +376,7 @@ class Producer:
                     self._start_refresh()
                 jobs, next_ms = core.collect(self._clock.monotonic_ms(), self._node_ready)
                 for job in jobs:
-                    self._spawn(self._send_job(job))
+                    self._dispatch(job)
                 if self._transactions is not None:
                     wake_ms = self._next_transactional_request()
                     if wake_ms is not None:
@@ -387,9 +393,17 @@ class Producer:
                 next_ms = self.config.retry_backoff_ms
             if self._accumulator.incomplete > core.in_flight_batches:
                 next_ms = _IDLE_RECHECK_MS if next_ms is None else min(next_ms, _IDLE_RECHECK_MS)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(None if next_ms is None else max(next_ms, 1) / 1000):
-                    await self._wakeup.wait()
+            wakeup = self._wakeup
+            if wakeup.is_set():
+                continue
+            if next_ms is None:  # nothing due until woken: no timer
+                await wakeup.wait()
+                continue
+            timer = loop.call_later(max(next_ms, 1) / 1000, wakeup.set)
+            try:
+                await wakeup.wait()
+            finally:
+                timer.cancel()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -505,6 +519,101 @@ class Producer:
             raise error_for_code(response.error_code, context="InitProducerId")
         self._core.set_producer_id(response.producer_id, response.producer_epoch)
 
+    def _dispatch(self, job: ProduceJob) -> None:
+        """Write ``job`` now with a callback for its answer when its connection takes it at once
+        (the usual case: no task, future or timer per request); otherwise ``_send_job``."""
+        channel = self._transport.ready_channel(job.node_id)
+        core = self._core
+        try:
+            if channel is None:
+                sent = False
+            elif not job.expects_response:
+                sent = channel.send_nowait(job.request, None)
+                if sent:
+                    core.on_sent_without_response(job)
+            else:
+                job.sent_ms = self._clock.monotonic_ms()
+                sent = channel.send_nowait(job.request, functools.partial(self._on_answer, job))
+                if sent:
+                    self._awaiting[job] = channel
+                    if self._timeout_timer is None:
+                        self._schedule_timeout_check(job.sent_ms)
+        except KafkaError as error:
+            core.on_error(job, error, self._clock.monotonic_ms())
+            self._wakeup.set()
+            return
+        if not sent:
+            self._spawn(self._send_job(job))
+
+    def _on_answer(self, job: ProduceJob, response: Any, error: KafkaError | None) -> None:
+        """The answer to a request written by ``_dispatch`` (or the error that ended it)."""
+        self._awaiting.pop(job, None)
+        core = self._core
+        now_ms = self._clock.monotonic_ms()
+        try:
+            if error is None:
+                core.on_response(job, response, now_ms)
+            else:
+                if job.timed_out:
+                    error = KafkaTimeoutError(f"produce to broker {job.node_id} timed out")
+                core.on_error(job, error, now_ms)
+        except Exception as failure:  # a bug: fail the records loudly rather than hang them
+            log.exception("produce answer handling failed")
+            core.on_error(job, KafkaError(f"internal error: {failure!r}"), now_ms)
+        # The sender looks again only when something waits (a batch queued meanwhile, a retry, a
+        # partition that was blocked), or to finish closing or a transaction's next step.
+        if self._transactions is not None or self._closed:
+            self._wakeup.set()
+        elif self._accumulator.incomplete > core.in_flight_batches:
+            if self._accumulator.linger_ms == 0 and not self._send_from_answer(now_ms):
+                return
+            self._wakeup.set()
+
+    def _send_from_answer(self, now_ms: int) -> bool:
+        """With linger.ms 0, what waited for this answer leaves now, from the answer's callback,
+        not a loop turn later through the sender. True when the sender must still look (a timer
+        to set, something still waiting, or work only the sender does)."""
+        core = self._core
+        if core.needs_producer_id or self._transport.metadata.stale(now_ms):
+            return True
+        try:
+            jobs, next_ms = core.collect(now_ms, self._node_ready)
+            for job in jobs:
+                self._dispatch(job)
+        except Exception as error:  # the sender's loop reports and retries it
+            log.debug("producer: sending from an answer failed (%r); the sender takes over", error)
+            return True
+        # Batches of partitions with a request in flight leave with its answer; any other one
+        # (left out of this request, or queued meanwhile) is the sender's to look at.
+        return (
+            next_ms is not None
+            or self._transport.metadata.stale(now_ms)
+            or self._accumulator.has_queue_not_busy()
+        )
+
+    def _schedule_timeout_check(self, sent_ms: int) -> None:
+        delay_ms = sent_ms + self.config.request_timeout_ms - self._clock.monotonic_ms()
+        self._timeout_timer = asyncio.get_running_loop().call_later(
+            max(delay_ms, 0) / 1000 + 0.001, self._check_timeouts
+        )
+
+    def _check_timeouts(self) -> None:
+        """Close the connection of a request past request.timeout.ms: its answer may still come,
+        but closing fails every request on it, and they are retried (sequence numbers keep the
+        partition free of duplicates)."""
+        self._timeout_timer = None
+        now_ms = self._clock.monotonic_ms()
+        timeout_ms = self.config.request_timeout_ms
+        for job, channel in list(self._awaiting.items()):
+            if now_ms - job.sent_ms < timeout_ms:
+                break
+            if job in self._awaiting:  # not already failed by an earlier close
+                job.timed_out = True
+                channel.close()
+        for job in self._awaiting:
+            self._schedule_timeout_check(job.sent_ms)
+            break
+
     async def _send_job(self, job: ProduceJob) -> None:
         core = self._core
         try:
@@ -531,6 +640,8 @@ class Producer:
             self._wakeup.set()
 
     async def _shutdown(self) -> None:
+        if self._timeout_timer is not None:
+            self._timeout_timer.cancel()
         self._sender_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._sender_task

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from strom.client.cluster import ClusterMetadata, TopicPartition
 from strom.client.config import ProducerConfig
 from strom.client.errors import KafkaError, KafkaTimeoutError, error_for_code
+from strom.client.produce_codec import FastProduceRequest
 from strom.client.producer.accumulator import ProducerBatch, RecordAccumulator
 from strom.client.producer.transactions import TransactionManager
 from strom.protocol.errors import ErrorCode
@@ -26,7 +27,7 @@ __all__ = ["ProduceJob", "SenderCore"]
 _SEQUENCE_MODULUS = 1 << 31
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ProduceJob:
     """One Produce request for one broker, and the batch it carries for each partition."""
 
@@ -34,6 +35,10 @@ class ProduceJob:
     request: ProduceRequest
     batches: dict[TopicPartition, ProducerBatch]
     expects_response: bool
+    # When it was written (monotonic ms), for request.timeout.ms; set by whoever sends it.
+    sent_ms: int = 0
+    # Its time ran out: the connection was closed, and the failure is a timeout.
+    timed_out: bool = False
 
 
 @dataclass(slots=True)
@@ -71,6 +76,7 @@ class SenderCore:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self._partitions.clear()
+        self.accumulator.busy.clear()
 
     def _state(self, topic_partition: TopicPartition) -> _PartitionState:
         state = self._partitions.get(topic_partition)
@@ -86,6 +92,11 @@ class SenderCore:
         if state.in_flight >= self.config.max_in_flight_requests_per_connection:
             return True
         return state.retries_waiting > 0 and state.in_flight > 0
+
+    def busy(self, topic_partition: TopicPartition) -> bool:
+        """The partition has a request in flight."""
+        state = self._partitions.get(topic_partition)
+        return state is not None and state.in_flight > 0
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -113,7 +124,7 @@ class SenderCore:
             if self.producer_id < 0:
                 return [], None
             blocked = self._blocked_in_transaction
-        ready, next_ms = self.accumulator.ready(now_ms, blocked)
+        ready, next_ms = self.accumulator.ready(now_ms, blocked, self.busy)
         by_node: dict[int, list[TopicPartition]] = {}
         for topic_partition in ready:
             leader = self.metadata.leader_for(topic_partition)
@@ -152,7 +163,7 @@ class SenderCore:
             topic_data.partition_data.append(
                 ProduceRequest.PartitionProduceData(index=partition, records=batch.encoded)
             )
-        request = ProduceRequest(
+        request = FastProduceRequest(
             acks=self.config.acks, timeout_ms=self.config.request_timeout_ms, topic_data=list(topics.values())
         )
         self.in_flight_batches += len(batches)
@@ -161,6 +172,7 @@ class SenderCore:
     def _prepare(self, batch: ProducerBatch) -> None:
         state = self._state(batch.topic_partition)
         state.in_flight += 1
+        self.accumulator.busy.add(batch.topic_partition)
         batch.attempts += 1
         if batch.encoded is not None:  # a retry: same bytes, same sequence
             state.retries_waiting -= 1
@@ -226,7 +238,10 @@ class SenderCore:
             self._retry_or_fail(batch, error, now_ms)
 
     def _finished_sending(self, batch: ProducerBatch) -> None:
-        self._state(batch.topic_partition).in_flight -= 1
+        state = self._state(batch.topic_partition)
+        state.in_flight -= 1
+        if state.in_flight <= 0:
+            self.accumulator.busy.discard(batch.topic_partition)
         self.in_flight_batches -= 1
 
     def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError, now_ms: int) -> None:
