@@ -174,6 +174,12 @@ class ProduceValidation:
         for header in headers:
             if header.attributes & COMPRESSION_MASK:
                 return None
+        return self._check_inline(records, headers, keys_required)
+
+    def _check_inline(
+        self, records: Records, headers: Sequence[BatchHeader], keys_required: bool
+    ) -> list[BatchHeader] | None:
+        """The records checked on the loop within the work bound; None when they exceed it."""
         try:
             return validate_produced_batches(
                 records,
@@ -196,17 +202,7 @@ class ProduceValidation:
         """Check ``records`` (whose batch headers and CRCs ``headers`` are) completely; returns
         once they may be appended, or raises what ``validate_produced_batches`` raises."""
         busy = partition in self._last
-        checked_here: list[BatchHeader] | None
-        try:
-            checked_here = validate_produced_batches(
-                records,
-                headers,
-                keys_required=keys_required,
-                decompressed_bytes_max=self.decompressed_bytes_max,
-                work_bound=self.inline_bound,
-            )
-        except ValidationTooCostly:
-            checked_here = None
+        checked_here = self._check_inline(records, headers, keys_required)
         if checked_here is not None and not busy:
             return Turn(checked_here)  # the common case: no thread, nothing to wait for
         loop = asyncio.get_running_loop()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
+from strom.protocol.primitives import unsigned_varint_bytes
 
 __all__ = ["FastProduceRequest", "decode_produce_response"]
 
@@ -31,17 +32,6 @@ _NULL_STRING = b"\xff\xff"
 _NULL_BYTES = b"\xff\xff\xff\xff"
 _FIRST_FAST_VERSION = 3  # transactional_id from v3; v0-v2 go through the generated encoder
 _FLEXIBLE_VERSION = ProduceRequest.FLEXIBLE_MIN_VERSION or 9
-
-
-def _unsigned_varint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class FastProduceRequest(ProduceRequest):
@@ -65,19 +55,19 @@ class FastProduceRequest(ProduceRequest):
             append(b"\x00" if flexible else _NULL_STRING)
         else:
             encoded = transactional_id.encode("utf-8")
-            append(_unsigned_varint(len(encoded) + 1) if flexible else _INT16.pack(len(encoded)))
+            append(unsigned_varint_bytes(len(encoded) + 1) if flexible else _INT16.pack(len(encoded)))
             append(encoded)
         append(_ACKS_TIMEOUT.pack(self.acks, self.timeout_ms))
         topics = self.topic_data
-        append(_unsigned_varint(len(topics) + 1) if flexible else _INT32.pack(len(topics)))
+        append(unsigned_varint_bytes(len(topics) + 1) if flexible else _INT32.pack(len(topics)))
         for topic in topics:
             name = topic.name.encode("utf-8")
             if topic.unknown_tagged_fields or (not flexible and len(name) > 0x7FFF):
                 return [self.encode(version)]  # the generated encoder's tagged fields, or its error
-            append(_unsigned_varint(len(name) + 1) if flexible else _INT16.pack(len(name)))
+            append(unsigned_varint_bytes(len(name) + 1) if flexible else _INT16.pack(len(name)))
             append(name)
             partitions = topic.partition_data
-            append(_unsigned_varint(len(partitions) + 1) if flexible else _INT32.pack(len(partitions)))
+            append(unsigned_varint_bytes(len(partitions) + 1) if flexible else _INT32.pack(len(partitions)))
             for partition in partitions:
                 if partition.unknown_tagged_fields:
                     return [self.encode(version)]
@@ -86,7 +76,7 @@ class FastProduceRequest(ProduceRequest):
                 if records is None:
                     append(b"\x00" if flexible else _NULL_BYTES)
                 else:
-                    append(_unsigned_varint(len(records) + 1) if flexible else _INT32.pack(len(records)))
+                    append(unsigned_varint_bytes(len(records) + 1) if flexible else _INT32.pack(len(records)))
                     append(records)
                 if flexible:
                     append(b"\x00")  # the partition's tagged fields: none

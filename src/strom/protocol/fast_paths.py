@@ -189,13 +189,9 @@ _FLEXIBLE_PARTITION_TAIL = b"\x01\x00\x00\x00"
 _FLEXIBLE_END = struct.Struct(">iB")
 
 
-def encode_produce_response(response: ProduceResponse, version: int) -> bytes | None:
-    """The body of a Produce answer (v3-11) about one partition of one topic that carries no record
-    errors, error message, current leader, node endpoints or unknown tagged fields; None otherwise."""
-    if not _PRODUCE_VERSION_MIN <= version <= _PRODUCE_VERSION_MAX:
-        return None
-    if type(response) is not ProduceResponse:
-        return None
+def _lone_topic(response: ProduceResponse | FetchResponse) -> Any:
+    """The answer's one topic, when it has exactly one and no node endpoints or unknown tagged
+    fields (the shape the fast encoders write); None otherwise."""
     responses = response.responses
     if (
         type(responses) is not list
@@ -205,11 +201,29 @@ def encode_produce_response(response: ProduceResponse, version: int) -> bytes | 
         or response.unknown_tagged_fields
     ):
         return None
-    topic = responses[0]
-    partitions = topic.partition_responses
+    return responses[0]
+
+
+def _lone_partition(topic: Any, partitions: object) -> Any:
+    """The topic's one partition, when it has exactly one and no unknown tagged fields; else None."""
     if type(partitions) is not list or len(partitions) != 1 or topic.unknown_tagged_fields:
         return None
-    partition = partitions[0]
+    return partitions[0]
+
+
+def encode_produce_response(response: ProduceResponse, version: int) -> bytes | None:
+    """The body of a Produce answer (v3-11) about one partition of one topic that carries no record
+    errors, error message, current leader, node endpoints or unknown tagged fields; None otherwise."""
+    if not _PRODUCE_VERSION_MIN <= version <= _PRODUCE_VERSION_MAX:
+        return None
+    if type(response) is not ProduceResponse:
+        return None
+    topic = _lone_topic(response)
+    if topic is None:
+        return None
+    partition = _lone_partition(topic, topic.partition_responses)
+    if partition is None:
+        return None
     leader = partition.current_leader
     if (
         partition.record_errors
@@ -450,20 +464,12 @@ def encode_fetch_response(response: FetchResponse, version: int) -> list[Blob] |
     fields, as buffers (the records by reference); None otherwise."""
     if not _FETCH_VERSION_MIN <= version <= _FETCH_VERSION_MAX or type(response) is not FetchResponse:
         return None
-    responses = response.responses
-    if (
-        type(responses) is not list
-        or len(responses) != 1
-        or type(response.node_endpoints) is not list
-        or response.node_endpoints
-        or response.unknown_tagged_fields
-    ):
+    topic = _lone_topic(response)
+    if topic is None:
         return None
-    topic = responses[0]
-    partitions = topic.partitions
-    if type(partitions) is not list or len(partitions) != 1 or topic.unknown_tagged_fields:
+    partition = _lone_partition(topic, topic.partitions)
+    if partition is None:
         return None
-    partition = partitions[0]
     aborted = partition.aborted_transactions
     records = partition.records
     if (

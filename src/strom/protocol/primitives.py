@@ -470,6 +470,15 @@ def _varint_bytes(value: int) -> bytes:
 _SMALL_VARINTS = tuple(_varint_bytes(value) for value in range(128))
 
 
+def unsigned_varint_bytes(value: int) -> bytes:
+    """``value`` (0..2**32-1) as an unsigned varint: compact lengths and counts."""
+    if 0 <= value < 128:
+        return _SMALL_VARINTS[value]
+    if value < 0 or value > 0xFFFFFFFF:
+        raise ValueError(f"unsigned varint {value} outside 0..2**32-1")
+    return _varint_bytes(value)
+
+
 class Writer:
     """Accumulates Kafka primitives. `getvalue()` returns the bytes; `getbuffers()` the pieces.
 
@@ -540,12 +549,10 @@ class Writer:
         self._buffer += value.bytes
 
     def unsigned_varint(self, value: int) -> None:
-        if 0 <= value < 128:
+        if 0 <= value < 128:  # inline: every compact length and count passes here
             self._buffer += _SMALL_VARINTS[value]
             return
-        if value < 0 or value > 0xFFFFFFFF:
-            raise ValueError(f"unsigned varint {value} outside 0..2**32-1")
-        self._buffer += _varint_bytes(value)
+        self._buffer += unsigned_varint_bytes(value)
 
     def varint(self, value: int) -> None:
         if not -(2**31) <= value < 2**31:
