@@ -98,6 +98,11 @@ record_layouts_cached_max = 64
 # Partitions in one topic: bounded so a typo in CreateTopics cannot create a million directories.
 partitions_per_topic_max = 10_000
 
+# Partition views a single-node broker keeps built for its Metadata answers (every partition is
+# described alike there, so a topic's are built once and shared): a few MiB at ~150 B a view, and
+# twice the most one topic may have, so the largest topic's are always kept.
+single_node_partition_views_cached_max = 2 * partitions_per_topic_max
+
 # ZooKeeper refuses a znode larger than its jute.maxbuffer (1 MiB - 1 by default); strom checks
 # before writing so an oversized topic assignment fails with a clear error, not a lost connection.
 znode_bytes_max = 1_048_575

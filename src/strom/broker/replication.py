@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from strom.base import limits
 from strom.broker.refused import Refused
 from strom.protocol.errors import ErrorCode
 from strom.storage import PartitionLog, TopicMetadata
@@ -181,6 +182,9 @@ class SingleNode:
     def __init__(self, state: BrokerState) -> None:
         self._state = state
         self._logs = state.logs
+        # Built partition views by (node, first, last), and how many views that is in all.
+        self._views: dict[tuple[int, int, int], list[PartitionView]] = {}
+        self._views_held = 0
 
     # ---- the data path -----------------------------------------------------------------------------
 
@@ -237,11 +241,25 @@ class SingleNode:
         return self._logs.topic_by_id(topic_id)
 
     def describe_partitions(self, topic: TopicView, first: int, last: int) -> list[PartitionView]:
+        """Every partition of a single node is described alike (this broker leads it, alone), so
+        the views of a range are built once and shared: callers only read them. A Metadata answer
+        for 10,000 partitions built them afresh each time, a fifth of the broker's time for it."""
         node = self._state.node_id
-        return [
-            PartitionView(index, ErrorCode.NONE, node, SINGLE_NODE_LEADER_EPOCH, [node], [node], [])
-            for index in range(first, last)
-        ]
+        key = (node, first, last)
+        views = self._views.get(key)
+        if views is None:
+            alone: list[int] = [node]
+            offline: list[int] = []
+            views = [
+                PartitionView(index, ErrorCode.NONE, node, SINGLE_NODE_LEADER_EPOCH, alone, alone, offline)
+                for index in range(first, last)
+            ]
+            if self._views_held + len(views) > limits.single_node_partition_views_cached_max:
+                self._views.clear()
+                self._views_held = 0
+            self._views[key] = views
+            self._views_held += len(views)
+        return views
 
     def find_coordinator(self, group_id: str, listener: str) -> BrokerView | Refused:
         self._state.groups.ensure_offsets_topic()
