@@ -13,7 +13,6 @@ generated codec can encode.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,7 @@ from strom.client.produce_codec import decode_produce_response
 from strom.protocol.api import request_class, response_class
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameDecoder
-from strom.protocol.headers import decode_response_header, encode_request, request_header_version
+from strom.protocol.headers import decode_response_header, encode_request
 from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from strom.protocol.primitives import DecodeError
 
@@ -33,9 +32,6 @@ API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 PRODUCE_KEY = 0
 # Answers read in one pass when they have their usual shape (None: the generated decoder reads them).
 _FAST_DECODERS: dict[int, Callable[[memoryview, int], Any]] = {PRODUCE_KEY: decode_produce_response}
-_HEADER_START = struct.Struct(">hhi")  # api key, api version, correlation id
-_SIZE = struct.Struct(">i")
-_SIZE16 = struct.Struct(">h")
 _UNSUPPORTED_VERSION_BYTES = int(ErrorCode.UNSUPPORTED_VERSION).to_bytes(2, "big", signed=True)
 
 # Highest versions this client speaks where that is lower than what the codec can encode.
@@ -79,12 +75,6 @@ class Connection:
 
     def __init__(self, client_id: str | None, frame_bytes_max: int, *, api_versions_version: int = 3) -> None:
         self.client_id = client_id
-        # client_id as request headers v1 and v2 carry it (a nullable int16-length string).
-        if client_id is None:
-            self._client_id_field = b"\xff\xff"
-        else:
-            encoded = client_id.encode("utf-8")
-            self._client_id_field = _SIZE16.pack(len(encoded)) + encoded
         self._decoder = FrameDecoder(frame_bytes_max)
         self._next_correlation_id = 0
         self._pending: dict[int, _Pending] = {}
@@ -146,20 +136,11 @@ class Connection:
     def _frame(self, request: Any, version: int, token: Any, expect_response: bool) -> bytes:
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
-        api_key = request.API_KEY
+        # A request that gives its body in pieces (a Produce request: its batches among them) has
+        # them copied once, into the frame.
         encode_parts = getattr(request, "encode_parts", None)
-        header_version = request_header_version(api_key, version)
-        if encode_parts is not None and header_version > 0:
-            # One join of size, header and body pieces: the body's large pieces (a Produce
-            # request's batches) are copied once, into the frame.
-            parts = encode_parts(version)
-            header = _HEADER_START.pack(api_key, version, correlation_id) + self._client_id_field
-            if header_version > 1:
-                header += b"\x00"  # no tagged fields
-            size = len(header) + sum(map(len, parts))
-            frame = b"".join((_SIZE.pack(size), header, *parts))
-        else:
-            frame = encode_request(api_key, version, correlation_id, self.client_id, request.encode(version))
+        body = encode_parts(version) if encode_parts is not None else request.encode(version)
+        frame = encode_request(request.API_KEY, version, correlation_id, self.client_id, body)
         if expect_response:
             self._pending[correlation_id] = _Pending(token, request.API_KEY, version)
         return frame

@@ -10,6 +10,7 @@ The header classes are generated from RequestHeader.json / ResponseHeader.json.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from strom.protocol import fast_paths
@@ -230,9 +231,10 @@ def encode_request(
     api_version: int,
     correlation_id: int,
     client_id: str | None,
-    body_bytes: bytes | bytearray | memoryview,
+    body: Blob | Sequence[Blob],
 ) -> bytes:
-    """A whole request frame: 4-byte size, request header, body."""
+    """A whole request frame: 4-byte size, request header, body — its bytes, or its pieces in
+    order (a Produce request's batches among them), joined once with the header into the frame."""
     writer = Writer()
     header = RequestHeader(
         request_api_key=api_key,
@@ -244,5 +246,6 @@ def encode_request(
     if version == 0:
         header.client_id = ""
     header.write(writer, version)
-    writer.raw(body_bytes)
-    return _framed(writer)
+    head = writer.getvalue()
+    pieces = (body,) if isinstance(body, bytes | bytearray | memoryview) else body
+    return b"".join((_SIZE_PREFIX.pack(len(head) + sum(map(len, pieces))), head, *pieces))
