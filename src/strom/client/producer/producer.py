@@ -610,9 +610,9 @@ class Producer:
             if job in self._awaiting:  # not already failed by an earlier close
                 job.timed_out = True
                 channel.close()
-        for job in self._awaiting:
-            self._schedule_timeout_check(job.sent_ms)
-            break
+        oldest = next(iter(self._awaiting), None)
+        if oldest is not None:
+            self._schedule_timeout_check(oldest.sent_ms)
 
     async def _send_job(self, job: ProduceJob) -> None:
         core = self._core
