@@ -394,6 +394,20 @@ def error_counts(response: Any, version: int) -> dict[int, int]:
 # -- the metrics --------------------------------------------------------------------------------------
 
 
+def _count_answered(counters: Any, errors: dict[int, int], records: Any, code: int) -> None:
+    """One answered partition of a Produce: its error code, and the topic's counters (None: a
+    topic the broker does not have)."""
+    errors[code] += 1
+    if counters is None:
+        return
+    counters.produce_requests += 1
+    if code:
+        counters.failed_produce_requests += 1
+    else:
+        counters.bytes_in += len(records) if records else 0
+        counters.messages_in += records_in(records)
+
+
 class BrokerMetrics:
     def __init__(self) -> None:
         self.requests: dict[str, RequestMetrics] = {}
@@ -476,34 +490,15 @@ class BrokerMetrics:
             partitions = topic_data.partition_data
             partition_answers = answers[0].partition_responses
             if len(partitions) == 1 and len(partition_answers) == 1:
-                code = partition_answers[0].error_code
-                errors[code] += 1
                 counters = self.topics.get(topic_data.name) or self._topic(state, topic_data.name)
-                if counters is not None:
-                    counters.produce_requests += 1
-                    if code:
-                        counters.failed_produce_requests += 1
-                    else:
-                        records = partitions[0].records
-                        counters.bytes_in += len(records) if records else 0
-                        counters.messages_in += records_in(records)
+                _count_answered(counters, errors, partitions[0].records, partition_answers[0].error_code)
                 return
         for topic_data, topic_response in zip(topics, answers, strict=True):
             counters = self._topic(state, topic_data.name)
             for partition_data, answer in zip(
                 topic_data.partition_data, topic_response.partition_responses, strict=True
             ):
-                code = answer.error_code
-                errors[code] += 1
-                if counters is None:
-                    continue
-                counters.produce_requests += 1
-                if code:
-                    counters.failed_produce_requests += 1
-                else:
-                    records = partition_data.records
-                    counters.bytes_in += len(records) if records else 0
-                    counters.messages_in += records_in(records)
+                _count_answered(counters, errors, partition_data.records, answer.error_code)
 
     def _count_fetch(self, state: BrokerState, errors: dict[int, int], version: int, response: Any) -> None:
         if version >= 7:

@@ -337,11 +337,9 @@ class Segment:
         The log was validated when written or recovered, so headers are trusted here.
         """
         stop = self.size_bytes if end is None else end
-        reader = _WindowReader(self._files, self._log_key, stop, window_bytes)
-        while stop - position >= HEADER_BYTES:
-            header = BatchHeader._make(HEADER.unpack_from(reader.read(position, HEADER_BYTES)))
-            yield position, header
-            position += header.size_bytes
+        yield from _walk_headers(
+            _WindowReader(self._files, self._log_key, stop, window_bytes), position, stop
+        )
 
     def first_header(self) -> BatchHeader | None:
         if self.size_bytes < HEADER_BYTES:
@@ -360,16 +358,13 @@ class Segment:
         if offset >= self.next_offset:
             return None
         slot = bisect_right(self._index_offsets, offset) - 1
-        position = self._index_positions[slot] if slot >= 0 else 0
+        start = self._index_positions[slot] if slot >= 0 else 0
         # The batch is at most one index interval away: a small read-ahead finds it in one pread.
         window_bytes = min(SCAN_WINDOW_BYTES, max(self.index_interval_bytes * 2, 8192))
-        stop = self.size_bytes
-        reader = _WindowReader(self._files, self._log_key, stop, window_bytes)
-        while stop - position >= HEADER_BYTES:
-            header = BatchHeader._make(HEADER.unpack_from(reader.read(position, HEADER_BYTES)))
+        reader = _WindowReader(self._files, self._log_key, self.size_bytes, window_bytes)
+        for position, header in _walk_headers(reader, start, self.size_bytes):
             if header.last_offset >= offset:
                 return position, header, reader.window, reader.window_start
-            position += header.size_bytes
         return None
 
     def position_of_offset_index_floor(self, offset: int) -> int:
@@ -704,6 +699,14 @@ class _AbortedTxns:
     def cut(self, kept: int) -> None:
         for slots in (self.producers, self.firsts, self.lasts, self.stables):
             del slots[kept:]
+
+
+def _walk_headers(reader: _WindowReader, position: int, stop: int) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each batch from ``position`` (a batch start) to ``stop``."""
+    while stop - position >= HEADER_BYTES:
+        header = BatchHeader._make(HEADER.unpack_from(reader.read(position, HEADER_BYTES)))
+        yield position, header
+        position += header.size_bytes
 
 
 class _WindowReader:
