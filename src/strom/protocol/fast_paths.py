@@ -1,5 +1,6 @@
 """Fast paths for the commonest small requests and answers: a Produce to one partition of one topic
-and its answer, and Heartbeat.
+and its answer, and Heartbeat; and for the answer with the most entries, Metadata about every
+partition of a large cluster.
 
 A client at ``linger.ms=0`` sends one record per Produce, and every consumer heartbeats: the
 generated codecs, which handle any shape a version allows, cost more than the rest of such a
@@ -21,8 +22,9 @@ from typing import Any
 
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
 from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from strom.protocol.messages.metadata import MetadataResponse
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
-from strom.protocol.primitives import Blob
+from strom.protocol.primitives import Blob, unsigned_varint_bytes
 
 Frame = bytes | bytearray | memoryview
 # A decoder: (frame, where the body starts, version) -> (request, bytes left after it), or None.
@@ -521,6 +523,125 @@ def encode_fetch_response(response: FetchResponse, version: int) -> list[Blob] |
     return [head, records, b"\x00\x00\x00"]
 
 
+# -- Metadata -----------------------------------------------------------------------------------
+
+_METADATA_VERSION_MIN = 9  # flexible versions: what current clients ask
+_METADATA_VERSION_MAX = 12
+_METADATA_NULLABLE_NAME_MIN_VERSION = 12
+_METADATA_TOPIC_ID_MIN_VERSION = 10
+_METADATA_CLUSTER_OPERATIONS_VERSIONS = range(8, 11)
+_OPERATIONS_NOT_ASKED = -(2**31)  # the authorized-operations fields' default
+# A partition in one pack, by the lengths of its replica, ISR and offline lists: error code, index,
+# leader, leader epoch, the three lists (each a one-byte compact length and its int32s) and no
+# tagged fields. A cluster's partitions have a handful of list shapes; more than this many shapes
+# are packed without keeping their struct.
+_METADATA_PARTITION_SHAPES_MAX = 512
+_metadata_partition_shapes: dict[tuple[int, int, int], struct.Struct] = {}
+_MetadataTopic = MetadataResponse.MetadataResponseTopic
+_MetadataPartition = MetadataResponse.MetadataResponsePartition
+
+
+def _metadata_partition_shape(replicas: int, isr: int, offline: int) -> struct.Struct:
+    shape = (replicas, isr, offline)
+    packer = _metadata_partition_shapes.get(shape)
+    if packer is None:
+        packer = struct.Struct(f">hiiiB{replicas}iB{isr}iB{offline}iB")
+        if len(_metadata_partition_shapes) < _METADATA_PARTITION_SHAPES_MAX:
+            _metadata_partition_shapes[shape] = packer
+    return packer
+
+
+def _compact_string(value: str) -> bytes:
+    encoded = value.encode("utf-8")
+    return unsigned_varint_bytes(len(encoded) + 1) + encoded
+
+
+def encode_metadata_response(response: MetadataResponse, version: int) -> bytes | None:
+    """The body of a Metadata answer (v9-12) without unknown tagged fields and with fewer than 127
+    entries in each partition's replica lists; None otherwise. An answer about every topic of a
+    large cluster holds an entry per partition: here each is one ``struct`` pack."""
+    if (
+        not _METADATA_VERSION_MIN <= version <= _METADATA_VERSION_MAX
+        or type(response) is not MetadataResponse
+    ):
+        return None
+    if response.unknown_tagged_fields:
+        return None
+    parts: list[bytes] = []
+    append = parts.append
+    shapes = _metadata_partition_shapes
+    names_nullable = version >= _METADATA_NULLABLE_NAME_MIN_VERSION
+    with_ids = version >= _METADATA_TOPIC_ID_MIN_VERSION
+    try:
+        append(_INT32.pack(response.throttle_time_ms))
+        append(unsigned_varint_bytes(len(response.brokers) + 1))
+        for broker in response.brokers:
+            if broker.unknown_tagged_fields:
+                return None
+            append(_INT32.pack(broker.node_id))
+            append(_compact_string(broker.host))
+            append(_INT32.pack(broker.port))
+            append(b"\x00" if broker.rack is None else _compact_string(broker.rack))
+            append(b"\x00")
+        cluster_id = response.cluster_id
+        append(b"\x00" if cluster_id is None else _compact_string(cluster_id))
+        append(_INT32.pack(response.controller_id))
+        append(unsigned_varint_bytes(len(response.topics) + 1))
+        for topic in response.topics:
+            if type(topic) is not _MetadataTopic or topic.unknown_tagged_fields:
+                return None
+            name = topic.name
+            if name is None and not names_nullable:
+                return None
+            append(_INT16.pack(topic.error_code))
+            append(b"\x00" if name is None else _compact_string(name))
+            if with_ids:
+                topic_id = topic.topic_id
+                if type(topic_id) is not uuid.UUID:
+                    return None
+                append(topic_id.bytes)
+            append(b"\x01" if topic.is_internal else b"\x00")
+            partitions = topic.partitions
+            append(unsigned_varint_bytes(len(partitions) + 1))
+            for partition in partitions:
+                if type(partition) is not _MetadataPartition or partition.unknown_tagged_fields:
+                    return None
+                replicas = partition.replica_nodes
+                isr = partition.isr_nodes
+                offline = partition.offline_replicas
+                shape = (len(replicas), len(isr), len(offline))
+                packer = shapes.get(shape)
+                if packer is None:
+                    if max(shape) >= 0x7F:
+                        return None
+                    packer = _metadata_partition_shape(*shape)
+                append(
+                    packer.pack(
+                        partition.error_code,
+                        partition.partition_index,
+                        partition.leader_id,
+                        partition.leader_epoch,
+                        shape[0] + 1,
+                        *replicas,
+                        shape[1] + 1,
+                        *isr,
+                        shape[2] + 1,
+                        *offline,
+                        0,
+                    )
+                )
+            append(_INT32.pack(topic.topic_authorized_operations))
+            append(b"\x00")
+        if version in _METADATA_CLUSTER_OPERATIONS_VERSIONS:
+            append(_INT32.pack(response.cluster_authorized_operations))
+        elif response.cluster_authorized_operations != _OPERATIONS_NOT_ASKED:
+            return None  # a field this version does not have: the generated codec refuses it
+        append(b"\x00")
+    except (struct.error, UnicodeEncodeError, AttributeError, TypeError, ValueError):
+        return None  # the generated codec says what is wrong
+    return b"".join(parts)
+
+
 # By request and response type: what ``protocol.headers`` tries before the generated codec.
 DECODERS: dict[type, Decoder] = {
     ProduceRequest: decode_produce,
@@ -531,4 +652,5 @@ ENCODERS: dict[type, Encoder] = {
     ProduceResponse: encode_produce_response,
     FetchResponse: encode_fetch_response,
     HeartbeatResponse: encode_heartbeat_response,
+    MetadataResponse: encode_metadata_response,
 }

@@ -10,6 +10,7 @@ differently and never raising. Answers encode to the same bytes, or are handed b
 from __future__ import annotations
 
 import random
+import uuid
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from strom.protocol.headers import (
 )
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
 from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from strom.protocol.messages.metadata import MetadataResponse
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
 from strom.protocol.primitives import DecodeError, Reader
 
@@ -504,3 +506,111 @@ def test_fetch_answers_encode_as_the_generated_codec_does_or_are_handed_back(
     assert (buffers is not None) == fast_shape
     if buffers is not None and partition.records is not None:
         assert any(buffer is partition.records for buffer in buffers), "records are sent by reference"
+
+
+# -- Metadata answers ----------------------------------------------------------------------------
+
+METADATA_VERSIONS = range(0, 13)
+_MetadataPartition = MetadataResponse.MetadataResponsePartition
+_MetadataTopic = MetadataResponse.MetadataResponseTopic
+# Any int32 (an out-of-range one included: both encoders refuse it), in lists short and past the
+# one-byte compact length.
+node_lists = st.one_of(
+    st.lists(int32s, max_size=5),
+    st.lists(st.integers(min_value=0, max_value=9), min_size=126, max_size=130),
+)
+
+
+@st.composite
+def metadata_responses(draw: st.DrawFn) -> MetadataResponse:
+    def partition() -> Any:
+        return _MetadataPartition(
+            error_code=draw(int16s),
+            partition_index=draw(int32s),
+            leader_id=draw(int32s),
+            leader_epoch=draw(st.one_of(int32s, st.just(2**31))),
+            replica_nodes=draw(node_lists),
+            isr_nodes=draw(st.lists(int32s, max_size=3)),
+            offline_replicas=draw(st.lists(int32s, max_size=2)),
+            unknown_tagged_fields=draw(st.one_of(st.just({}), tagged)),
+        )
+
+    def topic() -> Any:
+        return _MetadataTopic(
+            error_code=draw(int16s),
+            name=draw(st.one_of(names, st.none())),
+            topic_id=draw(uuids),
+            is_internal=draw(st.booleans()),
+            partitions=[partition() for _ in range(draw(st.integers(0, 3)))],
+            topic_authorized_operations=draw(int32s),
+            unknown_tagged_fields=draw(st.one_of(st.just({}), tagged)),
+        )
+
+    return MetadataResponse(
+        throttle_time_ms=draw(int32s),
+        brokers=[
+            MetadataResponse.MetadataResponseBroker(
+                node_id=draw(int32s),
+                host=draw(names),
+                port=draw(int32s),
+                rack=draw(st.one_of(names, st.none())),
+            )
+            for _ in range(draw(st.integers(0, 3)))
+        ],
+        cluster_id=draw(st.one_of(names, st.none())),
+        controller_id=draw(int32s),
+        topics=[topic() for _ in range(draw(st.integers(0, 4)))],
+        cluster_authorized_operations=draw(int32s),
+        unknown_tagged_fields=draw(st.one_of(st.just({}), st.just({}), tagged)),
+    )
+
+
+@pytest.mark.parametrize("version", METADATA_VERSIONS)
+@settings(max_examples=150, deadline=None, database=None)
+@given(response=metadata_responses())
+def test_metadata_answers_encode_as_the_generated_codec_does_or_are_handed_back(
+    version: int, response: MetadataResponse
+) -> None:
+    encoded = _assert_same_encoding(fast_paths.encode_metadata_response, response, version)
+    partitions = [partition for topic in response.topics for partition in topic.partitions]
+    fast_shape = (
+        9 <= version <= 12
+        and not response.unknown_tagged_fields
+        and not any(topic.unknown_tagged_fields for topic in response.topics)
+        and not any(partition.unknown_tagged_fields for partition in partitions)
+        and all(len(partition.replica_nodes) < 127 for partition in partitions)
+    )
+    try:
+        response.encode(version)
+    except ValueError:
+        return  # refused by both (an int out of range, a null name before v12, a field too new)
+    assert encoded == fast_shape
+
+
+def test_a_large_metadata_answer_takes_the_fast_path() -> None:
+    response = MetadataResponse(
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=9092)],
+        cluster_id="cluster",
+        controller_id=1,
+        topics=[
+            _MetadataTopic(
+                name=f"topic-{index:04d}",
+                topic_id=uuid.UUID(int=index),
+                partitions=[
+                    _MetadataPartition(
+                        partition_index=partition,
+                        leader_id=1,
+                        leader_epoch=0,
+                        replica_nodes=[1],
+                        isr_nodes=[1],
+                    )
+                    for partition in range(20)
+                ],
+            )
+            for index in range(200)  # past one byte of compact length, topics and partitions alike
+        ],
+    )
+    for version in range(9, 13):
+        assert fast_paths.encode_metadata_response(response, version) is not None
+        answer = b"".join(encode_response_buffers(5, 3, version, response))
+        assert answer == encode_response(5, 3, version, response.encode(version))

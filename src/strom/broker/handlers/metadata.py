@@ -52,6 +52,7 @@ from strom.storage import (
 )
 
 ZERO_UUID = uuid.UUID(int=0)
+_MetadataPartition = MetadataResponse.MetadataResponsePartition
 # Metadata versions whose topic entries may name a topic by id alone.
 TOPIC_ID_LOOKUP_MIN_VERSION = 12
 CLUSTER_OPERATIONS_VERSIONS = range(8, 11)
@@ -96,15 +97,17 @@ def describe_topic(
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
+        # Positional (error code, index, leader, leader epoch, replicas, ISR, offline): an answer
+        # about every topic builds one per partition of the cluster.
         partitions=[
-            MetadataResponse.MetadataResponsePartition(
-                error_code=view.error,
-                partition_index=view.partition_index,
-                leader_id=view.leader,
-                leader_epoch=view.leader_epoch,
-                replica_nodes=view.replicas,
-                isr_nodes=view.isr,
-                offline_replicas=view.offline,
+            _MetadataPartition(
+                view.error,
+                view.partition_index,
+                view.leader,
+                view.leader_epoch,
+                view.replicas,
+                view.isr,
+                view.offline,
             )
             for view in state.replication.describe_partitions(topic, 0, topic.partitions)
         ],
