@@ -1,7 +1,7 @@
 """Classic (cooperative-sticky) against the consumer group protocol (KIP-848), side by side.
 
 ``python -m benchmarks.consumer_protocol [--members 10] [--partitions 900] [--heartbeat-interval-ms 500]
-[--protocols classic,consumer] [--output BENCHMARKS.md] [--no-write]``
+[--protocols classic,consumer] [--rounds 3] [--output BENCHMARKS.md] [--no-write]``
 
 KIP-848's own headline: a group of 10 consumers to which 900 partitions are added settles in 5 s
 with the new protocol instead of 103 s with the classic one. Here both protocols run against the
@@ -18,9 +18,17 @@ A producer thread writes a steady stream over every partition meanwhile. For eac
   (every member owning at least one partition);
 - (c) one member (the newcomer) leaves with ``close()``: the time until the rest own everything;
 - (d) for (b) and (c), the longest gap between two records received by a member that owns
-  partitions before and after, from just before the change until ``AFTER_S`` past settling,
-  against the longest gap of the same members in steady state before it (the bar: no staying
-  member pauses longer than its steady-state fetch gap).
+  partitions before and after, in a window of ``WINDOW_S`` from just before the change (through
+  the settling and well past it), against the longest gap of the same members in steady state,
+  watched for ``STEADY_WINDOWS`` such windows just before (the bar: no staying member pauses
+  longer than its steady-state fetch gap). The steady gap is the bound of a member's gaps when
+  nothing changes, so it is watched for longer than the change: the longest of two equally long
+  spells of one stream is the change's half the time with no pause at all.
+
+(b) and (c) are repeated ``--rounds`` times (a member joins, then leaves, each round); the table
+gives each protocol's median settle times over the rounds and its worst pause beside the steady gap
+of the same round, and the bar counts the rounds in which no staying member paused longer than in
+steady state.
 
 "Settled at" is the time of the last callback before the group held still: a protocol that moves
 partitions in several steps is charged for every step. Both protocols are given the same periods:
@@ -41,6 +49,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import itertools
+import statistics
 import sys
 import tempfile
 import threading
@@ -64,8 +73,13 @@ START_PARTITIONS = 10
 HEARTBEAT_INTERVAL_MS = 500
 SESSION_TIMEOUT_MS = 45_000
 PRODUCE_RATE_PER_S = 2_000
-STEADY_S = 3.0
-AFTER_S = 2.0
+# A change's window: from CHANGE_LEAD_S before it, long enough for the settling (at most a second
+# or two) and two seconds after it; the steady state is watched for STEADY_WINDOWS as long, just before.
+WINDOW_S = 3.5
+CHANGE_LEAD_S = 0.2
+STEADY_WINDOWS = 3
+STEADY_S = STEADY_WINDOWS * WINDOW_S + CHANGE_LEAD_S + 0.3
+ROUNDS = 3
 STABLE_HOLD_S = 1.5
 STABLE_TIMEOUT_S = 300.0
 POLL_TIMEOUT_S = 0.005
@@ -160,12 +174,12 @@ class Member:
                 now = time.monotonic()
                 good = 0
                 for message in messages:
-                    error = message.error()
-                    if error is None:
+                    failure = message.error()
+                    if failure is None:
                         good += 1
-                    elif error.code() != KafkaError._PARTITION_EOF:
+                    elif failure.code() != KafkaError._PARTITION_EOF:
                         with self.lock:
-                            self.record.errors.append(str(error))
+                            self.record.errors.append(str(failure))
                 with self.lock:
                     self.record.received_at_s.extend([now] * good)
         finally:
@@ -291,6 +305,18 @@ class Pause:
     longest_gap_s: float
     steady_gap_s: float
 
+    @property
+    def met(self) -> bool:
+        return self.longest_gap_s <= self.steady_gap_s
+
+
+@dataclass
+class RoundResult:
+    join_settle_s: float
+    join_pause: Pause
+    leave_settle_s: float
+    leave_pause: Pause
+
 
 @dataclass
 class ProtocolResult:
@@ -298,31 +324,75 @@ class ProtocolResult:
     members: int
     partitions: int
     add_settle_s: float
-    join_settle_s: float
-    join_pause: Pause
-    leave_settle_s: float
-    leave_pause: Pause
+    rounds: list[RoundResult]
+
+    @property
+    def join_settle_s(self) -> float:
+        return statistics.median(one.join_settle_s for one in self.rounds)
+
+    @property
+    def leave_settle_s(self) -> float:
+        return statistics.median(one.leave_settle_s for one in self.rounds)
 
 
-def pauses(
-    members: Sequence[Member],
-    before: dict[str, set[Partition]],
-    steady_from: float,
-    change_at: float,
-    end_at: float,
-) -> Pause:
+def pauses(members: Sequence[Member], before: dict[str, set[Partition]], change_at: float) -> Pause:
+    """The longest gap of each member that owned partitions before ``change_at`` and still owns
+    some, in the window after the change and in the steady windows before it."""
     gaps, steady = [], []
+    change_from = change_at - CHANGE_LEAD_S
     for member in members:
         if not before.get(member.name) or not member.state()[0]:
             continue  # owned nothing before or after: no stream of its own to pause
         arrivals = member.arrivals()
-        gaps.append(longest_gap(arrivals, change_at - 0.2, end_at))
-        steady.append(longest_gap(arrivals, steady_from, change_at - 0.2))
+        gaps.append(longest_gap(arrivals, change_from, change_from + WINDOW_S))
+        steady.append(longest_gap(arrivals, change_from - STEADY_WINDOWS * WINDOW_S, change_from))
     return Pause(len(gaps), max(gaps, default=float("nan")), max(steady, default=float("nan")))
 
 
+def wait_until(at_s: float) -> None:
+    delay_s = at_s - time.monotonic()
+    if delay_s > 0:
+        time.sleep(delay_s)
+
+
+def one_round(
+    members: list[Member],
+    protocol: str,
+    bootstrap: str,
+    group: str,
+    topic: str,
+    partitions: int,
+    heartbeat_interval_ms: int,
+    index: int,
+) -> RoundResult:
+    """(b) a member joins, (c) it leaves; each after a steady window, each watched for a window."""
+    time.sleep(STEADY_S)
+    before = {member.name: member.state()[0] for member in members}
+    newcomer = Member(
+        f"{protocol}-new-{index}",
+        member_config(protocol, bootstrap, group, f"newcomer-{index}", heartbeat_interval_ms),
+        topic,
+    )
+    joined_at = time.monotonic()
+    members.append(newcomer.start())
+    join_settle_s = wait_settled(members, topic, partitions) - joined_at
+    wait_until(joined_at - CHANGE_LEAD_S + WINDOW_S)
+    join_pause = pauses(members[:-1], before, joined_at)
+
+    time.sleep(STEADY_S)
+    before = {member.name: member.state()[0] for member in members}
+    left_at = time.monotonic()
+    newcomer.close_requested.set()
+    newcomer.thread.join(THREAD_JOIN_TIMEOUT_S)
+    members.remove(newcomer)
+    leave_settle_s = wait_settled(members, topic, partitions) - left_at
+    wait_until(left_at - CHANGE_LEAD_S + WINDOW_S)
+    leave_pause = pauses(members, before, left_at)
+    return RoundResult(join_settle_s, join_pause, leave_settle_s, leave_pause)
+
+
 def measure(
-    bootstrap: str, protocol: str, member_count: int, partitions: int, heartbeat_interval_ms: int
+    bootstrap: str, protocol: str, member_count: int, partitions: int, heartbeat_interval_ms: int, rounds: int
 ) -> ProtocolResult:
     stamp = time.monotonic_ns()
     topic = f"cp-{protocol}-{stamp}"
@@ -352,42 +422,16 @@ def measure(
         producer.partitions = partitions
         add_settle_s = wait_settled(members, topic, partitions) - grown_at
 
-        # (b) one more member.
-        steady_from = time.monotonic() + 0.5
-        time.sleep(STEADY_S)
-        before = {member.name: member.state()[0] for member in members}
-        newcomer = Member(
-            f"{protocol}-new",
-            member_config(protocol, bootstrap, group, "newcomer", heartbeat_interval_ms),
-            topic,
-        )
-        joined_at = time.monotonic()
-        members.append(newcomer.start())
-        join_settle_s = wait_settled(members, topic, partitions) - joined_at
-        time.sleep(AFTER_S)
-        join_pause = pauses(members[:-1], before, steady_from, joined_at, time.monotonic())
-
-        # (c) the newcomer leaves.
-        steady_from = time.monotonic()
-        time.sleep(STEADY_S)
-        before = {member.name: member.state()[0] for member in members}
-        left_at = time.monotonic()
-        newcomer.close_requested.set()
-        newcomer.thread.join(THREAD_JOIN_TIMEOUT_S)
-        members.remove(newcomer)
-        leave_settle_s = wait_settled(members, topic, partitions) - left_at
-        time.sleep(AFTER_S)
-        leave_pause = pauses(members, before, steady_from, left_at, time.monotonic())
-        return ProtocolResult(
-            protocol,
-            member_count,
-            partitions,
-            add_settle_s,
-            join_settle_s,
-            join_pause,
-            leave_settle_s,
-            leave_pause,
-        )
+        # (b) and (c), round after round.
+        results = []
+        for index in range(rounds):
+            results.append(
+                one_round(
+                    members, protocol, bootstrap, group, topic, partitions, heartbeat_interval_ms, index
+                )
+            )
+            print(f"{protocol} round {index + 1}: {results[-1]}", flush=True)
+        return ProtocolResult(protocol, member_count, partitions, add_settle_s, results)
     finally:
         producer.stop()
         stop_members(members)
@@ -411,31 +455,40 @@ def render(results: Sequence[ProtocolResult], heartbeat_interval_ms: int) -> str
         f" `group.consumer.heartbeat.interval.ms` {heartbeat_interval_ms}. Settled: every partition owned"
         f" once (from the callbacks), unchanged for {STABLE_HOLD_S} s; the time is to the last callback.",
         "",
-        "| protocol | (a) settle after partitions added, s | (b) settle after one joins, s | (c) settle after one leaves, s |"
-        " (d) longest pause of a staying member, join / leave, s | its steady-state longest gap, join / leave, s |",
+        f"| protocol | (a) settle after partitions added, s | (b) settle after one joins, s, median of {len(first.rounds)} |"
+        " (c) settle after one leaves, s, median | (d) longest pause of a staying member / its steady-state"
+        " longest gap, join, s, each round | the same, leave, s, each round |",
         "|---|---:|---:|---:|---:|---:|",
     ]
+
+    def pairs(found: Sequence[Pause]) -> str:
+        return ", ".join(f"{pause.longest_gap_s:.3f} / {pause.steady_gap_s:.3f}" for pause in found)
+
     for result in results:
         lines.append(
             f"| {result.protocol} | {result.add_settle_s:.2f} | {result.join_settle_s:.2f} |"
-            f" {result.leave_settle_s:.2f} | {result.join_pause.longest_gap_s:.3f} /"
-            f" {result.leave_pause.longest_gap_s:.3f} | {result.join_pause.steady_gap_s:.3f} /"
-            f" {result.leave_pause.steady_gap_s:.3f} |"
+            f" {result.leave_settle_s:.2f} | {pairs([one.join_pause for one in result.rounds])} |"
+            f" {pairs([one.leave_pause for one in result.rounds])} |"
         )
     consumer = next((result for result in results if result.protocol == "consumer"), None)
     if consumer is not None:
         settle_met = (
-            max(consumer.add_settle_s, consumer.join_settle_s, consumer.leave_settle_s) <= BAR_SETTLE_S
+            max(
+                consumer.add_settle_s,
+                *(one.join_settle_s for one in consumer.rounds),
+                *(one.leave_settle_s for one in consumer.rounds),
+            )
+            <= BAR_SETTLE_S
         )
-        pause_met = (
-            consumer.join_pause.longest_gap_s <= consumer.join_pause.steady_gap_s
-            and consumer.leave_pause.longest_gap_s <= consumer.leave_pause.steady_gap_s
-        )
+        changes = [pause for one in consumer.rounds for pause in (one.join_pause, one.leave_pause)]
+        calm = sum(pause.met for pause in changes)
         lines += [
             "",
-            f"Bars: the consumer protocol settles in at most {BAR_SETTLE_S:.0f} s:"
-            f" **{'met' if settle_met else 'not met'}**; no staying member pauses longer than its"
-            f" steady-state gap: **{'met' if pause_met else 'not met'}**.",
+            f"A change is watched for {WINDOW_S} s from {CHANGE_LEAD_S} s before it, the steady state for"
+            f" {STEADY_WINDOWS * WINDOW_S} s just before that. Bars: the consumer protocol settles in at most"
+            f" {BAR_SETTLE_S:.0f} s (every settle of every round): **{'met' if settle_met else 'not met'}**;"
+            f" no staying member pauses longer than its steady-state gap: **{'met' if calm == len(changes) else 'not met'}**"
+            f" ({calm} of {len(changes)} changes).",
         ]
     lines.append("")
     return "\n".join(lines)
@@ -454,11 +507,12 @@ def main() -> int:
         help="heartbeat (and classic metadata refresh) interval of both protocols",
     )
     parser.add_argument("--protocols", default=",".join(PROTOCOLS), help="classic,consumer (in this order)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="times a member joins and leaves")
     parser.add_argument("--output", default="BENCHMARKS.md", help="file whose section is replaced")
     parser.add_argument("--no-write", action="store_true", help="print only")
     arguments = parser.parse_args()
-    if arguments.partitions <= START_PARTITIONS or arguments.members < 1:
-        parser.error(f"--partitions must exceed {START_PARTITIONS} and --members be at least 1")
+    if arguments.partitions <= START_PARTITIONS or arguments.members < 1 or arguments.rounds < 1:
+        parser.error(f"--partitions must exceed {START_PARTITIONS}, --members and --rounds be at least 1")
     results = []
     with tempfile.TemporaryDirectory(prefix="strom-consumer-protocol-") as work_dir:
         broker = Broker(Path(work_dir), broker_settings(arguments.heartbeat_interval_ms))
@@ -471,6 +525,7 @@ def main() -> int:
                         arguments.members,
                         arguments.partitions,
                         arguments.heartbeat_interval_ms,
+                        arguments.rounds,
                     )
                 )
                 print(results[-1], flush=True)
