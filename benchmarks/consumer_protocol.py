@@ -15,7 +15,8 @@ A producer thread writes a steady stream over every partition meanwhile. For eac
   partition is owned by exactly one member (from the members' assign/revoke callbacks) and stays so
   for ``STABLE_HOLD_S``;
 - (b) one member joins the group of (a): the time from its ``subscribe()`` until settled again
-  (every member owning at least one partition);
+  (every member owning at least one partition); its consumer is made before the steady window
+  (see ``Member``);
 - (c) one member (the newcomer) leaves with ``close()``: the time until the rest own everything;
 - (d) for (b) and (c), the longest gap between two records received by a member that owns
   partitions before and after, in a window of ``WINDOW_S`` from just before the change (through
@@ -140,13 +141,21 @@ def member_config(
 class Member:
     """One confluent-kafka consumer on its own thread; callbacks and arrivals are timestamped."""
 
-    def __init__(self, name: str, config: dict[str, object], topic: str) -> None:
+    def __init__(
+        self, name: str, config: dict[str, object], topic: str, hold: threading.Event | None = None
+    ) -> None:
+        """With ``hold``, the member makes its consumer at once and subscribes only once ``hold``
+        is set (``made`` says when it is made): a newcomer joins without making its client then.
+        Making one holds this process's GIL for milliseconds, which every member thread would
+        see as a pause; in a real group each member is a process of its own."""
         self.name = name
         self.config = config
         self.topic = topic
+        self.hold = hold
         self.record = MemberRecord()
         self.lock = threading.Lock()
         self.assignment: set[Partition] = set()
+        self.made = threading.Event()
         self.close_requested = threading.Event()
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -162,8 +171,14 @@ class Member:
             with self.lock:
                 self.record.errors.append(f"{type(error).__name__}: {error}")
             self.closed.set()
+            self.made.set()
             return
+        self.made.set()
         try:
+            if self.hold is not None:
+                while not self.hold.wait(0.1):
+                    if self.close_requested.is_set():
+                        return
             consumer.subscribe(
                 [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
@@ -366,15 +381,19 @@ def one_round(
     index: int,
 ) -> RoundResult:
     """(b) a member joins, (c) it leaves; each after a steady window, each watched for a window."""
-    time.sleep(STEADY_S)
-    before = {member.name: member.state()[0] for member in members}
+    join = threading.Event()
     newcomer = Member(
         f"{protocol}-new-{index}",
         member_config(protocol, bootstrap, group, f"newcomer-{index}", heartbeat_interval_ms),
         topic,
-    )
+        hold=join,
+    ).start()
+    newcomer.made.wait(THREAD_JOIN_TIMEOUT_S)
+    time.sleep(STEADY_S)
+    before = {member.name: member.state()[0] for member in members}
     joined_at = time.monotonic()
-    members.append(newcomer.start())
+    join.set()
+    members.append(newcomer)
     join_settle_s = wait_settled(members, topic, partitions) - joined_at
     wait_until(joined_at - CHANGE_LEAD_S + WINDOW_S)
     join_pause = pauses(members[:-1], before, joined_at)
