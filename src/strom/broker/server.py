@@ -58,6 +58,7 @@ from strom.broker.metrics import (
 )
 from strom.broker.quotas import set_throttle_time
 from strom.broker.registry import handler_table
+from strom.broker.request_stream import RequestStream
 from strom.broker.scram_store import FileScramStore, ZooKeeperScramStore
 from strom.broker.state import BrokerState
 from strom.broker.tls_server import TlsServer
@@ -86,7 +87,6 @@ log = logging.getLogger("strom.broker")
 peer_log = logging.getLogger("strom.broker.peer")
 peer_log.addFilter(RateLimitFilter(limits.peer_fault_log_lines_per_s, limits.peer_fault_log_lines_burst))
 
-READ_CHUNK_BYTES = 256 * 1024
 # Connections are looked over for idleness and slow requests this often, relative to the shortest
 # of those bounds (and at most every limits.connection_check_interval_ms_max).
 CONNECTION_CHECKS_PER_BOUND = 10
@@ -274,17 +274,22 @@ class BrokerServer:
             for listener in self.config.listeners():
                 security = self._security.get(listener.listener)
                 server: Any
+                streams = functools.partial(
+                    RequestStream,
+                    functools.partial(self._serve_connection, listener=listener.listener),
+                    self.config.frame_bytes_max,
+                )
                 if security is not None and security.ssl_context is not None:
                     server = TlsServer(
-                        functools.partial(self._serve_connection, listener=listener.listener),
+                        streams,
                         security.ssl_context,
                         functools.partial(self._handshake_failed, listener.listener),
                     )
                     self._servers.append(server)
                     await server.start(listener.host or None, listener.port)
                 else:
-                    server = await asyncio.start_server(
-                        functools.partial(self._serve_connection, listener=listener.listener),
+                    server = await asyncio.get_running_loop().create_server(
+                        streams,
                         listener.host or None,  # an empty host: every interface
                         listener.port,
                         reuse_address=True,
@@ -392,23 +397,16 @@ class BrokerServer:
 
     # -- connections ------------------------------------------------------------------------------
 
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str = "PLAINTEXT"
-    ) -> None:
-        # The connection runs in a task of our own so that stop() can cancel it without the
-        # streams machinery logging the cancellation of its callback task as an error.
-        task = asyncio.create_task(self._connection_loop(reader, writer, listener))
+    def _serve_connection(self, stream: RequestStream, listener: str = "PLAINTEXT") -> None:
+        """A connection was made (accepted, and over TLS its handshake done): its loop starts, in
+        a task stop() cancels."""
+        task = asyncio.create_task(self._connection_loop(stream, listener))
         self._connections.add(task)
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self._connections.discard(task)
+        task.add_done_callback(self._connections.discard)
 
-    async def _connection_loop(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str = "PLAINTEXT"
-    ) -> None:
+    async def _connection_loop(self, stream: RequestStream, listener: str = "PLAINTEXT") -> None:
+        writer = stream.writer
+        assert writer is not None
         connection_id = next(self._connection_ids)
         peer = writer.get_extra_info("peername")
         client_host = str(peer[0]) if peer else "?"
@@ -417,7 +415,7 @@ class BrokerServer:
         if security is not None:
             secured = self._secure(writer, security)
             dispatch = functools.partial(self._dispatch_secured, secured)
-        decoder = FrameDecoder(self.config.frame_bytes_max)
+        decoder = stream.decoder
         metrics = self.metrics
         budget = self._budget
         bounds = budget.limits
@@ -458,12 +456,11 @@ class BrokerServer:
                     await self._drain(writer, account)
                 if quota_mutes and connection_id in quota_mutes:
                     await self._quota_mute(connection_id, account)
-                data = await reader.read(READ_CHUNK_BYTES)
-                if not data:
+                frames, received_bytes = await self._next_frames(stream, frames_max)
+                metrics.bytes_in_total += received_bytes
+                if not frames:
                     break
                 received = clock()
-                metrics.bytes_in_total += len(data)
-                frames = self._cut(decoder, data, frames_max)
                 while frames:
                     account.handling = True
                     # The answers to the requests in one read go out in one write: pipelining
@@ -516,8 +513,8 @@ class BrokerServer:
                     if len(frames) < frames_max:
                         break
                     # The read held more requests than a connection may have unanswered: the rest
-                    # were left in the decoder, and are answered before the connection is read again.
-                    frames = self._cut(decoder, b"", frames_max)
+                    # were left in the stream, and are answered before the connection is read again.
+                    frames = stream.take_frames(frames_max)
         except CloseConnection as error:
             peer_log.warning("closing connection %d from %s: %s", connection_id, client_host, error)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -538,11 +535,13 @@ class BrokerServer:
                 await writer.wait_closed()
 
     @staticmethod
-    def _cut(decoder: FrameDecoder, data: bytes, frames_max: int) -> list[bytearray | memoryview]:
-        """The complete frames now in the decoder (at most ``frames_max``); a malformed stream closes
-        the connection."""
+    async def _next_frames(
+        stream: RequestStream, frames_max: int
+    ) -> tuple[list[bytearray | memoryview], int]:
+        """The next complete frames (at most ``frames_max``; none at the end of the stream) and the
+        bytes received with them; a malformed stream closes the connection."""
         try:
-            return decoder.feed(data, frames_max)
+            return await stream.next_frames(frames_max)
         except FrameTooLargeError as error:
             if error.size_bytes >> 16 == _TLS_HANDSHAKE_PREFIX:
                 raise CloseConnection(

@@ -2,7 +2,7 @@
 succeeded, logging (rate-limited) the ones that fail: a plaintext client on a TLS port, an unknown
 or missing client certificate, a peer that stalls.
 
-``asyncio.start_server(ssl=...)`` would do the accepting, but a failed handshake there ends in
+``loop.create_server(ssl=...)`` would do the accepting, but a failed handshake there ends in
 silence (the event loop logs it only in debug mode), and a handshake started later on an accepted
 stream (``StreamWriter.start_tls``) stalls under uvloop; so this server accepts sockets itself and
 runs each handshake with ``loop.connect_accepted_socket``, which raises when it fails. It offers
@@ -21,13 +21,13 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from strom.base import limits
 
-Connected = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-# asyncio.start_server's default: how much a connection's StreamReader buffers before it stops reading.
-_STREAM_LIMIT_BYTES = 64 * 1024
+# Makes the protocol of a connection whose handshake succeeded (it serves the connection from its
+# connection_made on).
+ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 _LISTEN_BACKLOG = 100
 # After an accept fails for want of descriptors (EMFILE), wait this long before accepting again.
 _ACCEPT_RETRY_S = 0.1
@@ -40,11 +40,11 @@ log = logging.getLogger("strom.broker.peer")
 class TlsServer:
     def __init__(
         self,
-        connected: Connected,
+        protocol_factory: ProtocolFactory,
         context: ssl.SSLContext,
         on_handshake_failed: Callable[[str, BaseException], None],
     ) -> None:
-        self._connected = connected
+        self._protocol_factory = protocol_factory
         self._context = context
         self._on_handshake_failed = on_handshake_failed
         self.sockets: list[socket.socket] = []
@@ -90,8 +90,6 @@ class TlsServer:
 
     async def _handshake(self, connection: socket.socket, client_host: str) -> None:
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=_STREAM_LIMIT_BYTES)
-        protocol = asyncio.StreamReaderProtocol(reader)
         deadline = loop.time() + limits.tls_handshake_ms_max / 1000
         try:
             if not await _sends_something(connection, deadline):
@@ -101,8 +99,8 @@ class TlsServer:
                     connection.close()
                 log.debug("a connection from %s closed before it sent a byte", client_host)
                 return
-            transport, _ = await loop.connect_accepted_socket(
-                lambda: protocol,
+            await loop.connect_accepted_socket(
+                self._protocol_factory,
                 connection,
                 ssl=self._context,
                 ssl_handshake_timeout=max(deadline - loop.time(), _HANDSHAKE_TIMEOUT_MIN_S),
@@ -111,9 +109,6 @@ class TlsServer:
             with contextlib.suppress(OSError):
                 connection.close()
             self._on_handshake_failed(client_host, error)
-            return
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        await self._connected(reader, writer)
 
     def close(self) -> None:
         for task in [*self._acceptors, *self._tasks]:
