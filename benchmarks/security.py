@@ -1,6 +1,7 @@
 """Produce and consume throughput over TLS and SASL beside plaintext, on one broker.
 
-``python -m benchmarks.security [--records N] [--rounds R] [--output BENCHMARKS.md] [--no-write]``
+``python -m benchmarks.security [--records N] [--rounds R] [--sizes 100,1024] [--before REV]
+[--output BENCHMARKS.md] [--no-write]``
 
 One ``strom broker`` opens four listeners (PLAINTEXT, SASL_SSL with SCRAM-SHA-512, SSL with client
 certificates, SASL_PLAINTEXT with PLAIN; certificates made with ``openssl`` as the tests make them).
@@ -10,6 +11,10 @@ one partition and flushes; then one consumer process reads them back from offset
 the median rate of each listener and its ratio to plaintext (the issue's bar: >= 0.70 over TLS and
 SASL_SSL). Broker CPU per record (user + system time of the broker process) is beside it: on a
 shared machine it is the figure that survives the noise.
+
+With ``--before REV`` a second broker runs the ``src`` of git revision REV beside this tree's, with
+the same listeners, and every case runs on both in each round (in alternating order): rows
+"before" and "after", each variant's ratios to its own plaintext.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.harness import Broker, cpu_seconds, free_port
 from benchmarks.report import replace_section
+from benchmarks.run import export_source
 from tests.security.certs import Certificates, make_certificates
 
 LISTENERS = ("PLAINTEXT", "SASL_SSL", "SSL", "SASL_PLAINTEXT")
-RECORD_SIZES_BYTES = (100, 1024)
+DEFAULT_SIZES = "100,1024"
 USER, PASSWORD = "bench", "bench-secret"
 CASE_TIMEOUT_S = 300.0
 
@@ -142,75 +148,103 @@ def main() -> None:
         "--records", type=int, default=300_000, help="records of 100 B per case (1 KiB: a quarter)"
     )
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="record sizes in bytes, comma-separated")
+    parser.add_argument("--before", help="also run the broker of this git revision, side by side")
     parser.add_argument("--output", type=Path, default=Path("BENCHMARKS.md"))
     parser.add_argument("--no-write", action="store_true")
     arguments = parser.parse_args()
+    sizes = tuple(int(size) for size in arguments.sizes.split(","))
     work = Path(tempfile.mkdtemp(prefix="strom-security-bench-"))
     certificates = make_certificates(work / "certificates")
     jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{USER}="{PASSWORD}";'
-    ports = {name: free_port() for name in LISTENERS[1:]}
-    settings = {
-        "listeners": "PLAINTEXT://127.0.0.1:0," + ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-        "ssl.keystore.location": str(certificates.broker_keystore),
-        "ssl.truststore.location": str(certificates.ca),
-        "listener.name.ssl.ssl.client.auth": "required",
-        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
-        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
-    }
-    broker = Broker(
-        work, settings, arguments=["--add-scram", f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]"]
-    )
-    ports["PLAINTEXT"] = broker.port
-    rates: dict[tuple[int, str], dict[str, list[float]]] = {}
+    sources: dict[str, Path | None] = {"after": None}
+    if arguments.before:
+        sources = {"before": export_source(arguments.before, work / "before-src"), "after": None}
+    brokers: dict[str, tuple[Broker, dict[str, int]]] = {}
+    rates: dict[tuple[str, int, str], dict[str, list[float]]] = {}
     try:
-        for size in RECORD_SIZES_BYTES:
+        for variant, source in sources.items():
+            ports = {name: free_port() for name in LISTENERS[1:]}
+            settings = {
+                "listeners": "PLAINTEXT://127.0.0.1:0,"
+                + ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+                "ssl.keystore.location": str(certificates.broker_keystore),
+                "ssl.truststore.location": str(certificates.ca),
+                "listener.name.ssl.ssl.client.auth": "required",
+                "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+            }
+            (work / variant).mkdir()
+            broker = Broker(
+                work / variant,
+                settings,
+                source_dir=source,
+                arguments=["--add-scram", f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]"],
+            )
+            ports["PLAINTEXT"] = broker.port
+            brokers[variant] = (broker, ports)
+        for size in sizes:
             records = arguments.records if size == 100 else arguments.records // 4
             for round_index in range(arguments.rounds):
                 order = LISTENERS if round_index % 2 == 0 else tuple(reversed(LISTENERS))
+                variants = list(brokers) if round_index % 2 == 0 else list(reversed(brokers))
                 for listener in order:
-                    config = client_config(listener, ports[listener], certificates)
-                    topic = f"bench-{listener.lower()}-{size}-{round_index}"
-                    entry = rates.setdefault(
-                        (size, listener), {"produce": [], "consume": [], "cpu_p": [], "cpu_c": []}
-                    )
-                    cpu = cpu_seconds(broker.process.pid)
-                    entry["produce"].append(records / timed(produce, config, topic, records, size))
-                    entry["cpu_p"].append((cpu_seconds(broker.process.pid) - cpu) / records * 1e6)
-                    cpu = cpu_seconds(broker.process.pid)
-                    entry["consume"].append(records / timed(consume, config, topic, records))
-                    entry["cpu_c"].append((cpu_seconds(broker.process.pid) - cpu) / records * 1e6)
+                    for variant in variants:
+                        broker, ports = brokers[variant]
+                        config = client_config(listener, ports[listener], certificates)
+                        topic = f"bench-{listener.lower()}-{size}-{round_index}"
+                        entry = rates.setdefault(
+                            (variant, size, listener),
+                            {"produce": [], "consume": [], "cpu_p": [], "cpu_c": []},
+                        )
+                        cpu = cpu_seconds(broker.process.pid)
+                        entry["produce"].append(records / timed(produce, config, topic, records, size))
+                        entry["cpu_p"].append((cpu_seconds(broker.process.pid) - cpu) / records * 1e6)
+                        cpu = cpu_seconds(broker.process.pid)
+                        entry["consume"].append(records / timed(consume, config, topic, records))
+                        entry["cpu_c"].append((cpu_seconds(broker.process.pid) - cpu) / records * 1e6)
     finally:
-        broker.stop()
+        for broker, _ in brokers.values():
+            broker.stop()
+    command = f"python -m benchmarks.security --records {arguments.records} --rounds {arguments.rounds}"
+    if arguments.sizes != DEFAULT_SIZES:
+        command += f" --sizes {arguments.sizes}"
+    if arguments.before:
+        command += f" --before {arguments.before}"
     lines = [
         "## TLS and SASL beside plaintext (`python -m benchmarks.security`)",
         "",
-        f"Run: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC with `python -m benchmarks.security"
-        f" --records {arguments.records} --rounds {arguments.rounds}`.",
+        f"Run: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC with `{command}`.",
         f"Machine: {platform.processor() or platform.machine()}, {multiprocessing.cpu_count()} CPUs,"
         f" Python {platform.python_version()}; one producer and one consumer process (confluent-kafka),"
         " one partition; medians of the rounds, listeners in alternating order.",
         "",
-        "| records | listener | produce rec/s | / plaintext | consume rec/s | / plaintext |"
+        "| records | listener | broker | produce rec/s | / plaintext | consume rec/s | / plaintext |"
         " broker CPU µs/record produce | consume |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for size in RECORD_SIZES_BYTES:
-        base = rates[(size, "PLAINTEXT")]
+
+    def median_of(variant: str, size: int, listener: str, kind: str) -> float:
+        return statistics.median(rates[(variant, size, listener)][kind])
+
+    for size in sizes:
         for listener in LISTENERS:
-            entry = rates[(size, listener)]
-            produce_rate, consume_rate = (
-                statistics.median(entry["produce"]),
-                statistics.median(entry["consume"]),
-            )
-            lines.append(
-                f"| {size} B | {listener} | {produce_rate:,.0f} | {produce_rate / statistics.median(base['produce']):.2f}"
-                f" | {consume_rate:,.0f} | {consume_rate / statistics.median(base['consume']):.2f}"
-                f" | {statistics.median(entry['cpu_p']):.2f} | {statistics.median(entry['cpu_c']):.2f} |"
-            )
+            for variant in brokers:
+                produce_rate = median_of(variant, size, listener, "produce")
+                consume_rate = median_of(variant, size, listener, "consume")
+                label = variant if arguments.before else "this tree"
+                lines.append(
+                    f"| {size} B | {listener} | {label} | {produce_rate:,.0f}"
+                    f" | {produce_rate / median_of(variant, size, 'PLAINTEXT', 'produce'):.2f}"
+                    f" | {consume_rate:,.0f} | {consume_rate / median_of(variant, size, 'PLAINTEXT', 'consume'):.2f}"
+                    f" | {median_of(variant, size, listener, 'cpu_p'):.2f}"
+                    f" | {median_of(variant, size, listener, 'cpu_c'):.2f} |"
+                )
     cipher, encrypt_mb_s, decrypt_mb_s = crypto_speed(certificates)
-    produce_mb_s = statistics.median(rates[(1024, "PLAINTEXT")]["produce"]) * 1024 / 1e6
-    consume_mb_s = statistics.median(rates[(1024, "PLAINTEXT")]["consume"]) * 1024 / 1e6
+    largest = max(sizes)
+    produce_mb_s = median_of("after", largest, "PLAINTEXT", "produce") * largest / 1e6
+    consume_mb_s = median_of("after", largest, "PLAINTEXT", "consume") * largest / 1e6
     # Over TLS each byte produced is encrypted once (producer) and decrypted once (broker); each
     # byte consumed the reverse (broker, consumer) — on the same two CPUs here.
     crypto_cores_produce = produce_mb_s / encrypt_mb_s + produce_mb_s / decrypt_mb_s
@@ -220,23 +254,24 @@ def main() -> None:
         f"TLS's own cost on this machine: {cipher}; one core encrypts {encrypt_mb_s:,.0f} MB/s and decrypts"
         f" {decrypt_mb_s:,.0f} MB/s through Python's `ssl` (memory BIOs, as the event loop does). Each byte"
         " produced over TLS is encrypted once (producer) and decrypted once (broker), each byte consumed"
-        f" the reverse: at plaintext's 1 KiB rates ({produce_mb_s:,.0f} MB/s produce, {consume_mb_s:,.0f} MB/s"
+        f" the reverse: at plaintext's {largest} B rates ({produce_mb_s:,.0f} MB/s produce, {consume_mb_s:,.0f} MB/s"
         f" consume) that alone takes {crypto_cores_produce:.2f} and {crypto_cores_consume:.2f} of this"
         f" machine's {multiprocessing.cpu_count()} CPUs, beside what the plaintext run already spends on"
         " the clients and the broker.",
     ]
     worst = {
         size: min(
-            statistics.median(rates[(size, listener)][kind])
-            / statistics.median(rates[(size, "PLAINTEXT")][kind])
+            median_of("after", size, listener, kind) / median_of("after", size, "PLAINTEXT", kind)
             for listener in ("SSL", "SASL_SSL")
             for kind in ("produce", "consume")
         )
-        for size in RECORD_SIZES_BYTES
+        for size in sizes
     }
     lines += [
         "",
-        "Bar: produce and consume over SSL and SASL_SSL at least 0.70 of plaintext — "
+        "Bar: produce and consume over SSL and SASL_SSL at least 0.70 of plaintext"
+        + (" (this tree's broker, the after rows)" if arguments.before else "")
+        + " — "
         + "; ".join(
             f"{size} B: {'met' if ratio >= TLS_BAR else 'not met'} (worst {ratio:.2f})"
             for size, ratio in worst.items()
