@@ -82,6 +82,7 @@ class ClusterMetadata:
         self.controller_id = response.controller_id
         if all_topics:
             self.topics = {}
+        make_partition = PartitionInfo  # once per partition of the cluster in an all-topics answer
         for topic in response.topics:
             if topic.name is None:
                 continue
@@ -90,22 +91,23 @@ class ClusterMetadata:
                 if topic.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     self.topics[topic.name] = TopicInfo(topic.name, error_code=topic.error_code)
                 continue
-            info = TopicInfo(
+            self.topics[topic.name] = TopicInfo(
                 topic.name,
-                is_internal=topic.is_internal,
-                error_code=topic.error_code,
-                topic_id=str(topic.topic_id),
+                {
+                    p.partition_index: make_partition(
+                        p.partition_index,
+                        p.leader_id,
+                        p.leader_epoch,
+                        tuple(p.replica_nodes),
+                        tuple(p.isr_nodes),
+                        p.error_code,
+                    )
+                    for p in topic.partitions
+                },
+                topic.is_internal,
+                topic.error_code,
+                str(topic.topic_id),
             )
-            for partition in topic.partitions:
-                info.partitions[partition.partition_index] = PartitionInfo(
-                    partition.partition_index,
-                    partition.leader_id,
-                    partition.leader_epoch,
-                    tuple(partition.replica_nodes),
-                    tuple(partition.isr_nodes),
-                    partition.error_code,
-                )
-            self.topics[topic.name] = info
         self.updated_ms = now_ms
         self.refresh_requested = False
 
