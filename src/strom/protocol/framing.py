@@ -27,7 +27,7 @@ _SIZE_BYTES = _SIZE.size
 # Consumed bytes at the front of the buffer are dropped only once they are this many and at least
 # half the buffer, so a burst of small frames costs O(n) copying in total, not O(n^2).
 _COMPACT_BYTES_MIN = 64 * 1024
-# Frames at least this large that fill the buffer exactly are handed over without a copy (smaller
+# Frames at least this large are handed over as views of their buffer, without a copy (smaller
 # ones are cheaper to copy than to give their own buffer).
 _HAND_OVER_BYTES_MIN = 64 * 1024
 
@@ -68,9 +68,9 @@ class FrameDecoder:
         them without new bytes), so a caller can bound the requests it holds unanswered.
 
         Bodies are writable and belong to the caller (the broker rewrites base offsets in produced
-        batches in place). A frame that fills the whole buffer — the usual case for a large
-        produce request arriving over several reads — is handed over without a copy: the buffer
-        itself becomes the frame and a new one is started.
+        batches in place). A large frame — a produce request of many records, arriving over
+        several reads — is handed over without a copy, as a view of the buffer it arrived in; the
+        bytes left after the frames cut (the start of the next request) move to a new buffer.
         """
         assert frames_max is None or frames_max > 0, frames_max
         buffer = self._buffer
@@ -81,6 +81,7 @@ class FrameDecoder:
         end = len(buffer)
         if frames_max is None:
             frames_max = end  # more than the buffer can hold: every frame has at least 8 bytes
+        handed_over = False  # a frame is a view of this buffer: it is the frames' now, not ours
         while end - start >= _SIZE_BYTES and len(frames) < frames_max:
             (size,) = _SIZE.unpack_from(buffer, start)
             if size < limits.frame_bytes_min:
@@ -90,14 +91,21 @@ class FrameDecoder:
             if end - start - _SIZE_BYTES < size:
                 break
             body_start = start + _SIZE_BYTES
-            if start == 0 and body_start + size == end and size >= _HAND_OVER_BYTES_MIN:
-                frames.append(memoryview(buffer)[body_start:])
-                self._buffer = buffer = bytearray()
-                start = end = 0
-                break
-            frames.append(buffer[body_start : body_start + size])
-            start = body_start + size
-        if start == end:
+            body_end = body_start + size
+            if size >= _HAND_OVER_BYTES_MIN:
+                # A large frame is handed over as a view of the buffer, not copied out of it.
+                frames.append(memoryview(buffer)[body_start:body_end])
+                handed_over = True
+            else:
+                frames.append(buffer[body_start:body_end])
+            start = body_end
+        if handed_over:
+            # The buffer belongs to the frames handed over as views of it (and may not be resized
+            # while they are): what is left after them (the start of the next frames, at most a
+            # read's worth) goes on in a buffer of its own.
+            self._buffer = bytearray(buffer[start:end])
+            start = 0
+        elif start == end:
             if end:
                 buffer.clear()
             start = 0

@@ -68,6 +68,31 @@ def test_a_large_frame_filling_the_buffer_is_handed_over_writable_and_the_decode
     assert decoder.feed(stream[len(stream) - 15 :]) == [b"small frame"]
 
 
+def test_a_large_frame_with_the_next_ones_behind_it_is_handed_over_without_a_copy() -> None:
+    """A read that ends past a large frame (the next request already arriving): the frame is a
+    view of the buffer it arrived in, the frames behind it are cut as before, whatever the reads."""
+    large = bytes(range(256)) * 512  # 128 KiB
+    stream = (
+        encode_frame(b"before it") + encode_frame(large) + encode_frame(b"after it") + encode_frame(large)
+    )
+    for read_bytes in (1000, 65536, len(stream) - 3, len(stream)):
+        decoder = FrameDecoder(10 * 1024 * 1024)
+        frames = []
+        for index in range(0, len(stream), read_bytes):
+            frames += decoder.feed(stream[index : index + read_bytes])
+        assert [bytes(frame) for frame in frames] == [b"before it", large, b"after it", large]
+        assert all(isinstance(frame, memoryview) for frame in (frames[1], frames[3]))
+        for frame in frames:
+            frame[0:1] = b"\xff"  # each writable, and none shares bytes with another
+        assert [bytes(frame[1:]) for frame in frames] == [b"efore it", large[1:], b"fter it", large[1:]]
+        assert decoder.buffered_bytes == 0
+    # One frame a call: the frames left behind a handed-over one wait in the new buffer.
+    decoder = FrameDecoder(10 * 1024 * 1024)
+    frames = decoder.feed(stream, 1) + decoder.feed(b"", 1) + decoder.feed(b"", 1) + decoder.feed(b"", 1)
+    assert [bytes(frame) for frame in frames] == [b"before it", large, b"after it", large]
+    assert decoder.feed(b"", 1) == [] and decoder.buffered_bytes == 0
+
+
 def test_at_most_frames_max_frames_are_cut_and_the_rest_wait_in_the_buffer() -> None:
     decoder = FrameDecoder(frame_bytes_max=1000)
     bodies = [b"%08d" % index for index in range(7)]
