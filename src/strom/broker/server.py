@@ -402,7 +402,12 @@ class BrokerServer:
         a task stop() cancels."""
         task = asyncio.create_task(self._connection_loop(stream, listener))
         self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
+        task.add_done_callback(functools.partial(self._connection_ended, stream))
+
+    def _connection_ended(self, stream: RequestStream, task: asyncio.Task[None]) -> None:
+        self._connections.discard(task)
+        if stream.writer is not None and not stream.writer.is_closing():
+            stream.writer.close()  # a loop cancelled before it began (the broker stopping) closed nothing
 
     async def _connection_loop(self, stream: RequestStream, listener: str = "PLAINTEXT") -> None:
         writer = stream.writer
