@@ -64,6 +64,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=KAFKA_PYTHON_WARNING, category=DeprecationWarning)
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.errors import KafkaConnectionError
     from kafka.net.inet import KafkaNetSocket
     from kafka.structs import MemberState, OffsetAndMetadata
 
@@ -384,6 +385,9 @@ class MemberRecord:
     received: list[Received] = field(default_factory=list)
     rebalances: int = 0  # assignment callbacks (or assignment changes) seen
     failure: str | None = None  # the member's thread died
+    # Connection errors a client raised to the application and carried on after (see
+    # KafkaPythonMember): the test thread may print them; they fail nothing by themselves.
+    transient_errors: list[str] = field(default_factory=list)
 
 
 class ClientMember:
@@ -426,6 +430,7 @@ class ClientMember:
                 list(self.record.received),
                 self.record.rebalances,
                 self.record.failure,
+                list(self.record.transient_errors),
             )
 
     def current_assignment(self) -> frozenset[int]:
@@ -565,7 +570,20 @@ class KafkaPythonMember(ClientMember):
                     time.sleep(0.05)
                 while not self._stop.is_set():
                     self._serve_calls(consumer)
-                    for topic_partition, messages in consumer.poll(timeout_ms=100).items():
+                    try:
+                        polled = consumer.poll(timeout_ms=100)
+                    except KafkaConnectionError as error:
+                        # kafka-python 3.0 lets a failed metadata refresh out of poll() while it
+                        # looks for a new coordinator: when the broker it asks (its least-loaded
+                        # node) is the coordinator just killed, FindCoordinator is refused, the
+                        # refresh it then awaits fails the same way, and its
+                        # ensure_coordinator_ready_async catches only a timeout around that
+                        # refresh. The consumer itself is intact; the application polls again,
+                        # and the member must still converge on the new coordinator.
+                        with self.lock:
+                            self.record.transient_errors.append(f"{type(error).__name__}: {error}")
+                        continue
+                    for topic_partition, messages in polled.items():
                         for message in messages:
                             self._received(topic_partition.partition, message.offset)
                     coordinator = consumer._coordinator
