@@ -30,7 +30,7 @@ class BrokerNode:
 
 class PartitionInfo(NamedTuple):
     """A partition as the latest Metadata answer described it (a tuple: a large cluster's answer
-    makes one per partition, and a frozen dataclass costs four times as much to build)."""
+    makes one per partition, and a frozen dataclass costs nearly three times as much to build)."""
 
     partition: int
     leader: int
