@@ -64,11 +64,10 @@ class RequestStream(asyncio.BufferedProtocol):
         self._error: DecodeError | None = None
         self._eof = False
         self._lost: BaseException | None = None
-        self._gone = False
         self._waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
         self._over_tls = False
-        self._closed: asyncio.Future[None] = loop.create_future()
+        self._closed: asyncio.Future[None] = loop.create_future()  # done once the connection is lost
         self._writing_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
 
@@ -111,7 +110,6 @@ class RequestStream(asyncio.BufferedProtocol):
         return not self._over_tls
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._gone = True
         self._lost = exc
         if not self._closed.done():
             self._closed.set_result(None)
@@ -129,7 +127,7 @@ class RequestStream(asyncio.BufferedProtocol):
 
     async def _drain_helper(self) -> None:
         """``StreamWriter.drain()``: returns once the transport takes writes again."""
-        if self._gone:
+        if self._closed.done():
             raise ConnectionResetError("connection lost")
         if not self._writing_paused:
             return
@@ -166,7 +164,7 @@ class RequestStream(asyncio.BufferedProtocol):
                 raise self._error
             if self._lost is not None:
                 raise ConnectionResetError(str(self._lost) or type(self._lost).__name__)
-            if self._eof or self._gone:
+            if self._eof or self._closed.done():
                 received, self._received_bytes = self._received_bytes, 0
                 return [], received
             if self._reading_paused:
@@ -194,7 +192,7 @@ class RequestStream(asyncio.BufferedProtocol):
             waiter.set_result(None)
 
     def _pause_reading(self) -> None:
-        if self._gone or self.transport is None or self.transport.is_closing():
+        if self._closed.done() or self.transport is None or self.transport.is_closing():
             return
         self._reading_paused = True
         self.transport.pause_reading()

@@ -15,6 +15,7 @@ import struct
 import uuid
 
 from strom.protocol.messages.metadata import MetadataResponse
+from strom.protocol.primitives import unsigned_varint_at
 
 __all__ = ["decode_metadata_response"]
 
@@ -39,26 +40,16 @@ class _Shape(Exception):
 
 def _count(body: memoryview, pos: int) -> tuple[int, int]:
     """A compact array's length (never null in a Metadata answer), and the position after it."""
-    count, pos = _varint(body, pos)
-    if count == 0:
+    count, pos = unsigned_varint_at(body, pos, len(body))
+    if count <= 0:  # null (0), or longer than a fast path reads (-1)
         raise _Shape
     return count - 1, pos
 
 
-def _varint(body: memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint at ``pos``, and the position after it."""
-    value = 0
-    for shift in range(0, 35, 7):
-        byte = body[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-    raise _Shape
-
-
 def _string(body: memoryview, pos: int, nullable: bool) -> tuple[str | None, int]:
-    size, pos = _varint(body, pos)
+    size, pos = unsigned_varint_at(body, pos, len(body))
+    if size < 0:
+        raise _Shape
     if size == 0:
         if not nullable:
             raise _Shape

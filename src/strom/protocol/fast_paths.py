@@ -24,7 +24,7 @@ from strom.protocol.messages.fetch import FetchRequest, FetchResponse
 from strom.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from strom.protocol.messages.metadata import MetadataResponse
 from strom.protocol.messages.produce import ProduceRequest, ProduceResponse
-from strom.protocol.primitives import Blob, unsigned_varint_bytes
+from strom.protocol.primitives import Blob, unsigned_varint_at, unsigned_varint_bytes
 
 Frame = bytes | bytearray | memoryview
 # A decoder: (frame, where the body starts, version) -> (request, bytes left after it), or None.
@@ -55,21 +55,6 @@ def _view(frame: Frame) -> memoryview | None:
     if view.format != "B" or view.ndim != 1:
         return None
     return view
-
-
-def _unsigned_varint(view: memoryview, position: int, end: int) -> tuple[int, int]:
-    """An unsigned varint of at most 4 bytes (values below 2**28) at ``position``; (value, next
-    position), or (-1, -1) when it is longer or runs past ``end`` (the general path decides)."""
-    value = 0
-    shift = 0
-    while position < end and shift < 28:
-        byte = view[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-    return -1, -1
 
 
 # -- Produce ----------------------------------------------------------------------------------------
@@ -116,7 +101,7 @@ def _decode_produce_flexible(view: memoryview, position: int, end: int) -> tuple
         return None
     (index,) = _INT32.unpack_from(view, position + 1)
     position += 1 + _INT32.size
-    size, position = _unsigned_varint(view, position, end)  # records, compact nullable
+    size, position = unsigned_varint_at(view, position, end)  # records, compact nullable
     if position < 0:
         return None
     size -= 1

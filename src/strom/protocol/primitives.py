@@ -470,6 +470,22 @@ def _varint_bytes(value: int) -> bytes:
 _SMALL_VARINTS = tuple(_varint_bytes(value) for value in range(128))
 
 
+def unsigned_varint_at(view: memoryview, position: int, end: int) -> tuple[int, int]:
+    """An unsigned varint of at most 4 bytes (values below 2**28: every length and count a fast
+    path reads) at ``position``; (value, next position), or (-1, -1) when it is longer or runs past
+    ``end`` (the caller leaves such input to the generated codec)."""
+    value = 0
+    shift = 0
+    while position < end and shift < 28:
+        byte = view[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+    return -1, -1
+
+
 def unsigned_varint_bytes(value: int) -> bytes:
     """``value`` (0..2**32-1) as an unsigned varint: compact lengths and counts."""
     if 0 <= value < 128:
