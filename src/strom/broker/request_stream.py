@@ -1,5 +1,5 @@
-"""The broker's end of one client connection: bytes read straight into a buffer of its own and cut
-into request frames as they arrive, and an ``asyncio.StreamWriter`` for the answers.
+"""The broker's end of one client connection: bytes read straight into a scratch buffer (one the
+broker's connections share) and cut into request frames as they arrive, and an ``asyncio.StreamWriter`` for the answers.
 
 Through a ``StreamReader`` every byte a client sent was copied three times before the frame
 decoder saw it (the transport's chunk, the reader's buffer, the slice ``read()`` returns), and
@@ -32,7 +32,9 @@ from strom.protocol.primitives import DecodeError
 
 __all__ = ["RequestStream"]
 
-# What one read may write: the transport's reads (and TLS records, 16 KiB each) go here.
+# What one read may write: the transport's reads (and TLS records, 16 KiB each) go here. One such
+# buffer serves every connection of a broker, not one each: 10,000 idle connections would hold
+# 2.5 GiB of them.
 SCRATCH_BYTES = 256 * 1024
 # What asyncio.start_server's StreamReader buffered before it stopped reading (twice its limit).
 BUFFERED_BYTES_MAX = 128 * 1024
@@ -50,7 +52,11 @@ class RequestStream(asyncio.BufferedProtocol):
         connected: Callable[[RequestStream], None],
         frame_bytes_max: int,
         buffered_bytes_max: int = BUFFERED_BYTES_MAX,
+        scratch: memoryview | None = None,
     ) -> None:
+        """``scratch``: where reads go, shared by every connection of one event loop (each read is
+        copied out of it before the loop reads anything else: the transport calls ``get_buffer``,
+        reads, then ``buffer_updated`` in one callback); a buffer of its own when not given."""
         loop = asyncio.get_running_loop()  # protocols are made on the event loop
         self._event_loop = loop
         self.decoder = FrameDecoder(frame_bytes_max)
@@ -58,7 +64,7 @@ class RequestStream(asyncio.BufferedProtocol):
         self.transport: Any = None
         self._connected = connected
         self._buffered_bytes_max = buffered_bytes_max
-        self._scratch = memoryview(bytearray(SCRATCH_BYTES))
+        self._scratch = scratch if scratch is not None else memoryview(bytearray(SCRATCH_BYTES))
         self._frames: list[bytearray | memoryview] = []
         self._received_bytes = 0  # since the loop last took frames
         self._error: DecodeError | None = None

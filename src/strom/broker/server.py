@@ -58,7 +58,7 @@ from strom.broker.metrics import (
 )
 from strom.broker.quotas import set_throttle_time
 from strom.broker.registry import handler_table
-from strom.broker.request_stream import RequestStream
+from strom.broker.request_stream import SCRATCH_BYTES, RequestStream
 from strom.broker.scram_store import FileScramStore, ZooKeeperScramStore
 from strom.broker.state import BrokerState
 from strom.broker.tls_server import TlsServer
@@ -261,6 +261,8 @@ class BrokerServer:
         self._budget = ConnectionBudget(budget_limits(config))
         self.metrics.connection_budget = self._budget
         self._open: dict[int, _OpenConnection] = {}
+        # Where every connection's reads land before they are cut into frames (one for all of them).
+        self._read_scratch = memoryview(bytearray(SCRATCH_BYTES))
         self._connection_checks: asyncio.Task[None] | None = None
         self.loop_lag = LoopLagMonitor()
 
@@ -278,6 +280,7 @@ class BrokerServer:
                     RequestStream,
                     functools.partial(self._serve_connection, listener=listener.listener),
                     self.config.frame_bytes_max,
+                    scratch=self._read_scratch,
                 )
                 if security is not None and security.ssl_context is not None:
                     server = TlsServer(

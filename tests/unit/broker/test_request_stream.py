@@ -190,3 +190,23 @@ async def test_drain_waits_while_the_transport_is_paused_for_writing() -> None:
     stream.connection_lost(None)
     with pytest.raises(ConnectionResetError):
         await draining
+
+
+@run_async
+async def test_connections_sharing_one_scratch_each_get_their_own_frames() -> None:
+    """Each read is copied out of the scratch before the next: two connections reading into one
+    buffer, in turns and with partial frames, each cut their own frames."""
+    shared = memoryview(bytearray(4096))
+    streams = []
+    for _ in range(2):
+        stream = RequestStream(lambda made: None, frame_bytes_max=1 << 20, scratch=shared)
+        stream.connection_made(FakeTransport())  # type: ignore[arg-type]
+        assert stream.writer is not None
+        _writers.append(stream.writer)
+        streams.append(stream)
+    first, second = frame(b"1" * 3000), frame(b"2" * 3000)
+    for index in range(0, 3004, 1000):
+        deliver(streams[0], first[index : index + 1000])
+        deliver(streams[1], second[index : index + 1000])
+    assert [bytes(f) for f in (await streams[0].next_frames(5))[0]] == [b"1" * 3000]
+    assert [bytes(f) for f in (await streams[1].next_frames(5))[0]] == [b"2" * 3000]
