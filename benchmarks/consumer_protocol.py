@@ -7,7 +7,7 @@ KIP-848's own headline: a group of 10 consumers to which 900 partitions are adde
 with the new protocol instead of 103 s with the classic one. Here both protocols run against the
 same ``strom broker`` subprocess (started here on 127.0.0.1), one after the other in one run, with
 confluent-kafka consumers (librdkafka: ``partition.assignment.strategy=cooperative-sticky`` for
-classic, ``group.protocol=consumer`` for the new protocol), each on its own thread of this process.
+classic, ``group.protocol=consumer`` for the new protocol), each in a process of its own.
 A producer thread writes a steady stream over every partition meanwhile. For each protocol:
 
 - (a) partitions added: ``--members`` members consume a topic of ``START_PARTITIONS`` partitions;
@@ -24,7 +24,9 @@ A producer thread writes a steady stream over every partition meanwhile. For eac
   watched for ``STEADY_WINDOWS`` such windows just before (the bar: no staying member pauses
   longer than its steady-state fetch gap). The steady gap is the bound of a member's gaps when
   nothing changes, so it is watched for longer than the change: the longest of two equally long
-  spells of one stream is the change's half the time with no pause at all.
+  spells of one stream is the change's half the time with no pause at all. Only gaps begun
+  before the group settled count: a later one is the new steady state's (after a join each member
+  owns fewer partitions, and its records come that much less often).
 
 (b) and (c) are repeated ``--rounds`` times (a member joins, then leaves, each round); the table
 gives each protocol's median settle times over the rounds and its worst pause beside the steady gap
@@ -48,17 +50,20 @@ The results replace the section between ``<!-- consumer-protocol:start -->`` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import itertools
+import multiprocessing
 import statistics
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -88,6 +93,11 @@ THREAD_JOIN_TIMEOUT_S = 60.0
 # The bar (the issue's "Speed" section): the consumer protocol settles within a second.
 BAR_SETTLE_S = 1.0
 PROTOCOLS = ("classic", "consumer")
+# Members are spawned, not forked: this process has client threads (the producer's, the admin's).
+MEMBER_PROCESSES = multiprocessing.get_context("spawn")
+# librdkafka debug contexts for every member (``--client-debug``): its lines go to stderr with
+# the wall-clock time, which each round's printed pause detail gives for the change.
+CLIENT_DEBUG: str | None = None
 
 
 def broker_settings(heartbeat_interval_ms: int) -> dict[str, str]:
@@ -135,89 +145,140 @@ def member_config(
         config["partition.assignment.strategy"] = "cooperative-sticky"
         config["session.timeout.ms"] = SESSION_TIMEOUT_MS
         config["heartbeat.interval.ms"] = heartbeat_interval_ms
+    if CLIENT_DEBUG:
+        config["debug"] = CLIENT_DEBUG
     return config
 
 
+def run_member(name: str, config: dict[str, object], topic: str, hold: bool, connection: Any) -> None:
+    """A member's process: one confluent-kafka consumer, its callbacks and arrivals timestamped
+    and sent to the benchmark over ``connection`` (a pipe) as they happen. With ``hold`` it makes
+    its consumer and subscribes when told ("subscribe"); it closes its consumer when told ("close")."""
+
+    def send(*message: object) -> None:
+        connection.send(message)
+
+    def callback(kind: str) -> Callable[[Consumer, list[TopicPartition]], None]:
+        def record(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            send("event", time.monotonic(), kind, [(one.topic or "", one.partition) for one in partitions])
+
+        return record
+
+    try:
+        consumer = Consumer(config)
+    except Exception as error:
+        send("error", f"{type(error).__name__}: {error}")
+        return
+    send("made")
+    try:
+        if hold and connection.recv() != "subscribe":
+            return
+        consumer.subscribe(
+            [topic], on_assign=callback("assign"), on_revoke=callback("revoke"), on_lost=callback("lost")
+        )
+        while not connection.poll():
+            messages = consumer.consume(num_messages=1000, timeout=POLL_TIMEOUT_S)
+            if not messages:
+                continue
+            now = time.monotonic()
+            good = 0
+            for message in messages:
+                failure = message.error()
+                if failure is None:
+                    good += 1
+                elif failure.code() != KafkaError._PARTITION_EOF:
+                    send("error", str(failure))
+            if good:
+                send("arrivals", now, good)
+    finally:
+        consumer.close()
+
+
 class Member:
-    """One confluent-kafka consumer on its own thread; callbacks and arrivals are timestamped."""
+    """One confluent-kafka consumer in a process of its own (``run_member``), as each member of a
+    real group is; its callbacks and arrivals, timestamped there (``time.monotonic`` is one clock
+    for every process), are gathered here by a thread.
+
+    The members were threads of this process once: a member's client pauses fetching all its
+    partitions from the moment it hands a rebalance callback to its application until the
+    application has run it (librdkafka: "Pausing fetchers for N assigned partition(s): incremental
+    rebalance"), and ten members and a producer sharing one interpreter's lock made that wait the
+    benchmark's, not the protocol's."""
 
     def __init__(
         self, name: str, config: dict[str, object], topic: str, hold: threading.Event | None = None
     ) -> None:
         """With ``hold``, the member makes its consumer at once and subscribes only once ``hold``
-        is set (``made`` says when it is made): a newcomer joins without making its client then.
-        Making one holds this process's GIL for milliseconds, which every member thread would
-        see as a pause; in a real group each member is a process of its own."""
+        is set (``made`` says when it is made): a newcomer joins without making its client then."""
         self.name = name
-        self.config = config
-        self.topic = topic
         self.hold = hold
         self.record = MemberRecord()
         self.lock = threading.Lock()
         self.assignment: set[Partition] = set()
         self.made = threading.Event()
-        self.close_requested = threading.Event()
         self.closed = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._connection, child_end = MEMBER_PROCESSES.Pipe()
+        self._child_end = child_end
+        self._send_lock = threading.Lock()
+        self.process = MEMBER_PROCESSES.Process(
+            target=run_member, args=(name, config, topic, hold is not None, child_end), name=name, daemon=True
+        )
+        self.thread = threading.Thread(target=self._gather, name=name, daemon=True)
 
     def start(self) -> Member:
+        self.process.start()
+        self._child_end.close()
         self.thread.start()
+        if self.hold is not None:
+            threading.Thread(target=self._subscribe_when_told, name=f"{self.name}-hold", daemon=True).start()
         return self
 
-    def _run(self) -> None:
+    def close(self) -> None:
+        """Ask the member to close its consumer (leaving the group) and end."""
+        self._tell("close")
+
+    def join(self, timeout_s: float) -> None:
+        self.thread.join(timeout_s)
+        self.process.join(timeout_s)
+        if self.process.is_alive():
+            self.process.kill()
+
+    def _tell(self, command: str) -> None:
+        with self._send_lock, contextlib.suppress(OSError):
+            self._connection.send(command)
+
+    def _subscribe_when_told(self) -> None:
+        assert self.hold is not None
+        while not self.hold.wait(0.1):
+            if self.closed.is_set():
+                return
+        self._tell("subscribe")
+
+    def _gather(self) -> None:
         try:
-            consumer = Consumer(self.config)
-        except Exception as error:
-            with self.lock:
-                self.record.errors.append(f"{type(error).__name__}: {error}")
+            while True:
+                try:
+                    message = self._connection.recv()
+                except (EOFError, OSError):
+                    return
+                kind = message[0]
+                with self.lock:
+                    if kind == "arrivals":
+                        self.record.received_at_s.extend([message[1]] * message[2])
+                    elif kind == "event":
+                        _, at, change, moved = message
+                        self.record.events.append((at, change, moved))
+                        if change == "assign":
+                            self.assignment.update(moved)
+                        else:
+                            self.assignment.difference_update(moved)
+                    elif kind == "error":
+                        self.record.errors.append(message[1])
+                if kind == "made":
+                    self.made.set()
+        finally:
             self.closed.set()
             self.made.set()
-            return
-        self.made.set()
-        try:
-            if self.hold is not None:
-                while not self.hold.wait(0.1):
-                    if self.close_requested.is_set():
-                        return
-            consumer.subscribe(
-                [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-            )
-            while not self.close_requested.is_set():
-                messages = consumer.consume(num_messages=1000, timeout=POLL_TIMEOUT_S)
-                if not messages:
-                    continue
-                now = time.monotonic()
-                good = 0
-                for message in messages:
-                    failure = message.error()
-                    if failure is None:
-                        good += 1
-                    elif failure.code() != KafkaError._PARTITION_EOF:
-                        with self.lock:
-                            self.record.errors.append(str(failure))
-                with self.lock:
-                    self.record.received_at_s.extend([now] * good)
-        finally:
-            consumer.close()
-            self.closed.set()
-
-    def _event(self, kind: str, partitions: list[TopicPartition]) -> None:
-        moved = [(partition.topic or "", partition.partition) for partition in partitions]
-        with self.lock:
-            self.record.events.append((time.monotonic(), kind, moved))
-            if kind == "assign":
-                self.assignment.update(moved)
-            else:
-                self.assignment.difference_update(moved)
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._event("assign", partitions)
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._event("revoke", partitions)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._event("lost", partitions)
 
     def state(self) -> tuple[set[Partition], float]:
         """(current assignment, time of the last callback)."""
@@ -229,12 +290,16 @@ class Member:
         with self.lock:
             return list(self.record.received_at_s)
 
+    def events(self) -> list[tuple[float, str, list[Partition]]]:
+        with self.lock:
+            return list(self.record.events)
+
 
 def stop_members(members: Sequence[Member]) -> None:
     for member in members:
-        member.close_requested.set()
+        member.close()
     for member in members:
-        member.thread.join(THREAD_JOIN_TIMEOUT_S)
+        member.join(THREAD_JOIN_TIMEOUT_S)
 
 
 def is_settled(assignments: Sequence[set[Partition]], topic: str, partitions: int) -> bool:
@@ -306,9 +371,19 @@ class SteadyProducer:
 
 
 def longest_gap(times_s: Sequence[float], start_s: float, end_s: float) -> float:
+    gap_from, gap_to = longest_gap_at(times_s, start_s, end_s)
+    return gap_to - gap_from
+
+
+def longest_gap_at(
+    times_s: Sequence[float], start_s: float, end_s: float, begun_by_s: float | None = None
+) -> tuple[float, float]:
+    """(from, to) of the longest gap between arrivals in ``[start_s, end_s]`` (its ends count);
+    with ``begun_by_s``, of the gaps begun by then."""
     window = [at for at in times_s if start_s <= at <= end_s]
     points = [start_s, *window, end_s]
-    return max(later - earlier for earlier, later in itertools.pairwise(points))
+    gaps = [pair for pair in itertools.pairwise(points) if begun_by_s is None or pair[0] <= begun_by_s]
+    return max(gaps, key=lambda pair: pair[1] - pair[0])
 
 
 # -- one protocol's run ------------------------------------------------------------------------------
@@ -319,6 +394,9 @@ class Pause:
     kept_members: int
     longest_gap_s: float
     steady_gap_s: float
+    # Which member paused longest, when (from the change), and its callbacks around it: printed
+    # with each round, to tell a client waiting on its application from a late answer.
+    detail: str = ""
 
     @property
     def met(self) -> bool:
@@ -350,18 +428,38 @@ class ProtocolResult:
         return statistics.median(one.leave_settle_s for one in self.rounds)
 
 
-def pauses(members: Sequence[Member], before: dict[str, set[Partition]], change_at: float) -> Pause:
+def pauses(
+    members: Sequence[Member], before: dict[str, set[Partition]], change_at: float, settled_at: float
+) -> Pause:
     """The longest gap of each member that owned partitions before ``change_at`` and still owns
-    some, in the window after the change and in the steady windows before it."""
+    some, in the window after the change and in the steady windows before it.
+
+    A gap of the change's window counts if it began before the group settled (``settled_at``, its
+    last callback): one begun later is the new steady state's, where a member owns fewer
+    partitions than before a join (1/11 fewer here), so its gaps are longer by as much: not a pause."""
     gaps, steady = [], []
     change_from = change_at - CHANGE_LEAD_S
+    worst: tuple[float, str] = (-1.0, "")
     for member in members:
         if not before.get(member.name) or not member.state()[0]:
             continue  # owned nothing before or after: no stream of its own to pause
         arrivals = member.arrivals()
-        gaps.append(longest_gap(arrivals, change_from, change_from + WINDOW_S))
+        gap_from, gap_to = longest_gap_at(arrivals, change_from, change_from + WINDOW_S, settled_at)
+        gaps.append(gap_to - gap_from)
         steady.append(longest_gap(arrivals, change_from - STEADY_WINDOWS * WINDOW_S, change_from))
-    return Pause(len(gaps), max(gaps, default=float("nan")), max(steady, default=float("nan")))
+        if gap_to - gap_from > worst[0]:
+            callbacks = ", ".join(
+                f"{kind} {len(moved)} at {at - change_at:+.3f}"
+                for at, kind, moved in member.events()
+                if gap_from - 0.5 <= at <= gap_to + 0.1
+            )
+            change_wall = time.time() - (time.monotonic() - change_at)
+            worst = (
+                gap_to - gap_from,
+                f"{member.name} {gap_from - change_at:+.3f}..{gap_to - change_at:+.3f} s from the change"
+                f" at {change_wall:.3f} (callbacks: {callbacks or 'none'})",
+            )
+    return Pause(len(gaps), max(gaps, default=float("nan")), max(steady, default=float("nan")), worst[1])
 
 
 def wait_until(at_s: float) -> None:
@@ -394,19 +492,21 @@ def one_round(
     joined_at = time.monotonic()
     join.set()
     members.append(newcomer)
-    join_settle_s = wait_settled(members, topic, partitions) - joined_at
+    join_settled_at = wait_settled(members, topic, partitions)
+    join_settle_s = join_settled_at - joined_at
     wait_until(joined_at - CHANGE_LEAD_S + WINDOW_S)
-    join_pause = pauses(members[:-1], before, joined_at)
+    join_pause = pauses(members[:-1], before, joined_at, join_settled_at)
 
     time.sleep(STEADY_S)
     before = {member.name: member.state()[0] for member in members}
     left_at = time.monotonic()
-    newcomer.close_requested.set()
-    newcomer.thread.join(THREAD_JOIN_TIMEOUT_S)
+    newcomer.close()
+    newcomer.join(THREAD_JOIN_TIMEOUT_S)
     members.remove(newcomer)
-    leave_settle_s = wait_settled(members, topic, partitions) - left_at
+    leave_settled_at = wait_settled(members, topic, partitions)
+    leave_settle_s = leave_settled_at - left_at
     wait_until(left_at - CHANGE_LEAD_S + WINDOW_S)
-    leave_pause = pauses(members, before, left_at)
+    leave_pause = pauses(members, before, left_at, leave_settled_at)
     return RoundResult(join_settle_s, join_pause, leave_settle_s, leave_pause)
 
 
@@ -466,7 +566,7 @@ def render(results: Sequence[ProtocolResult], heartbeat_interval_ms: int) -> str
         "## Classic against the consumer group protocol (`python -m benchmarks.consumer_protocol`)",
         "",
         f"Run: {now}. Machine: {machine_description()}. confluent-kafka {confluent_kafka.__version__},"
-        f" librdkafka {confluent_kafka.libversion()[0]}. {first.members} members (threads of one process)"
+        f" librdkafka {confluent_kafka.libversion()[0]}. {first.members} members (a process each)"
         f" on one topic grown from {START_PARTITIONS} to {first.partitions} partitions while a producer"
         f" writes {PRODUCE_RATE_PER_S:,} records/s over all of them. Classic: `cooperative-sticky`,"
         f" `heartbeat.interval.ms` {heartbeat_interval_ms}, `topic.metadata.refresh.interval.ms`"
@@ -504,7 +604,8 @@ def render(results: Sequence[ProtocolResult], heartbeat_interval_ms: int) -> str
         lines += [
             "",
             f"A change is watched for {WINDOW_S} s from {CHANGE_LEAD_S} s before it, the steady state for"
-            f" {STEADY_WINDOWS * WINDOW_S} s just before that. Bars: the consumer protocol settles in at most"
+            f" {STEADY_WINDOWS * WINDOW_S} s just before that; a gap of the change counts if it began before"
+            " the group settled. Bars: the consumer protocol settles in at most"
             f" {BAR_SETTLE_S:.0f} s (every settle of every round): **{'met' if settle_met else 'not met'}**;"
             f" no staying member pauses longer than its steady-state gap: **{'met' if calm == len(changes) else 'not met'}**"
             f" ({calm} of {len(changes)} changes).",
@@ -529,7 +630,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="times a member joins and leaves")
     parser.add_argument("--output", default="BENCHMARKS.md", help="file whose section is replaced")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--client-debug", help="librdkafka debug contexts for the members (e.g. cgrp,fetch; to stderr)"
+    )
     arguments = parser.parse_args()
+    global CLIENT_DEBUG
+    CLIENT_DEBUG = arguments.client_debug
     if arguments.partitions <= START_PARTITIONS or arguments.members < 1 or arguments.rounds < 1:
         parser.error(f"--partitions must exceed {START_PARTITIONS}, --members and --rounds be at least 1")
     results = []
@@ -550,6 +656,11 @@ def main() -> int:
                 print(results[-1], flush=True)
         finally:
             broker.stop()
+            # The broker's own word on stalls of its event loop (each line has its time), to set
+            # beside the pauses printed with each round.
+            for line in broker.log_path.read_text(errors="replace").splitlines():
+                if "stalled" in line:
+                    print(f"broker: {line}", flush=True)
     section = render(results, arguments.heartbeat_interval_ms)
     print(section)
     if not arguments.no_write:
