@@ -10,7 +10,8 @@ process sends N records of 100 B (N/4 of 1 KiB) (acks=1, linger 5 ms, 1 MiB batc
 one partition and flushes; then one consumer process reads them back from offset 0. The table gives
 the median rate of each listener and its ratio to plaintext (the issue's bar: >= 0.70 over TLS and
 SASL_SSL). Broker CPU per record (user + system time of the broker process) is beside it: on a
-shared machine it is the figure that survives the noise.
+shared machine it is the figure that survives the noise; and the client's (the producer's or
+consumer's whole process), which tells whether the broker or the client bounds a case.
 
 With ``--before REV`` a second broker runs the ``src`` of git revision REV beside this tree's, with
 the same listeners, and every case runs on both in each round (in alternating order): rows
@@ -24,6 +25,7 @@ import contextlib
 import datetime
 import multiprocessing
 import platform
+import resource
 import ssl
 import statistics
 import tempfile
@@ -91,13 +93,17 @@ def consume(config: dict[str, Any], topic: str, records: int, result: Any) -> No
     consumer.close()
 
 
-def timed(target: Any, *arguments: Any) -> float:
+def timed(target: Any, *arguments: Any) -> tuple[float, float]:
+    """Run ``target`` in a process of its own: the seconds it reports, and the CPU seconds
+    (user + system, every thread) the whole process used."""
     result: Any = multiprocessing.Queue()
     process = multiprocessing.Process(target=target, args=(*arguments, result))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     process.start()
     seconds = float(result.get(timeout=CASE_TIMEOUT_S))
     process.join(CASE_TIMEOUT_S)
-    return seconds
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # counts the process once it is reaped
+    return seconds, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 CRYPTO_PAYLOAD_BYTES = 1 << 20
@@ -196,14 +202,25 @@ def main() -> None:
                         topic = f"bench-{listener.lower()}-{size}-{round_index}"
                         entry = rates.setdefault(
                             (variant, size, listener),
-                            {"produce": [], "consume": [], "cpu_p": [], "cpu_c": []},
+                            {
+                                "produce": [],
+                                "consume": [],
+                                "cpu_p": [],
+                                "cpu_c": [],
+                                "client_p": [],
+                                "client_c": [],
+                            },
                         )
                         cpu = cpu_seconds(broker.process.pid)
-                        entry["produce"].append(records / timed(produce, config, topic, records, size))
+                        seconds, client_s = timed(produce, config, topic, records, size)
+                        entry["produce"].append(records / seconds)
                         entry["cpu_p"].append((cpu_seconds(broker.process.pid) - cpu) / records * 1e6)
+                        entry["client_p"].append(client_s / records * 1e6)
                         cpu = cpu_seconds(broker.process.pid)
-                        entry["consume"].append(records / timed(consume, config, topic, records))
+                        seconds, client_s = timed(consume, config, topic, records)
+                        entry["consume"].append(records / seconds)
                         entry["cpu_c"].append((cpu_seconds(broker.process.pid) - cpu) / records * 1e6)
+                        entry["client_c"].append(client_s / records * 1e6)
     finally:
         for broker, _ in brokers.values():
             broker.stop()
@@ -221,8 +238,8 @@ def main() -> None:
         " one partition; medians of the rounds, listeners in alternating order.",
         "",
         "| records | listener | broker | produce rec/s | / plaintext | consume rec/s | / plaintext |"
-        " broker CPU µs/record produce | consume |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        " broker CPU µs/record produce | consume | client CPU µs/record producer | consumer |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def median_of(variant: str, size: int, listener: str, kind: str) -> float:
@@ -239,7 +256,9 @@ def main() -> None:
                     f" | {produce_rate / median_of(variant, size, 'PLAINTEXT', 'produce'):.2f}"
                     f" | {consume_rate:,.0f} | {consume_rate / median_of(variant, size, 'PLAINTEXT', 'consume'):.2f}"
                     f" | {median_of(variant, size, listener, 'cpu_p'):.2f}"
-                    f" | {median_of(variant, size, listener, 'cpu_c'):.2f} |"
+                    f" | {median_of(variant, size, listener, 'cpu_c'):.2f}"
+                    f" | {median_of(variant, size, listener, 'client_p'):.2f}"
+                    f" | {median_of(variant, size, listener, 'client_c'):.2f} |"
                 )
     cipher, encrypt_mb_s, decrypt_mb_s = crypto_speed(certificates)
     largest = max(sizes)
@@ -277,7 +296,10 @@ def main() -> None:
             for size, ratio in worst.items()
         )
         + ". Broker CPU per record is the figure TLS moves: the difference from plaintext is what"
-        " encryption and the event loop's TLS layer cost the broker.",
+        " encryption and the event loop's TLS layer cost the broker. Client CPU per record is the"
+        " whole client process's (every thread, its start and its metadata request included): a"
+        " client that spends more per record than the broker does, at a rate near one core's"
+        " worth of it, is what bounds that case (librdkafka encrypts on one thread per broker).",
     ]
     section = "\n".join(lines)
     print(section)
