@@ -608,7 +608,7 @@ def render(results: Sequence[ProtocolResult], heartbeat_interval_ms: int) -> str
             " the group settled. Bars: the consumer protocol settles in at most"
             f" {BAR_SETTLE_S:.0f} s (every settle of every round): **{'met' if settle_met else 'not met'}**;"
             f" no staying member pauses longer than its steady-state gap: **{'met' if calm == len(changes) else 'not met'}**"
-            f" ({calm} of {len(changes)} changes).",
+            f" (met in {calm} of {len(changes)} changes).",
         ]
     lines.append("")
     return "\n".join(lines)
