@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from strom.cli.dev_cluster import BrokerProcess
+from strom.cli.dev_cluster import BROKER_START_TIMEOUT_S, BrokerProcess, BrokerStartError
 from strom.cli.local_zookeeper import ZooKeeperServer, free_port
 from strom.cluster.config import ZooKeeperConnect
 from strom.cluster.kazoo_store import KazooStore
@@ -49,6 +50,10 @@ CLIENTS = UNKNOWN_SOURCE
 # heals the bytes held meanwhile are delivered (TCP's retransmissions after a partition shorter
 # than its give-up time); a peer that gave up has closed its end, and that connection ends.
 PARTITION_FAULT = Fault.BLACKHOLE
+# Each broker's listeners (INTERNAL, CLIENT), and how often a start that lost a port to another
+# process is tried again on other ports.
+LISTENERS = 2
+START_ATTEMPTS = 3
 # The campaign's own look at a broker's registration, straight to ZooKeeper (not proxied).
 REGISTRATION_SESSION_TIMEOUT_MS = 10_000
 
@@ -78,6 +83,7 @@ class ChaosCluster:
         self.proxy = FaultProxy()
         # Filled by start(): the proxy's routes (and so the brokers' settings) need it running.
         self.brokers: dict[int, ChaosBroker] = {}
+        self._log_starts: dict[int, int] = {}  # where each broker's log was when it was last launched
 
     @property
     def bootstrap(self) -> str:
@@ -88,28 +94,66 @@ class ChaosCluster:
         self.proxy.start()
         self.zookeeper.start()
         for node_id in self.node_ids:
-            name = broker_name(node_id)
-            internal_port, client_port = free_port(), free_port()
-            zookeeper_route = self.proxy.add_route(ZOOKEEPER, self.zookeeper.port, source=name)
-            internal_route = self.proxy.add_route(name, internal_port)  # source: from the client id
-            client_route = self.proxy.add_route(name, client_port, source=CLIENTS)
-            settings = dict(BROKER_SETTINGS)
-            settings["listeners"] = f"INTERNAL://127.0.0.1:{internal_port},CLIENT://127.0.0.1:{client_port}"
-            settings["advertised.listeners"] = (
-                f"INTERNAL://127.0.0.1:{internal_route},CLIENT://127.0.0.1:{client_route}"
-            )
-            process = BrokerProcess(
-                node_id,
-                internal_port,
-                self.work_dir / f"broker-{node_id}",
-                self.work_dir / f"broker-{node_id}.log",
-                f"127.0.0.1:{zookeeper_route}",
-                settings,
-            )
-            self.brokers[node_id] = ChaosBroker(node_id, process, client_route)
-            process.start()
-        for broker in self.brokers.values():
-            broker.process.wait_listening()
+            self._launch(node_id)
+        for node_id in self.node_ids:
+            self._wait_started(node_id)
+
+    def _launch(self, node_id: int) -> None:
+        """Start broker ``node_id`` on fresh ports, behind fresh proxy routes."""
+        name = broker_name(node_id)
+        internal_port, client_port = free_port(), free_port()
+        zookeeper_route = self.proxy.add_route(ZOOKEEPER, self.zookeeper.port, source=name)
+        internal_route = self.proxy.add_route(name, internal_port)  # source: from the client id
+        client_route = self.proxy.add_route(name, client_port, source=CLIENTS)
+        settings = dict(BROKER_SETTINGS)
+        settings["listeners"] = f"INTERNAL://127.0.0.1:{internal_port},CLIENT://127.0.0.1:{client_port}"
+        settings["advertised.listeners"] = (
+            f"INTERNAL://127.0.0.1:{internal_route},CLIENT://127.0.0.1:{client_route}"
+        )
+        log_path = self.work_dir / f"broker-{node_id}.log"
+        process = BrokerProcess(
+            node_id,
+            internal_port,
+            self.work_dir / f"broker-{node_id}",
+            log_path,
+            f"127.0.0.1:{zookeeper_route}",
+            settings,
+        )
+        self._log_starts[node_id] = log_path.stat().st_size if log_path.exists() else 0
+        self.brokers[node_id] = ChaosBroker(node_id, process, client_route)
+        process.start()
+
+    def _wait_started(self, node_id: int) -> None:
+        """Until broker ``node_id`` says it listens on both its listeners. A port that answers is
+        not enough: free_port() only found it free, and another process (another test's
+        connection) may have taken it before the broker bound it; the broker then exits, and
+        is started again on other ports."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            process = self.brokers[node_id].process
+            try:
+                process.wait_listening()
+                self._wait_logged_listening(node_id)
+                return
+            except BrokerStartError as error:
+                if attempt == START_ATTEMPTS or "address already in use" not in str(error):
+                    raise
+                process.process = None
+                self._launch(node_id)
+
+    def _wait_logged_listening(self, node_id: int) -> None:
+        process = self.brokers[node_id].process
+        deadline = time.monotonic() + BROKER_START_TIMEOUT_S
+        while True:
+            with process.log_path.open("rb") as log_file:
+                log_file.seek(self._log_starts[node_id])
+                said = log_file.read().decode(errors="replace")
+            if said.count(f"strom broker {node_id} listening on") >= LISTENERS:
+                return
+            if not process.running:
+                raise BrokerStartError(f"broker {node_id} exited:\n{process.log_tail()}")
+            if time.monotonic() > deadline:
+                raise BrokerStartError(f"broker {node_id} did not say it listens:\n{process.log_tail()}")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """Everything back to normal, then SIGTERM the brokers one after the other, ZooKeeper, the
