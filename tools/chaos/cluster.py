@@ -137,8 +137,7 @@ class ChaosCluster:
             except BrokerStartError as error:
                 if attempt == START_ATTEMPTS or "address already in use" not in str(error):
                     raise
-                process.process = None
-                self._launch(node_id)
+                self._launch(node_id)  # a new BrokerProcess; the one that exited is dropped
 
     def _wait_logged_listening(self, node_id: int) -> None:
         process = self.brokers[node_id].process

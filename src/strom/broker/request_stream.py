@@ -1,5 +1,6 @@
 """The broker's end of one client connection: bytes read straight into a scratch buffer (one the
-broker's connections share) and cut into request frames as they arrive, and an ``asyncio.StreamWriter`` for the answers.
+broker's connections share) and cut into request frames as they arrive, and an
+``asyncio.StreamWriter`` for the answers.
 
 Through a ``StreamReader`` every byte a client sent was copied three times before the frame
 decoder saw it (the transport's chunk, the reader's buffer, the slice ``read()`` returns), and
