@@ -25,7 +25,12 @@ librdkafka-dev) keeps pre-encoded request frames in flight over 4 connections at
 windows of 64 per connection: a one-record Produce (acks=1, v9, what librdkafka sends at
 ``linger.ms=0``), a Fetch that returns one record (v12, max wait 0), and a Heartbeat (v4) of a
 member of a stable group. The figure is the broker's CPU time (user + system) over answers
-counted after a warm-up, with the load generator taking almost none of the machine.
+counted after a warm-up, with the load generator taking almost none of the machine. Then the
+same requests one at a time (``loadgen paced``): one connection, one request sent every 1/10,000 s
+by the clock whether or not the last was answered, as a client at ``linger.ms=0`` sends records;
+the broker's CPU per request, and each request's round trip (its send to its whole answer read).
+A request that finds the broker idle is served by a process whose caches the other processes
+used meanwhile: it costs the broker several times what the same request costs back to back.
 
 (c) Broker ceilings with the C load: two ``loadgen produce`` processes (librdkafka, acks=1,
 linger 5 ms, 1 MiB batches) write 1 KiB records to one partition; one ``loadgen consume`` reads
@@ -80,6 +85,8 @@ FRAMES_WINDOW = 64
 FRAMES_CONNECTIONS = 4
 FRAMES_WARM_UP_S = 1.0
 FRAMES_MEASURE_S = 4.0
+# (b), one request at a time: the rate of the end-to-end bar's records (one request each at linger.ms=0).
+PACED_RATE = 10_000
 PRODUCE_VERSION = 9
 FETCH_VERSION = 12
 HEARTBEAT_VERSION = 4
@@ -540,6 +547,8 @@ class RequestCost:
     per_s: float
     cpu_us: float  # broker CPU (user + system) per answer
     user_us: float
+    paced_rate: int = 0  # 0: pipelined (``loadgen frames``); else one at a time at this rate
+    round_trip_us: tuple[float, float, float] = (0.0, 0.0, 0.0)  # paced: p50, p99, max
 
 
 def _user_seconds(pid: int) -> float:
@@ -547,9 +556,8 @@ def _user_seconds(pid: int) -> float:
     return int(fields[11]) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_request_cost(
-    loadgen: Path, running: RunningBroker, kind: str, variant: str, work_dir: Path
-) -> RequestCost:
+def _request_frames_file(running: RunningBroker, kind: str, variant: str, work_dir: Path) -> Path:
+    """A fresh topic for ``kind`` (with the one record a fetch returns) and the file of its frames."""
     broker = running.broker
     topic = f"cost-{kind}-{variant}-{time.monotonic_ns()}"
     create_topic(broker.bootstrap, topic, 1)
@@ -561,33 +569,78 @@ def measure_request_cost(
         assert producer.flush(30) == 0
     frames_path = work_dir / f"{topic}.frames"
     frames_path.write_bytes(request_frames(kind, topic, broker.port))
-    process = subprocess.Popen(
+    return frames_path
+
+
+def _measure_loadgen_window(running: RunningBroker, command: list[str]) -> tuple[list[str], float, float]:
+    """Run a ``loadgen frames`` or ``paced`` command; its final line's fields and the broker's CPU
+    and user seconds between its "measuring" line and that one."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        if line != "measuring":
+            raise RuntimeError(f"loadgen {command[1]}: {line!r}")
+        pid = running.broker.process.pid
+        cpu_before, user_before = cpu_seconds(pid), _user_seconds(pid)
+        fields = process.stdout.readline().split()
+        cpu_used, user_used = cpu_seconds(pid) - cpu_before, _user_seconds(pid) - user_before
+    finally:
+        process.wait(30)
+    return fields, cpu_used, user_used
+
+
+def measure_request_cost(
+    loadgen: Path, running: RunningBroker, kind: str, variant: str, work_dir: Path
+) -> RequestCost:
+    frames_path = _request_frames_file(running, kind, variant, work_dir)
+    fields, cpu_used, user_used = _measure_loadgen_window(
+        running,
         [
             str(loadgen),
             "frames",
             "127.0.0.1",
-            str(broker.port),
+            str(running.broker.port),
             str(frames_path),
             str(FRAMES_CONNECTIONS),
             str(FRAMES_WARM_UP_S),
             str(FRAMES_MEASURE_S),
         ],
-        stdout=subprocess.PIPE,
-        text=True,
     )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline().strip()
-        if line != "measuring":
-            raise RuntimeError(f"loadgen frames: {line!r}")
-        pid = broker.process.pid
-        cpu_before, user_before = cpu_seconds(pid), _user_seconds(pid)
-        answers_text, seconds_text = process.stdout.readline().split()
-        cpu_used, user_used = cpu_seconds(pid) - cpu_before, _user_seconds(pid) - user_before
-    finally:
-        process.wait(30)
-    answers, seconds = int(answers_text), float(seconds_text)
+    answers, seconds = int(fields[0]), float(fields[1])
     return RequestCost(kind, variant, answers / seconds, cpu_used / answers * 1e6, user_used / answers * 1e6)
+
+
+def measure_paced_cost(
+    loadgen: Path, running: RunningBroker, kind: str, variant: str, work_dir: Path, rate: int
+) -> RequestCost:
+    """The broker's CPU per request, and the requests' round trips, when they come one at a time
+    at ``rate`` per second over one connection (a client at linger.ms=0 sending that many)."""
+    frames_path = _request_frames_file(running, kind, variant, work_dir)
+    fields, cpu_used, user_used = _measure_loadgen_window(
+        running,
+        [
+            str(loadgen),
+            "paced",
+            "127.0.0.1",
+            str(running.broker.port),
+            str(frames_path),
+            str(rate),
+            str(FRAMES_WARM_UP_S),
+            str(FRAMES_MEASURE_S),
+        ],
+    )
+    answers, seconds = int(fields[0]), float(fields[1])
+    p50_us, p99_us, max_us = (float(value) for value in fields[2:5])
+    return RequestCost(
+        kind,
+        variant,
+        answers / seconds,
+        cpu_used / answers * 1e6,
+        user_used / answers * 1e6,
+        paced_rate=rate,
+        round_trip_us=(p50_us, p99_us, max_us),
+    )
 
 
 # -- (c) ceilings -------------------------------------------------------------------------------------
@@ -722,6 +775,17 @@ def run(arguments: argparse.Namespace) -> Figures:
                                 f"{variant:>6} {kind:<9}: {cost.per_s:>9,.0f}/s, broker {cost.cpu_us:6.1f} µs (user {cost.user_us:.1f})",
                                 flush=True,
                             )
+                    for kind in ("produce", "fetch", "heartbeat"):
+                        for variant, running in order:
+                            _note_load(figures)
+                            cost = measure_paced_cost(loadgen, running, kind, variant, work_dir, PACED_RATE)
+                            figures.costs.append(cost)
+                            p50_us, p99_us, _max_us = cost.round_trip_us
+                            print(
+                                f"{variant:>6} {kind:<9} alone at {PACED_RATE:,}/s: broker {cost.cpu_us:6.1f} µs"
+                                f" (user {cost.user_us:.1f}), round trip p50 {p50_us:.0f} p99 {p99_us:.0f} µs",
+                                flush=True,
+                            )
                 if not arguments.skip_e2e:
                     for rate in rates:
                         for case in CLIENT_CASES:
@@ -802,14 +866,51 @@ def render(figures: Figures, arguments: argparse.Namespace) -> str:
             cells = []
             rates_cells = []
             for variant in variants:
-                mine = [cost for cost in figures.costs if cost.kind == kind and cost.variant == variant]
+                mine = [
+                    cost
+                    for cost in figures.costs
+                    if cost.kind == kind and cost.variant == variant and not cost.paced_rate
+                ]
                 cells.append(
                     f"{_median([c.cpu_us for c in mine]):.1f} ({_median([c.user_us for c in mine]):.1f})"
                 )
                 rates_cells.append(f"{_median([c.per_s for c in mine]):,.0f}")
             lines.append(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(rates_cells) + " |")
+        paced = [cost for cost in figures.costs if cost.paced_rate]
+        if paced:
+            lines += [
+                "",
+                f"The same requests one at a time, {PACED_RATE:,} per second over one connection (`loadgen"
+                " paced`: what a client at linger.ms=0 sending that many records does to the broker): broker"
+                " CPU per request, and each request's round trip from its send to its whole answer read:",
+                "",
+                "| request | "
+                + " | ".join(f"{v} µs (user)" for v in variants)
+                + " | "
+                + " | ".join(f"{v} round trip p50 / p99 / max µs" for v in variants)
+                + " |",
+                "|---|" + "---:|" * (2 * len(variants)),
+            ]
+            for kind, label in labels.items():
+                cells = []
+                trips = []
+                for variant in variants:
+                    mine = [cost for cost in paced if cost.kind == kind and cost.variant == variant]
+                    cells.append(
+                        f"{_median([c.cpu_us for c in mine]):.1f} ({_median([c.user_us for c in mine]):.1f})"
+                    )
+                    trips.append(
+                        " / ".join(f"{_median([c.round_trip_us[i] for c in mine]):,.0f}" for i in range(3))
+                    )
+                lines.append(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(trips) + " |")
         after_costs = {
-            kind: _median([c.cpu_us for c in figures.costs if c.kind == kind and c.variant == "after"])
+            kind: _median(
+                [
+                    c.cpu_us
+                    for c in figures.costs
+                    if c.kind == kind and c.variant == "after" and not c.paced_rate
+                ]
+            )
             for kind in ("produce", "heartbeat")
         }
         met = all(value <= BAR_BROKER_CPU_US for value in after_costs.values())

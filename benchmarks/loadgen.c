@@ -14,7 +14,13 @@
  *       two windows in flight (a window is sent again whenever one has been answered). Prints
  *       "measuring" after the warm-up and "answers seconds" at the end, for the caller to read
  *       the broker's CPU time in between.
+ *   loadgen paced HOST PORT FILE RATE WARMUP_S MEASURE_S
+ *       raw Kafka frames at a steady rate over one connection: FILE's frames are sent one at a
+ *       time, one every 1/RATE s by the clock (cycling through FILE), whatever is still unanswered.
+ *       Prints "measuring" after the warm-up and "answers seconds p50_us p99_us max_us" at the
+ *       end: the answers counted in between and their round trips (send to the whole answer read).
  */
+#define _GNU_SOURCE /* ppoll */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
@@ -248,6 +254,110 @@ static int frames(const char *host, int port, const char *path, int connections,
     return 0;
 }
 
+/* -- raw frames at a steady rate ---------------------------------------------------------------- */
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int paced(const char *host, int port, const char *path, double rate, double warmup_s,
+                 double measure_s) {
+    FILE *file = fopen(path, "rb");
+    if (!file) die("cannot open the frames file");
+    fseek(file, 0, SEEK_END);
+    long file_bytes = ftell(file);
+    fseek(file, 0, SEEK_SET);
+    char *data = malloc(file_bytes);
+    if (fread(data, 1, file_bytes, file) != (size_t)file_bytes) die("cannot read the frames file");
+    fclose(file);
+    long frame_count = count_frames(data, file_bytes);
+    size_t *starts = calloc(frame_count + 1, sizeof *starts);
+    for (long i = 0, at = 0; i < frame_count; i++) {
+        uint32_t length;
+        memcpy(&length, data + at, 4);
+        starts[i] = (size_t)at;
+        at += 4 + ntohl(length);
+        starts[i + 1] = (size_t)at;
+    }
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, host, &address.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (struct sockaddr *)&address, sizeof address)) die("connect failed");
+    /* Send times of the requests not yet answered (answers come in order on one connection). */
+    long ring_size = 1 << 16;
+    double *sent_at = calloc(ring_size, sizeof *sent_at);
+    long sent = 0, answered = 0, counted_from = -1;
+    long samples_max = (long)(rate * measure_s) + 16, samples = 0;
+    double *round_trips = calloc(samples_max, sizeof *round_trips);
+    static char buffer[1 << 20];
+    size_t have = 0, need = 4;
+    int reading_body = 0;
+    unsigned char prefix[4];
+    double interval = 1.0 / rate, started = now_s(), measuring_at = 0;
+    for (;;) {
+        double now = now_s();
+        if (counted_from < 0 && now - started >= warmup_s) {
+            counted_from = answered;
+            measuring_at = now;
+            printf("measuring\n");
+            fflush(stdout);
+        }
+        if (counted_from >= 0 && now - measuring_at >= measure_s) break;
+        double due = started + sent * interval;
+        if (now >= due) {
+            if (sent - answered >= ring_size) die("too many requests unanswered");
+            long frame = sent % frame_count;
+            sent_at[sent % ring_size] = now;
+            send_all(fd, data + starts[frame], starts[frame + 1] - starts[frame]);
+            sent++;
+            continue;
+        }
+        double wait_s = due - now;
+        struct timespec timeout = {0, (long)(wait_s * 1e9)};
+        struct pollfd readable = {fd, POLLIN, 0};
+        if (ppoll(&readable, 1, &timeout, NULL) < 0 && errno != EINTR) die("poll failed");
+        if (!(readable.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t got = read(fd, buffer, sizeof buffer);
+        if (got <= 0) die("the broker closed the connection");
+        double read_at = now_s();
+        for (ssize_t at = 0; at < got;) {
+            size_t take = need - have;
+            if (take > (size_t)(got - at)) take = (size_t)(got - at);
+            if (!reading_body) memcpy(prefix + have, buffer + at, take);
+            have += take;
+            at += (ssize_t)take;
+            if (have < need) break;
+            have = 0;
+            if (!reading_body) {
+                uint32_t length;
+                memcpy(&length, prefix, 4);
+                need = ntohl(length);
+                reading_body = 1;
+                if (need) continue;
+            }
+            reading_body = 0;
+            need = 4;
+            if (counted_from >= 0 && samples < samples_max)
+                round_trips[samples++] = read_at - sent_at[answered % ring_size];
+            answered++;
+        }
+    }
+    double seconds = now_s() - measuring_at;
+    qsort(round_trips, samples, sizeof *round_trips, compare_doubles);
+    double p50 = samples ? round_trips[samples / 2] : 0, p99 = samples ? round_trips[samples * 99 / 100] : 0;
+    double slowest = samples ? round_trips[samples - 1] : 0;
+    printf("%ld %.6f %.1f %.1f %.1f\n", answered - counted_from, seconds, p50 * 1e6, p99 * 1e6, slowest * 1e6);
+    close(fd);
+    free(data);
+    free(starts);
+    free(sent_at);
+    free(round_trips);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 7 && !strcmp(argv[1], "produce"))
         return produce(argv[2], argv[3], atoi(argv[4]), atol(argv[5]), atoi(argv[6]));
@@ -255,9 +365,12 @@ int main(int argc, char **argv) {
         return consume(argv[2], argv[3], atoi(argv[4]), atol(argv[5]));
     if (argc == 8 && !strcmp(argv[1], "frames"))
         return frames(argv[2], atoi(argv[3]), argv[4], atoi(argv[5]), atof(argv[6]), atof(argv[7]));
+    if (argc == 8 && !strcmp(argv[1], "paced"))
+        return paced(argv[2], atoi(argv[3]), argv[4], atof(argv[5]), atof(argv[6]), atof(argv[7]));
     fprintf(stderr,
             "usage: loadgen produce BOOTSTRAP TOPIC PARTITION RECORDS RECORD_BYTES\n"
             "       loadgen consume BOOTSTRAP TOPIC PARTITION RECORDS\n"
-            "       loadgen frames HOST PORT FILE CONNECTIONS WARMUP_S MEASURE_S\n");
+            "       loadgen frames HOST PORT FILE CONNECTIONS WARMUP_S MEASURE_S\n"
+            "       loadgen paced HOST PORT FILE RATE WARMUP_S MEASURE_S\n");
     return 2;
 }
