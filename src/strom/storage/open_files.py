@@ -107,6 +107,34 @@ class OpenFileCache:
                 else:
                     self._unpin_locked(entry)
 
+    def write_all(self, path: str, data: memoryview, size_before: int) -> None:
+        """Write all of ``data`` at the end of ``path`` (opened, created if missing), whose size is
+        ``size_before``: a failed write is cut off again (best effort) and raises OSError."""
+        lock = self._lock
+        with lock:  # the hot case (the active segment of a busy partition), inlined
+            entry = self._entries.get(path)
+            if entry is not None:
+                self._entries.move_to_end(path)
+                entry.pins += 1
+        if entry is None:
+            entry = self._pin(path, True)
+        fd = entry.fd
+        try:
+            written = 0
+            try:
+                while written < len(data):  # os.write may write less than asked for (disk full)
+                    written += os.write(fd, data[written:])
+            except OSError:
+                if written:
+                    os.ftruncate(fd, size_before)
+                raise
+        finally:
+            with lock:
+                if entry.pins > 1 or not (entry.forgotten or self._open_files > self.capacity_files):
+                    entry.pins -= 1
+                else:
+                    self._unpin_locked(entry)
+
     def fsync(self, path: str) -> None:
         """fsync the file (a descriptor opened after the writes flushes them just as well)."""
         entry = self._pin(path, False)

@@ -58,9 +58,11 @@ from strom.protocol.records.batch import CREATE_TIME, LOG_APPEND_TIME, NO_PARTIT
 from strom.protocol.records.control import EndTxnMarker, build_end_txn_marker, parse_end_txn_marker
 from strom.protocol.records.header import (
     ATTRIBUTES_OFFSET,
+    BASE_OFFSET,
     CONTROL_BIT,
     CRC_OFFSET,
     HEADER,
+    NO_SEQUENCE,
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
     CorruptBatchError,
@@ -481,6 +483,8 @@ class PartitionLog:
         assert headers, "append needs at least one batch"
         if self._closed:
             raise LogFileError(f"{self.topic}-{self.partition} is closed (stopping, or its topic deleted)")
+        if len(headers) == 1:
+            return self._append_one(records, headers[0], now_ms)
         config = self.config
         next_offset = self.log_end_offset
         base_offsets: list[int] = []
@@ -535,6 +539,54 @@ class PartitionLog:
             last_offset=batches[-1].last_offset,
             log_append_time_ms=now_ms if log_append_time else -1,
             log_start_offset=self._log_start_offset,
+        )
+
+    def _append_one(self, records: bytearray | memoryview, header: BatchHeader, now_ms: int) -> AppendResult:
+        """``append`` of one batch (what every Produce of v3 and later carries per partition): the
+        same steps without the lists and loops of several."""
+        assert not header.attributes & CONTROL_BIT, "markers are written by append_marker"
+        config = self.config
+        size_bytes = header.size_bytes
+        if size_bytes > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
+            )
+        if size_bytes > config.segment_bytes:
+            raise RecordTooLargeError(
+                f"batch of {size_bytes} bytes exceeds segment.bytes={config.segment_bytes}"
+            )
+        assert size_bytes == len(records), "headers must describe all of records"
+        base_offset = self._segments[-1].next_offset
+        # A batch without a producer id or sequence (not idempotent) has no producer state to check.
+        pending_producers = (
+            None
+            if header.producer_id < 0 or header.base_sequence == NO_SEQUENCE
+            else self._producer_states.check([header], [base_offset])
+        )
+        BASE_OFFSET.pack_into(records, 0, base_offset)
+        if self._stamp_epoch is not None:
+            set_partition_leader_epoch(records, 0, self._stamp_epoch)
+        max_timestamp = header.max_timestamp
+        log_append_time = config.log_append_time
+        if log_append_time:
+            max_timestamp = now_ms
+            _stamp_log_append_time(records, 0, header, now_ms)
+        last_offset = base_offset + header.last_offset_delta
+        rolled = self._write_batches(
+            records, [BatchInfo(base_offset, last_offset, max_timestamp, size_bytes)], now_ms
+        )
+        if pending_producers is not None:
+            self._producer_states.commit(pending_producers)
+        self._batches_since_state_copy += 1
+        if self._batches_since_state_copy >= PRODUCER_STATE_COPY_BATCHES:
+            self._copy_producer_states()
+        if rolled:
+            self._pending_snapshot = self._snapshot_due(self.log_end_offset)
+        if self._appended_messages == self._flushed_messages:
+            self._first_unflushed_ms = now_ms
+        self._appended_messages += header.record_count
+        return AppendResult(
+            base_offset, last_offset, now_ms if log_append_time else -1, self._log_start_offset
         )
 
     def append_as_follower(

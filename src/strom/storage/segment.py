@@ -277,19 +277,7 @@ class Segment:
         """
         assert not self.closed
         position = self.size_bytes
-        view = memoryview(data)
-        fd = self._files.acquire(self._log_key, create=True)
-        try:
-            written = 0
-            try:
-                while written < len(view):  # os.write may write less than asked for (disk full)
-                    written += os.write(fd, view[written:])
-            except OSError:
-                if written:
-                    os.ftruncate(fd, position)
-                raise
-        finally:
-            self._files.release(self._log_key, fd)
+        self._files.write_all(self._log_key, memoryview(data), position)
         for batch in batches:  # index_batches, inlined: this is the produce path
             self._index_batch(batch.base_offset, position, batch.max_timestamp)
             self._note_batch_facts(batch.base_offset, batch.last_offset, batch.max_timestamp)
