@@ -1,7 +1,8 @@
 """Produce and consume throughput over TLS and SASL beside plaintext, on one broker.
 
 ``python -m benchmarks.security [--records N] [--rounds R] [--sizes 100,1024] [--before REV]
-[--output BENCHMARKS.md] [--no-write]``
+[--output BENCHMARKS.md] [--no-write]``; ``python -m benchmarks.security --tls-records`` prints only
+what decrypting one TLS record costs a core, by the plaintext bytes it carries.
 
 One ``strom broker`` opens four listeners (PLAINTEXT, SASL_SSL with SCRAM-SHA-512, SSL with client
 certificates, SASL_PLAINTEXT with PLAIN; certificates made with ``openssl`` as the tests make them).
@@ -112,10 +113,11 @@ TLS_BAR = 0.70
 CRYPTO_ROUNDS = 100
 
 
-def crypto_speed(certificates: Certificates) -> tuple[str, float, float]:
-    """The TLS cipher this broker and a default client agree on, and one core's speed in MB/s at
-    encrypting and at decrypting application data through Python's ``ssl`` memory BIOs (what the
-    broker's event loop does per byte of a TLS connection): the cost no code of strom's can remove."""
+def _tls_pair(
+    certificates: Certificates,
+) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.SSLObject, ssl.MemoryBIO]:
+    """A client and a server end of one TLS connection over memory BIOs, handshake done: (client,
+    the BIO its records come out of, server, the BIO the server reads records from)."""
     server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_context.load_cert_chain(str(certificates.broker_keystore))
     client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -129,6 +131,14 @@ def crypto_speed(certificates: Certificates) -> tuple[str, float, float]:
                 end.do_handshake()
         server_in.write(client_out.read())
         client_in.write(server_out.read())
+    return client, client_out, server, server_in
+
+
+def crypto_speed(certificates: Certificates) -> tuple[str, float, float]:
+    """The TLS cipher this broker and a default client agree on, and one core's speed in MB/s at
+    encrypting and at decrypting application data through Python's ``ssl`` memory BIOs (what the
+    broker's event loop does per byte of a TLS connection): the cost no code of strom's can remove."""
+    client, client_out, server, server_in = _tls_pair(certificates)
     payload = bytes(CRYPTO_PAYLOAD_BYTES)
     buffer = memoryview(bytearray(256 * 1024))
     encrypt_s = decrypt_s = 0.0
@@ -148,6 +158,40 @@ def crypto_speed(certificates: Certificates) -> tuple[str, float, float]:
     return (cipher[0] if cipher else "?"), total_mb / encrypt_s, total_mb / decrypt_s
 
 
+# Plaintext bytes per TLS record: a record's header or key and value written apart, a 1 KiB value,
+# and the largest record TLS allows (what a client writing whole requests sends).
+TLS_RECORD_SIZES = (40, 1024, 16384)
+TLS_RECORD_BYTES_TOTAL = 64 << 20
+
+
+def tls_record_costs(certificates: Certificates) -> list[tuple[int, float]]:
+    """One core's CPU time to take in one TLS record (decrypt it through the memory BIOs, as the
+    broker's event loop does), by the plaintext bytes the record carries: (bytes, µs per record).
+    The sender decides where its records end: each ``SSL_write`` of a client's is a record (of at
+    most 16 KiB), so a client that writes a produce request in pieces costs the broker a record per
+    piece."""
+    client, client_out, server, server_in = _tls_pair(certificates)
+    buffer = memoryview(bytearray(256 * 1024))
+    costs = []
+    for size in TLS_RECORD_SIZES:
+        piece = bytes(size)
+        records = TLS_RECORD_BYTES_TOTAL // size
+        sealed = []
+        for _ in range(records):
+            client.write(piece)
+            if client_out.pending >= 1 << 20:
+                sealed.append(client_out.read())
+        sealed.append(client_out.read())
+        started = time.process_time()
+        for chunk in sealed:
+            server_in.write(chunk)
+            with contextlib.suppress(ssl.SSLWantReadError):
+                while server.read(len(buffer), buffer):
+                    pass
+        costs.append((size, (time.process_time() - started) / records * 1e6))
+    return costs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -158,10 +202,21 @@ def main() -> None:
     parser.add_argument("--before", help="also run the broker of this git revision, side by side")
     parser.add_argument("--output", type=Path, default=Path("BENCHMARKS.md"))
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument(
+        "--tls-records",
+        action="store_true",
+        help="only print what taking in one TLS record costs a core, by the bytes it carries",
+    )
     arguments = parser.parse_args()
     sizes = tuple(int(size) for size in arguments.sizes.split(","))
     work = Path(tempfile.mkdtemp(prefix="strom-security-bench-"))
     certificates = make_certificates(work / "certificates")
+    if arguments.tls_records:
+        for size, micros in tls_record_costs(certificates):
+            print(
+                f"TLS records of {size:>6,} B: {micros:6.2f} µs of CPU each to decrypt, {micros / size * 1e3:7.2f} ns per byte"
+            )
+        return
     jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{USER}="{PASSWORD}";'
     sources: dict[str, Path | None] = {"after": None}
     if arguments.before:
