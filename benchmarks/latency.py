@@ -572,15 +572,29 @@ def _request_frames_file(running: RunningBroker, kind: str, variant: str, work_d
     return frames_path
 
 
-def _measure_loadgen_window(running: RunningBroker, command: list[str]) -> tuple[list[str], float, float]:
-    """Run a ``loadgen frames`` or ``paced`` command; its final line's fields and the broker's CPU
-    and user seconds between its "measuring" line and that one."""
+def _measure_loadgen_window(
+    loadgen: Path, mode: str, running: RunningBroker, kind: str, variant: str, work_dir: Path, load: int
+) -> tuple[list[str], float, float]:
+    """Run ``loadgen frames`` (``load`` connections) or ``loadgen paced`` (``load`` requests a
+    second) with requests of ``kind`` on a fresh topic; its final line's fields and the broker's
+    CPU and user seconds between its "measuring" line and that one."""
+    frames_path = _request_frames_file(running, kind, variant, work_dir)
+    command = [
+        str(loadgen),
+        mode,
+        "127.0.0.1",
+        str(running.broker.port),
+        str(frames_path),
+        str(load),
+        str(FRAMES_WARM_UP_S),
+        str(FRAMES_MEASURE_S),
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         line = process.stdout.readline().strip()
         if line != "measuring":
-            raise RuntimeError(f"loadgen {command[1]}: {line!r}")
+            raise RuntimeError(f"loadgen {mode}: {line!r}")
         pid = running.broker.process.pid
         cpu_before, user_before = cpu_seconds(pid), _user_seconds(pid)
         fields = process.stdout.readline().split()
@@ -593,19 +607,8 @@ def _measure_loadgen_window(running: RunningBroker, command: list[str]) -> tuple
 def measure_request_cost(
     loadgen: Path, running: RunningBroker, kind: str, variant: str, work_dir: Path
 ) -> RequestCost:
-    frames_path = _request_frames_file(running, kind, variant, work_dir)
     fields, cpu_used, user_used = _measure_loadgen_window(
-        running,
-        [
-            str(loadgen),
-            "frames",
-            "127.0.0.1",
-            str(running.broker.port),
-            str(frames_path),
-            str(FRAMES_CONNECTIONS),
-            str(FRAMES_WARM_UP_S),
-            str(FRAMES_MEASURE_S),
-        ],
+        loadgen, "frames", running, kind, variant, work_dir, FRAMES_CONNECTIONS
     )
     answers, seconds = int(fields[0]), float(fields[1])
     return RequestCost(kind, variant, answers / seconds, cpu_used / answers * 1e6, user_used / answers * 1e6)
@@ -616,19 +619,8 @@ def measure_paced_cost(
 ) -> RequestCost:
     """The broker's CPU per request, and the requests' round trips, when they come one at a time
     at ``rate`` per second over one connection (a client at linger.ms=0 sending that many)."""
-    frames_path = _request_frames_file(running, kind, variant, work_dir)
     fields, cpu_used, user_used = _measure_loadgen_window(
-        running,
-        [
-            str(loadgen),
-            "paced",
-            "127.0.0.1",
-            str(running.broker.port),
-            str(frames_path),
-            str(rate),
-            str(FRAMES_WARM_UP_S),
-            str(FRAMES_MEASURE_S),
-        ],
+        loadgen, "paced", running, kind, variant, work_dir, rate
     )
     answers, seconds = int(fields[0]), float(fields[1])
     p50_us, p99_us, max_us = (float(value) for value in fields[2:5])
@@ -850,12 +842,7 @@ def render(figures: Figures, arguments: argparse.Namespace) -> str:
             f"(b) Broker CPU per small request (C load generator, {FRAMES_CONNECTIONS} connections,"
             f" {2 * FRAMES_WINDOW} requests in flight each):",
             "",
-            "| request | "
-            + " | ".join(f"{v} µs (user)" for v in variants)
-            + " | "
-            + " | ".join(f"{v} answers/s" for v in variants)
-            + " |",
-            "|---|" + "---:|" * (2 * len(variants)),
+            *_cost_table_head(variants, "answers/s"),
         ]
         labels = {
             "produce": f"Produce v{PRODUCE_VERSION}, one 100 B record, acks=1",
@@ -884,12 +871,7 @@ def render(figures: Figures, arguments: argparse.Namespace) -> str:
                 " paced`: what a client at linger.ms=0 sending that many records does to the broker): broker"
                 " CPU per request, and each request's round trip from its send to its whole answer read:",
                 "",
-                "| request | "
-                + " | ".join(f"{v} µs (user)" for v in variants)
-                + " | "
-                + " | ".join(f"{v} round trip p50 / p99 / max µs" for v in variants)
-                + " |",
-                "|---|" + "---:|" * (2 * len(variants)),
+                *_cost_table_head(variants, "round trip p50 / p99 / max µs"),
             ]
             for kind, label in labels.items():
                 cells = []
@@ -971,6 +953,19 @@ def render(figures: Figures, arguments: argparse.Namespace) -> str:
                 )
     lines += ["", HOW_MEASURED]
     return "\n".join(lines) + "\n"
+
+
+def _cost_table_head(variants: Sequence[str], second: str) -> list[str]:
+    """The heading and alignment rows of a table of broker CPU per request, then ``second``, for
+    each variant."""
+    return [
+        "| request | "
+        + " | ".join(f"{v} µs (user)" for v in variants)
+        + " | "
+        + " | ".join(f"{v} {second}" for v in variants)
+        + " |",
+        "|---|" + "---:|" * (2 * len(variants)),
+    ]
 
 
 def _e2e_bars(figures: Figures) -> str:

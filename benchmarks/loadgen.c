@@ -165,6 +165,31 @@ static void send_all(int fd, const char *data, size_t size) {
     }
 }
 
+/* Takes the next got bytes a connection read; returns how many answers they completed. */
+static long take_answers(struct link *link, const char *buffer, ssize_t got) {
+    long done = 0;
+    for (ssize_t at = 0; at < got;) {
+        size_t take = link->need - link->have;
+        if (take > (size_t)(got - at)) take = (size_t)(got - at);
+        if (!link->reading_body) memcpy(link->prefix + link->have, buffer + at, take);
+        link->have += take;
+        at += (ssize_t)take;
+        if (link->have < link->need) break;
+        link->have = 0;
+        if (!link->reading_body) {
+            uint32_t length;
+            memcpy(&length, link->prefix, 4);
+            link->need = ntohl(length);
+            link->reading_body = 1;
+            if (link->need) continue;
+        }
+        link->reading_body = 0;
+        link->need = 4;
+        done++;
+    }
+    return done;
+}
+
 static long count_frames(const char *data, size_t size) {
     long frames = 0;
     size_t at = 0;
@@ -178,16 +203,23 @@ static long count_frames(const char *data, size_t size) {
     return frames;
 }
 
-static int frames(const char *host, int port, const char *path, int connections, double warmup_s,
-                  double measure_s) {
+/* The whole frames file, malloc'd; its size in *size. */
+static char *read_frames_file(const char *path, long *size) {
     FILE *file = fopen(path, "rb");
     if (!file) die("cannot open the frames file");
     fseek(file, 0, SEEK_END);
-    long window_bytes = ftell(file);
+    *size = ftell(file);
     fseek(file, 0, SEEK_SET);
-    char *window = malloc(window_bytes);
-    if (fread(window, 1, window_bytes, file) != (size_t)window_bytes) die("cannot read the frames file");
+    char *data = malloc(*size);
+    if (fread(data, 1, *size, file) != (size_t)*size) die("cannot read the frames file");
     fclose(file);
+    return data;
+}
+
+static int frames(const char *host, int port, const char *path, int connections, double warmup_s,
+                  double measure_s) {
+    long window_bytes;
+    char *window = read_frames_file(path, &window_bytes);
     long window_frames = count_frames(window, window_bytes);
     struct link *links = calloc(connections, sizeof *links);
     struct pollfd *polls = calloc(connections, sizeof *polls);
@@ -221,29 +253,10 @@ static int frames(const char *host, int port, const char *path, int connections,
             struct link *link = &links[i];
             ssize_t got = read(link->fd, buffer, sizeof buffer);
             if (got <= 0) die("the broker closed a connection");
-            for (ssize_t at = 0; at < got;) {
-                size_t take = link->need - link->have;
-                if (take > (size_t)(got - at)) take = (size_t)(got - at);
-                if (!link->reading_body) memcpy(link->prefix + link->have, buffer + at, take);
-                link->have += take;
-                at += (ssize_t)take;
-                if (link->have < link->need) break;
-                link->have = 0;
-                if (!link->reading_body) {
-                    uint32_t length;
-                    memcpy(&length, link->prefix, 4);
-                    link->need = ntohl(length);
-                    link->reading_body = 1;
-                    if (link->need) continue;
-                }
-                link->reading_body = 0;
-                link->need = 4;
-                answers++;
-                if (++link->in_window == window_frames) {
-                    link->in_window = 0;
-                    send_all(link->fd, window, window_bytes);
-                }
-            }
+            long done = take_answers(link, buffer, got);
+            answers += done;
+            for (link->in_window += done; link->in_window >= window_frames; link->in_window -= window_frames)
+                send_all(link->fd, window, window_bytes);
         }
     }
     printf("%ld %.6f\n", answers - counted_from, now_s() - measuring_at);
@@ -263,14 +276,8 @@ static int compare_doubles(const void *a, const void *b) {
 
 static int paced(const char *host, int port, const char *path, double rate, double warmup_s,
                  double measure_s) {
-    FILE *file = fopen(path, "rb");
-    if (!file) die("cannot open the frames file");
-    fseek(file, 0, SEEK_END);
-    long file_bytes = ftell(file);
-    fseek(file, 0, SEEK_SET);
-    char *data = malloc(file_bytes);
-    if (fread(data, 1, file_bytes, file) != (size_t)file_bytes) die("cannot read the frames file");
-    fclose(file);
+    long file_bytes;
+    char *data = read_frames_file(path, &file_bytes);
     long frame_count = count_frames(data, file_bytes);
     size_t *starts = calloc(frame_count + 1, sizeof *starts);
     for (long i = 0, at = 0; i < frame_count; i++) {
@@ -293,9 +300,7 @@ static int paced(const char *host, int port, const char *path, double rate, doub
     long samples_max = (long)(rate * measure_s) + 16, samples = 0;
     double *round_trips = calloc(samples_max, sizeof *round_trips);
     static char buffer[1 << 20];
-    size_t have = 0, need = 4;
-    int reading_body = 0;
-    unsigned char prefix[4];
+    struct link link = {.fd = fd, .need = 4};
     double interval = 1.0 / rate, started = now_s(), measuring_at = 0;
     for (;;) {
         double now = now_s();
@@ -323,23 +328,7 @@ static int paced(const char *host, int port, const char *path, double rate, doub
         ssize_t got = read(fd, buffer, sizeof buffer);
         if (got <= 0) die("the broker closed the connection");
         double read_at = now_s();
-        for (ssize_t at = 0; at < got;) {
-            size_t take = need - have;
-            if (take > (size_t)(got - at)) take = (size_t)(got - at);
-            if (!reading_body) memcpy(prefix + have, buffer + at, take);
-            have += take;
-            at += (ssize_t)take;
-            if (have < need) break;
-            have = 0;
-            if (!reading_body) {
-                uint32_t length;
-                memcpy(&length, prefix, 4);
-                need = ntohl(length);
-                reading_body = 1;
-                if (need) continue;
-            }
-            reading_body = 0;
-            need = 4;
+        for (long done = take_answers(&link, buffer, got); done > 0; done--) {
             if (counted_from >= 0 && samples < samples_max)
                 round_trips[samples++] = read_at - sent_at[answered % ring_size];
             answered++;

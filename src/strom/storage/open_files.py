@@ -90,34 +90,16 @@ class OpenFileCache:
             self._unpin_locked(entry)
 
     def pread(self, path: str, size_bytes: int, position: int) -> bytes:
-        lock = self._lock
-        with lock:  # the hot case (fetches), inlined
-            entry = self._entries.get(path)
-            if entry is not None:
-                self._entries.move_to_end(path)
-                entry.pins += 1
-        if entry is None:
-            entry = self._pin(path, False)
+        entry = self._pinned(path, False)
         try:
             return os.pread(entry.fd, size_bytes, position)
         finally:
-            with lock:
-                if entry.pins > 1 or not (entry.forgotten or self._open_files > self.capacity_files):
-                    entry.pins -= 1
-                else:
-                    self._unpin_locked(entry)
+            self._unpin(entry)
 
     def write_all(self, path: str, data: memoryview, size_before: int) -> None:
         """Write all of ``data`` at the end of ``path`` (opened, created if missing), whose size is
         ``size_before``: a failed write is cut off again (best effort) and raises OSError."""
-        lock = self._lock
-        with lock:  # the hot case (the active segment of a busy partition), inlined
-            entry = self._entries.get(path)
-            if entry is not None:
-                self._entries.move_to_end(path)
-                entry.pins += 1
-        if entry is None:
-            entry = self._pin(path, True)
+        entry = self._pinned(path, True)
         fd = entry.fd
         try:
             written = 0
@@ -129,11 +111,7 @@ class OpenFileCache:
                     os.ftruncate(fd, size_before)
                 raise
         finally:
-            with lock:
-                if entry.pins > 1 or not (entry.forgotten or self._open_files > self.capacity_files):
-                    entry.pins -= 1
-                else:
-                    self._unpin_locked(entry)
+            self._unpin(entry)
 
     def fsync(self, path: str) -> None:
         """fsync the file (a descriptor opened after the writes flushes them just as well)."""
@@ -165,6 +143,24 @@ class OpenFileCache:
                 self._forget_locked(path)
 
     # ---- internals -------------------------------------------------------------------------------
+
+    def _pinned(self, path: str, create: bool) -> _Entry:
+        """``path``'s entry, pinned; the hot case (reads and appends of a file already open) under
+        the lock once, without ``_pin``'s checks."""
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is not None:
+                self._entries.move_to_end(path)
+                entry.pins += 1
+                return entry
+        return self._pin(path, create)
+
+    def _unpin(self, entry: _Entry) -> None:
+        with self._lock:
+            if entry.pins > 1 or not (entry.forgotten or self._open_files > self.capacity_files):
+                entry.pins -= 1  # the hot case
+            else:
+                self._unpin_locked(entry)
 
     def _pin(self, path: str, create: bool) -> _Entry:
         with self._lock:

@@ -490,15 +490,7 @@ class PartitionLog:
         base_offsets: list[int] = []
         for header in headers:
             assert not header.attributes & CONTROL_BIT, "markers are written by append_marker"
-            size_bytes = header.size_bytes
-            if size_bytes > config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
-                )
-            if size_bytes > config.segment_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {size_bytes} bytes exceeds segment.bytes={config.segment_bytes}"
-                )
+            _check_batch_size(header.size_bytes, config)
             base_offsets.append(next_offset)
             next_offset += header.last_offset_delta + 1
         pending_producers = self._producer_states.check(headers, base_offsets)
@@ -547,14 +539,7 @@ class PartitionLog:
         assert not header.attributes & CONTROL_BIT, "markers are written by append_marker"
         config = self.config
         size_bytes = header.size_bytes
-        if size_bytes > config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch of {size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
-            )
-        if size_bytes > config.segment_bytes:
-            raise RecordTooLargeError(
-                f"batch of {size_bytes} bytes exceeds segment.bytes={config.segment_bytes}"
-            )
+        _check_batch_size(size_bytes, config)
         assert size_bytes == len(records), "headers must describe all of records"
         base_offset = self._segments[-1].next_offset
         # A batch without a producer id or sequence (not idempotent) has no producer state to check.
@@ -1542,6 +1527,15 @@ def _whole_batches_length(data: bytes, limit_offset: int) -> int:
             break
         position += size
     return position
+
+
+def _check_batch_size(size_bytes: int, config: LogConfig) -> None:
+    if size_bytes > config.max_message_bytes:
+        raise RecordTooLargeError(
+            f"batch of {size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
+        )
+    if size_bytes > config.segment_bytes:
+        raise RecordTooLargeError(f"batch of {size_bytes} bytes exceeds segment.bytes={config.segment_bytes}")
 
 
 def _stamp_log_append_time(
