@@ -120,3 +120,49 @@ def test_out_of_descriptors_with_nothing_to_give_back_raises(
         cache.pread(path, 1, 0)
     assert raised.value.errno == errno.EMFILE
     assert cache.open_files == 0
+
+
+def test_write_all_appends_creating_the_file_and_unpins_it(tmp_path: Path) -> None:
+    cache = OpenFileCache(1)
+    path = str(tmp_path / "new.log")
+    cache.write_all(path, memoryview(b"abc"), 0)
+    cache.write_all(path, memoryview(b"def"), 3)
+    assert Path(path).read_bytes() == b"abcdef"
+    (other,) = _files(tmp_path, 1)
+    cache.pread(other, 6, 0)  # the written file is not pinned: it gives way at capacity 1
+    assert cache.open_files == 1
+
+
+def test_write_all_finishes_short_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = OpenFileCache(4)
+    path = str(tmp_path / "short.log")
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data)[:2]))
+    cache.write_all(path, memoryview(b"abcdefg"), 0)
+    assert Path(path).read_bytes() == b"abcdefg"
+
+
+def test_write_all_that_fails_half_way_cuts_the_file_back_and_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = OpenFileCache(1)
+    (path,) = _files(tmp_path, 1)  # "file 0": 6 bytes
+    real_write = os.write
+    calls = []
+
+    def disk_full_after_two_bytes(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data)[:2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", disk_full_after_two_bytes)
+    with pytest.raises(OSError) as raised:
+        cache.write_all(path, memoryview(b"more bytes"), 6)
+    assert raised.value.errno == errno.ENOSPC
+    monkeypatch.undo()
+    assert Path(path).read_bytes() == b"file 0"
+    other = tmp_path / "other.log"
+    other.write_bytes(b"other!")
+    cache.pread(str(other), 6, 0)  # unpinned after the failure too
+    assert cache.open_files == 1
