@@ -281,6 +281,13 @@ async def _fuzz_connection(port: int, maker: BatchMaker, figures: Figures, deadl
                 await writer.wait_closed()
 
 
+def _around_traceback(log: str, before: int = 5, after: int = 60) -> str:
+    """The log lines around its first traceback (the tail of a long log would not show it)."""
+    lines = log.splitlines()
+    at = next(index for index, line in enumerate(lines) if "Traceback" in line)
+    return "\n".join(lines[max(at - before, 0) : at + after])
+
+
 def _cpu_seconds(pid: int) -> float:
     """User plus system CPU time the process has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -436,7 +443,7 @@ def test_fuzz_campaign_against_a_real_broker(broker: BrokerProcess) -> None:
     summary += f"; {len(peer_lines)} peer-fault log lines for {figures.closed_by_broker} closes"
     print(summary)
     assert broker.running, f"the broker died: {summary}\n{broker.log_tail()}"
-    assert "Traceback" not in log, f"traceback in the broker log: {summary}\n{broker.log_tail()}"
+    assert "Traceback" not in log, f"traceback in the broker log: {summary}\n{_around_traceback(log)}"
     assert figures.frames_handled >= FRAMES_MIN, summary
     assert figures.apis == set(advertised), f"APIs never sent: {set(advertised) - figures.apis}"
     assert not canary["failures"], f"{canary['failures']}: {summary}"
