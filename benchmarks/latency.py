@@ -29,8 +29,9 @@ counted after a warm-up, with the load generator taking almost none of the machi
 same requests one at a time (``loadgen paced``): one connection, one request sent every 1/10,000 s
 by the clock whether or not the last was answered, as a client at ``linger.ms=0`` sends records;
 the broker's CPU per request, and each request's round trip (its send to its whole answer read).
-A request that finds the broker idle is served by a process whose caches the other processes
-used meanwhile: it costs the broker several times what the same request costs back to back.
+A request that finds the broker idle costs it several times what the same request costs back
+to back (most likely the caches and CPU state an idle process loses between requests; the notes
+in BENCHMARKS.md give the measurements).
 
 (c) Broker ceilings with the C load: two ``loadgen produce`` processes (librdkafka, acks=1,
 linger 5 ms, 1 MiB batches) write 1 KiB records to one partition; one ``loadgen consume`` reads
