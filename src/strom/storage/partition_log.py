@@ -517,15 +517,7 @@ class PartitionLog:
         assert position == len(records), "headers must describe all of records"
 
         rolled = self._write_batches(records, batches, now_ms)
-        self._producer_states.commit(pending_producers)
-        self._count_batches_for_state_copy(len(batches))
-        if rolled:
-            # A snapshot per roll bounds how much of the log recovery must replay for producer
-            # state; it is taken now (it covers everything below the log end) and written by flush.
-            self._pending_snapshot = self._snapshot_due(self.log_end_offset)
-        if self._appended_messages == self._flushed_messages:
-            self._first_unflushed_ms = now_ms
-        self._appended_messages += message_count
+        self._appended(pending_producers, len(batches), message_count, rolled, now_ms)
         return AppendResult(
             base_offset=base_offsets[0],
             last_offset=batches[-1].last_offset,
@@ -560,19 +552,30 @@ class PartitionLog:
         rolled = self._write_batches(
             records, [BatchInfo(base_offset, last_offset, max_timestamp, size_bytes)], now_ms
         )
-        if pending_producers is not None:
-            self._producer_states.commit(pending_producers)
-        self._batches_since_state_copy += 1
-        if self._batches_since_state_copy >= PRODUCER_STATE_COPY_BATCHES:
-            self._copy_producer_states()
-        if rolled:
-            self._pending_snapshot = self._snapshot_due(self.log_end_offset)
-        if self._appended_messages == self._flushed_messages:
-            self._first_unflushed_ms = now_ms
-        self._appended_messages += header.record_count
+        self._appended(pending_producers, 1, header.record_count, rolled, now_ms)
         return AppendResult(
             base_offset, last_offset, now_ms if log_append_time else -1, self._log_start_offset
         )
+
+    def _appended(
+        self,
+        pending_producers: dict[int, ProducerEntry] | None,
+        batches: int,
+        messages: int,
+        rolled: bool,
+        now_ms: int,
+    ) -> None:
+        """What an append of data batches, once written, changes besides the segments."""
+        if pending_producers:
+            self._producer_states.commit(pending_producers)
+        self._count_batches_for_state_copy(batches)
+        if rolled:
+            # A snapshot per roll bounds how much of the log recovery must replay for producer
+            # state; it is taken now (it covers everything below the log end) and written by flush.
+            self._pending_snapshot = self._snapshot_due(self.log_end_offset)
+        if self._appended_messages == self._flushed_messages:
+            self._first_unflushed_ms = now_ms
+        self._appended_messages += messages
 
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int
