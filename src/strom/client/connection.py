@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from strom.client.errors import KafkaConnectionError, KafkaError, ProtocolError, UnsupportedVersionError
+from strom.client.fetch_codec import decode_fetch_response
 from strom.client.metadata_codec import decode_metadata_response
 from strom.client.produce_codec import decode_produce_response
 from strom.protocol.api import request_class, response_class
@@ -31,10 +32,12 @@ __all__ = ["CLIENT_VERSION_CAPS", "Completion", "Connection", "VersionRange"]
 
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 PRODUCE_KEY = 0
+FETCH_KEY = 1
 METADATA_KEY = 3
 # Answers read in one pass when they have their usual shape (None: the generated decoder reads them).
 _FAST_DECODERS: dict[int, Callable[[memoryview, int], Any]] = {
     PRODUCE_KEY: decode_produce_response,
+    FETCH_KEY: decode_fetch_response,
     METADATA_KEY: decode_metadata_response,
 }
 _UNSUPPORTED_VERSION_BYTES = int(ErrorCode.UNSUPPORTED_VERSION).to_bytes(2, "big", signed=True)

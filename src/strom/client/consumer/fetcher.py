@@ -15,6 +15,7 @@ from strom.client.config import ConsumerConfig
 from strom.client.consumer.decode import decode_partition_records
 from strom.client.consumer.positions import SubscriptionState
 from strom.client.errors import KafkaError, NoOffsetForPartitionError, error_for_code
+from strom.client.fetch_codec import FastFetchRequest
 from strom.client.offsets import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP, list_offsets
 from strom.client.transport import Transport
 from strom.protocol.errors import ErrorCode
@@ -157,7 +158,7 @@ class Fetcher:
                     partition_max_bytes=config.max_partition_fetch_bytes,
                 )
             )
-        request = FetchRequest(
+        request = FastFetchRequest(
             replica_id=-1,
             max_wait_ms=config.fetch_max_wait_ms,
             min_bytes=config.fetch_min_bytes,
