@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Broker, cpu_seconds, free_port
+from benchmarks.harness import Broker, cpu_seconds, free_port, touch_page_cache
 from benchmarks.report import replace_section
 from benchmarks.run import create_topic, machine_description
 from benchmarks.validation import export_source
@@ -715,24 +715,10 @@ def _run_loadgen(
     return records, seconds, cpu_used
 
 
-def _touch_page_cache(directory: Path, size_bytes: int) -> None:
-    """Write ``size_bytes`` to a file in ``directory`` and delete it: the memory the page cache then
-    frees has been touched. On a fresh virtual machine the first touch of a page is slow (the
-    host maps it then), and a produce ceiling of a few hundred MB into never-touched memory
-    measured that (the kernel's copy into the page cache was most of the broker's CPU), not what a
-    broker that has run a while pays."""
-    path = directory / "page-cache-warm-up"
-    chunk = bytes(1 << 20)
-    with path.open("wb") as file:
-        for _ in range(size_bytes // len(chunk) + 1):
-            file.write(chunk)
-    path.unlink()
-
-
 def measure_ceilings(loadgen: Path, running: RunningBroker, variant: str) -> list[Ceiling]:
     broker = running.broker
     pid = broker.process.pid
-    _touch_page_cache(
+    touch_page_cache(
         broker.log_path.parent, 2 * CEILING_PRODUCERS * CEILING_PRODUCE_RECORDS * CEILING_PRODUCE_RECORD_BYTES
     )
     stamp = time.monotonic_ns()
