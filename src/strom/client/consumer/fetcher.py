@@ -17,7 +17,7 @@ from strom.client.consumer.positions import SubscriptionState
 from strom.client.errors import KafkaError, NoOffsetForPartitionError, error_for_code
 from strom.client.fetch_codec import FastFetchRequest
 from strom.client.offsets import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP, list_offsets
-from strom.client.transport import Transport
+from strom.client.transport import BrokerChannel, Transport
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.fetch import FetchRequest, FetchResponse
 from strom.protocol.records import CorruptBatchError
@@ -25,6 +25,12 @@ from strom.protocol.records import CorruptBatchError
 __all__ = ["Fetcher", "decode_partition_records"]
 
 log = logging.getLogger(__name__)
+
+# How a fetch (or a chain of them) ended.
+_TAKEN = "taken"  # an answer was buffered: the next fetch may go
+_STOPPED = "stopped"  # nothing more of the leader's to fetch now, or run() has something to do first
+_BACK_OFF = "back off"  # the fetch failed: wait retry.backoff.ms before run() tries again
+_AWAITED = "awaited"  # the channel could not take the request at once: it goes the awaited way
 
 
 class Fetcher:
@@ -130,22 +136,104 @@ class Fetcher:
         here: the next request leaves without a round through ``run()`` (several event-loop turns,
         each a chance for the application thread to take the GIL first), so records appended
         meanwhile wait no longer than they must. Stops when nothing of this leader's is fetchable,
-        a fetch failed, or ``run()`` has something to do first (a reset, stale metadata)."""
-        transport = self.transport
-        while await self._fetch(leader, positions):
-            if self.subscriptions.needing_reset() or transport.metadata.stale(transport.clock.monotonic_ms()):
+        a fetch failed, or ``run()`` has something to do first (a reset, stale metadata).
+
+        On a connected channel the fetches go as a chain of callbacks (``_chain``); the awaited
+        way (``_fetch``) is taken for the first fetch of a connection still to be made and when the
+        channel cannot take a request at once."""
+        while True:
+            channel = self._ready_channel(leader)
+            if channel is not None:
+                outcome, positions = await self._chain(leader, positions, channel)
+                if outcome is _BACK_OFF:
+                    await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                    return
+                if outcome is not _AWAITED:
+                    return
+            if not await self._fetch(leader, positions):
+                return
+            if self._chain_ends():
                 return
             next_positions = self._fetchable_by_leader().get(leader)
             if not next_positions:
                 return
             positions = next_positions
 
-    def _done(self, leader: int) -> None:
-        self._in_flight.pop(leader, None)
-        self.wakeup.set()
+    def _ready_channel(self, leader: int) -> BrokerChannel | None:
+        ready_channel = getattr(self.transport, "ready_channel", None)  # test transports have none
+        return ready_channel(leader) if ready_channel is not None else None
 
-    async def _fetch(self, leader: int, positions: dict[TopicPartition, int]) -> bool:
-        """One Fetch; False when it failed as a whole (after the retry backoff)."""
+    def _chain_ends(self) -> bool:
+        """``run()`` has something to do before the next fetch: a reset, or stale metadata."""
+        transport = self.transport
+        return bool(self.subscriptions.needing_reset()) or transport.metadata.stale(
+            transport.clock.monotonic_ms()
+        )
+
+    async def _chain(
+        self, leader: int, positions: dict[TopicPartition, int], channel: BrokerChannel
+    ) -> tuple[str, dict[TopicPartition, int]]:
+        """Fetches from ``leader`` as callbacks: each answer is taken where the channel reads it
+        and the next Fetch written from there (``BrokerChannel.send_nowait``), without a task's
+        turn, a future or a timer per fetch; here only one wait on the whole chain, woken to check
+        that the fetch in flight is not older than ``request.timeout.ms`` + ``fetch.max.wait.ms``.
+        Returns how the chain ended (``_STOPPED``; ``_BACK_OFF`` after a failed fetch; ``_AWAITED``
+        when the channel could not take the next request at once: it is to be sent the awaited
+        way) and the positions of the fetch it ended on."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[str] = loop.create_future()
+        timeout_s = (self.config.request_timeout_ms + self.config.fetch_max_wait_ms) / 1000
+        current = positions
+        sent_at = 0.0
+        alive = True
+
+        def finish(outcome: str) -> None:
+            if not done.done():
+                done.set_result(outcome)
+
+        def send(wanted: dict[TopicPartition, int]) -> None:
+            nonlocal current, sent_at
+            current = wanted
+            sent_at = loop.time()
+            if not channel.send_nowait(self._request(wanted), answered):
+                finish(_AWAITED)
+
+        def answered(response: FetchResponse | None, error: KafkaError | None) -> None:
+            if not alive:
+                return  # the chain was given up (a timeout, the fetcher stopping): dropped
+            if error is not None or response is None:
+                log.info("fetch from broker %d failed: %s", leader, error)
+                self.transport.metadata.request_refresh()
+                finish(_BACK_OFF)
+                return
+            try:
+                outcome = self._take_answer(leader, current, response)
+                if outcome is not _TAKEN:
+                    finish(outcome)
+                    return
+                next_positions = None if self._chain_ends() else self._fetchable_by_leader().get(leader)
+                if not next_positions:
+                    finish(_STOPPED)
+                    return
+                send(next_positions)
+            except Exception as failure:  # raised where the awaited way would have raised it
+                if not done.done():
+                    done.set_exception(failure)
+
+        try:
+            send(positions)
+            while not done.done():
+                remaining_s = sent_at + timeout_s - loop.time()
+                if remaining_s <= 0:
+                    log.info("fetch from broker %d failed: no answer within %d ms", leader, timeout_s * 1000)
+                    self.transport.metadata.request_refresh()
+                    return _BACK_OFF, current
+                await asyncio.wait((done,), timeout=remaining_s)
+            return done.result(), current
+        finally:
+            alive = False
+
+    def _request(self, positions: dict[TopicPartition, int]) -> FastFetchRequest:
         config = self.config
         topics: dict[str, FetchRequest.FetchTopic] = {}
         for tp, position in positions.items():
@@ -158,7 +246,7 @@ class Fetcher:
                     partition_max_bytes=config.max_partition_fetch_bytes,
                 )
             )
-        request = FastFetchRequest(
+        return FastFetchRequest(
             replica_id=-1,
             max_wait_ms=config.fetch_max_wait_ms,
             min_bytes=config.fetch_min_bytes,
@@ -169,19 +257,36 @@ class Fetcher:
             topics=list(topics.values()),
             rack_id=config.client_rack,
         )
+
+    def _done(self, leader: int) -> None:
+        self._in_flight.pop(leader, None)
+        self.wakeup.set()
+
+    async def _fetch(self, leader: int, positions: dict[TopicPartition, int]) -> bool:
+        """One Fetch, awaited; False when it failed as a whole (after the retry backoff)."""
+        config = self.config
         try:
             response: FetchResponse = await self.transport.send(
-                leader, request, timeout_ms=config.request_timeout_ms + config.fetch_max_wait_ms
+                leader,
+                self._request(positions),
+                timeout_ms=config.request_timeout_ms + config.fetch_max_wait_ms,
             )
         except KafkaError as error:
             log.info("fetch from broker %d failed: %s", leader, error)
             self.transport.metadata.request_refresh()
             await asyncio.sleep(config.retry_backoff_ms / 1000)
             return False
+        outcome = self._take_answer(leader, positions, response)
+        if outcome is _BACK_OFF:
+            await asyncio.sleep(config.retry_backoff_ms / 1000)
+        return outcome is _TAKEN
+
+    def _take_answer(self, leader: int, positions: dict[TopicPartition, int], response: FetchResponse) -> str:
+        """Buffer what an answer brought: ``_TAKEN``; ``_BACK_OFF`` when the fetch failed as a
+        whole; ``_STOPPED`` when a partition's error is for ``poll()`` to raise."""
         if response.error_code != ErrorCode.NONE:
             log.info("fetch from broker %d: %s", leader, ErrorCode(response.error_code).name)
-            await asyncio.sleep(config.retry_backoff_ms / 1000)
-            return False
+            return _BACK_OFF
         for topic_response in response.responses:
             for partition in topic_response.partitions:
                 tp = TopicPartition(topic_response.topic, partition.partition_index)
@@ -189,7 +294,7 @@ class Fetcher:
                 if fetch_offset is None:
                     continue
                 self._handle_partition(tp, fetch_offset, partition)
-        return self.pending_error is None
+        return _TAKEN if self.pending_error is None else _STOPPED
 
     def _handle_partition(
         self, tp: TopicPartition, fetch_offset: int, partition: FetchResponse.PartitionData
