@@ -269,6 +269,42 @@ def test_idempotent_producer_through_broker_restart(start_broker: StartBroker) -
     assert all(numbers == sorted(numbers) for numbers in by_key.values())
 
 
+def test_consumer_reads_on_through_a_broker_killed_and_restarted(start_broker: StartBroker) -> None:
+    """The consumer's chain of fetches (answers taken where they are read) meets a connection lost
+    mid-chain: it backs off, reconnects and goes on from its position, every record once, in order."""
+    broker = start_broker()
+    topic = unique_topic("consume-restart")
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    total = 6_000
+    with Producer(bootstrap_servers=broker.bootstrap, linger_ms=0) as producer:
+        for index in range(total):
+            producer.send(topic, index.to_bytes(4, "big"), partition=0)
+        producer.flush(60)
+    values: list[int] = []
+    with Consumer(
+        bootstrap_servers=broker.bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=4_096,  # a fetch answer of a few batches: many fetches in a chain
+        reconnect_backoff_ms=20,
+        retry_backoff_ms=20,
+    ) as consumer:
+        consumer.assign([(topic, 0)])
+        consumer.seek((topic, 0), 0)
+        killed = False
+        deadline = time.monotonic() + 90
+        while len(values) < total:
+            assert time.monotonic() < deadline, f"read {len(values)} of {total}"
+            values += [int.from_bytes(record.value or b"", "big") for record in consumer.poll(200)]
+            if not killed and len(values) >= total // 3:
+                broker.kill()  # with fetches in flight: the chain's connection is lost
+                broker.start()
+                killed = True
+        assert killed
+        assert consumer.poll(200) == []
+    assert values == list(range(total)), "records lost, repeated or out of order across the restart"
+
+
 def test_produce_request_unanswered_past_its_timeout_is_retried_without_duplicates(
     start_broker: StartBroker,
 ) -> None:
