@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import Protocol
 
+from crc32c import crc32c
+
 from strom.base import limits
 from strom.client.cluster import TopicPartition
 from strom.client.consumer.positions import ConsumerRecord, FetchedRecords
@@ -32,17 +34,17 @@ from strom.protocol.records.batch import RECORD_BYTES_MIN, decode_record_headers
 from strom.protocol.records.compression import CompressionType, decompress
 from strom.protocol.records.control import ControlType, parse_control_record
 from strom.protocol.records.header import (
+    ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_BIT,
     CURRENT_MAGIC,
+    HEADER,
     HEADER_BYTES,
     LOG_OVERHEAD_BYTES,
     MAGIC_OFFSET,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
-    compute_crc,
-    parse_batch_header,
 )
 from strom.protocol.records.varint import read_unsigned_varint, read_unsigned_varlong, read_varint
 
@@ -138,6 +140,7 @@ def _decode_payload(
     topic, partition = topic_partition
     pos = 0
     end = len(buf)
+    unpack_header = HEADER.unpack_from
     while end - pos > MAGIC_OFFSET:
         magic = buf[pos + MAGIC_OFFSET]
         if magic != CURRENT_MAGIC:
@@ -151,20 +154,32 @@ def _decode_payload(
         (batch_length,) = _BATCH_LENGTH.unpack_from(buf, pos + 8)
         if batch_length + LOG_OVERHEAD_BYTES > end - pos:
             break  # the fetch cut the last batch short
-        header = parse_batch_header(buf, pos)
-        batch_end = pos + header.size_bytes
-        last_offset = header.base_offset + header.last_offset_delta
+        # The header's fields as locals, not a BatchHeader each (a fetch of one-record batches,
+        # what a producer at linger.ms=0 makes, has a header per record); magic and length were
+        # checked above, the rest as parse_batch_header checks it.
+        fields = unpack_header(buf, pos)
+        base_offset, _, _, _, crc, attributes, last_offset_delta, base_timestamp, max_timestamp = fields[:9]
+        record_count = fields[12]
+        if batch_length < HEADER_BYTES - LOG_OVERHEAD_BYTES:
+            raise CorruptBatchError(f"batch length {batch_length} is shorter than its header")
+        if last_offset_delta < 0 or record_count < 0:
+            raise CorruptBatchError("negative record count or offset delta")
+        batch_end = pos + batch_length + LOG_OVERHEAD_BYTES
+        last_offset = base_offset + last_offset_delta
         if last_offset >= next_offset:
             next_offset = last_offset + 1
-        if aborted is not None and header.attributes & TRANSACTIONAL_BIT and aborted.skips(buf, pos, header):
+        if (
+            aborted is not None
+            and attributes & TRANSACTIONAL_BIT
+            and aborted.skips(buf, pos, BatchHeader._make(fields))
+        ):
             pos = batch_end  # aborted records or a marker (which may end an aborted transaction)
             continue
         if last_offset < fetch_offset:
             pos = batch_end  # wholly before the position: not even its CRC matters
             continue
-        if compute_crc(buf, pos, header.size_bytes) != header.crc:
+        if crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : batch_end]) != crc:
             raise CorruptBatchError(f"CRC mismatch in the batch at byte {pos}")
-        attributes = header.attributes
         if not attributes & CONTROL_BIT:
             compression = attributes & COMPRESSION_MASK
             if compression == CompressionType.NONE:
@@ -175,17 +190,17 @@ def _decode_payload(
                 )
                 start, stop = 0, len(data)
             if attributes & TIMESTAMP_TYPE_BIT:
-                timestamp_type, base_timestamp, fixed_timestamp = 1, 0, header.max_timestamp
+                timestamp_type, base_timestamp, fixed_timestamp = 1, 0, max_timestamp
             else:
-                timestamp_type, base_timestamp, fixed_timestamp = 0, header.base_timestamp, None
+                timestamp_type, fixed_timestamp = 0, None
             _decode_records(
                 data,
                 start,
                 stop,
-                header.record_count,
+                record_count,
                 topic,
                 partition,
-                header.base_offset,
+                base_offset,
                 fetch_offset,
                 base_timestamp,
                 fixed_timestamp,
