@@ -29,8 +29,8 @@ def cpu_seconds(pid: int) -> float:
 
 def touch_page_cache(directory: Path, size_bytes: int) -> None:
     """Write ``size_bytes`` to a file in ``directory`` and delete it, so that the page cache a
-    broker then writes into is memory touched before. On this kind of machine (a virtual machine
-    whose host takes back memory the guest freed) the first touch of a page is slow, and a case
+    broker then writes into is memory touched before. On this kind of machine (a virtual machine)
+    the first touch of a page is slow, most likely the host mapping it then, and a case
     that appends a few hundred MB into untouched memory measures that: the kernel's copy into the
     page cache became most of the broker's CPU (3 µs of it per 1 KiB record instead of 0.8), which
     a broker that has been running a while does not pay."""
