@@ -74,7 +74,7 @@ class ChannelTransport(FakeTransport):
 
     fake_channel: FakeChannel = field(default_factory=FakeChannel)
 
-    def ready_channel(self, node_id: int) -> FakeChannel:
+    def ready_channel(self, node_id: int) -> FakeChannel:  # type: ignore[override]
         return self.fake_channel
 
 

@@ -54,6 +54,10 @@ class FakeTransport:
     fetched: list[dict[TopicPartition, int]] = field(default_factory=list)
     error_codes: dict[TopicPartition, int] = field(default_factory=dict)
 
+    def ready_channel(self, node_id: int) -> None:
+        """No connected channel: every fetch goes the awaited way, through ``send``."""
+        return None
+
     async def send(self, broker_id: int, request: FetchRequest, timeout_ms: int) -> FetchResponse:
         asked = {
             TopicPartition(topic.topic, partition.partition): partition.fetch_offset

@@ -142,7 +142,7 @@ class Fetcher:
         way (``_fetch``) is taken for the first fetch of a connection still to be made and when the
         channel cannot take a request at once."""
         while True:
-            channel = self._ready_channel(leader)
+            channel = self.transport.ready_channel(leader)
             if channel is not None:
                 outcome, positions = await self._chain(leader, positions, channel)
                 if outcome is _BACK_OFF:
@@ -158,10 +158,6 @@ class Fetcher:
             if not next_positions:
                 return
             positions = next_positions
-
-    def _ready_channel(self, leader: int) -> BrokerChannel | None:
-        ready_channel = getattr(self.transport, "ready_channel", None)  # test transports have none
-        return ready_channel(leader) if ready_channel is not None else None
 
     def _chain_ends(self) -> bool:
         """``run()`` has something to do before the next fetch: a reset, or stale metadata."""
