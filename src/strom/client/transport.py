@@ -22,7 +22,9 @@ import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+import uvloop
 
 from strom.base.clock import Clock, SystemClock
 from strom.client.cluster import ClusterMetadata
@@ -68,10 +70,11 @@ def _retrieve_exception(task: asyncio.Task[Any]) -> None:
 
 
 class LoopThread:
-    """A daemon thread running one asyncio event loop until ``stop()``."""
+    """A daemon thread running one asyncio event loop until ``stop()``: uvloop's, as the broker's
+    (its loop, transports and TLS layer are compiled; asyncio's run in Python for every callback)."""
 
     def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -176,9 +179,9 @@ class BrokerChannel(asyncio.BufferedProtocol):
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.write(self.connection.handshake())
+        # uvloop's transports are not registered as asyncio.Transport, though they are one.
+        self._transport = cast("asyncio.Transport", transport)
+        self._transport.write(self.connection.handshake())
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._receive_buffer

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import uvloop
 
 from strom.client.config import ClientConfig
 from strom.client.errors import KafkaError, KafkaTimeoutError
-from strom.client.transport import Transport
+from strom.client.transport import LoopThread, Transport
 
 WAIT_S = 5.0
 
@@ -87,3 +88,18 @@ async def closed_while_setting_up() -> None:
         await asyncio.wait_for(broker.closed_by_client.wait(), WAIT_S)
         with pytest.raises((asyncio.CancelledError, KafkaError)):
             await attempt
+
+
+def test_a_client_objects_loop_thread_runs_uvloop() -> None:
+    """Each client object's thread runs uvloop's loop (compiled, as the broker's); the transport
+    above also runs on asyncio's own loop, as the tests here drive it."""
+    thread = LoopThread("strom-test")
+    try:
+        assert isinstance(thread.loop, uvloop.Loop)
+
+        async def running_loop() -> asyncio.AbstractEventLoop:
+            return asyncio.get_running_loop()
+
+        assert thread.run(running_loop(), WAIT_S) is thread.loop
+    finally:
+        thread.stop()
