@@ -23,7 +23,7 @@ from strom.client.metadata_codec import decode_metadata_response
 from strom.client.produce_codec import decode_produce_response
 from strom.protocol.api import request_class, response_class
 from strom.protocol.errors import ErrorCode
-from strom.protocol.framing import FrameDecoder
+from strom.protocol.framing import FrameReceiver
 from strom.protocol.headers import decode_response_header, encode_request
 from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from strom.protocol.primitives import DecodeError
@@ -83,7 +83,11 @@ class Connection:
 
     def __init__(self, client_id: str | None, frame_bytes_max: int, *, api_versions_version: int = 3) -> None:
         self.client_id = client_id
-        self._decoder = FrameDecoder(frame_bytes_max)
+        # Answers are cut from what the socket reads into the receiver's buffers: a large one (a
+        # fetch) gets a buffer of the size its prefix declares, which the socket (or the TLS layer)
+        # fills directly, as librdkafka reads an answer. The broker is trusted to send what it
+        # declares, up to receive.message.max.bytes (``frame_bytes_max``).
+        self._receiver = FrameReceiver(frame_bytes_max)
         self._next_correlation_id = 0
         self._pending: dict[int, _Pending] = {}
         self._api_versions_version = min(api_versions_version, ApiVersionsRequest.MAX_VERSION)
@@ -155,16 +159,43 @@ class Connection:
 
     # -- receiving -----------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes | bytearray | memoryview) -> tuple[list[Completion], bytes]:
-        """Feed received bytes. Returns the completed exchanges and bytes to send now (a retried
-        handshake). A framing or decoding error breaks the connection: every pending exchange
-        completes with a ``ProtocolError`` and the caller must close the socket."""
+    def read_buffer(self) -> memoryview:
+        """Where the socket's next read should write (never empty); then ``bytes_read``."""
+        return self._receiver.buffer()
+
+    def bytes_read(self, nbytes: int) -> tuple[list[Completion], bytes]:
+        """``nbytes`` were read into the start of the last ``read_buffer()``. Returns the completed
+        exchanges and bytes to send now (a retried handshake). A framing or decoding error breaks
+        the connection: every pending exchange completes with a ``ProtocolError`` and the caller
+        must close the socket."""
         if self.closed_error is not None:
             return [], b""
         try:
-            frames = self._decoder.feed(data)
+            frames = self._receiver.received(nbytes)
         except DecodeError as error:
             return self.connection_lost(ProtocolError(f"broker sent a bad frame: {error}")), b""
+        if not frames:
+            return [], b""
+        return self._complete_frames(frames)
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> tuple[list[Completion], bytes]:
+        """``bytes_read`` for bytes read elsewhere: copied into the read buffers, as a read would."""
+        completions: list[Completion] = []
+        outgoing = b""
+        left = memoryview(data)
+        while self.closed_error is None:
+            buffer = self._receiver.buffer()
+            size = min(len(buffer), len(left))
+            buffer[:size] = left[:size]
+            left = left[size:]
+            done, resend = self.bytes_read(size)
+            completions += done
+            outgoing += resend
+            if not left:
+                break
+        return completions, outgoing
+
+    def _complete_frames(self, frames: list[bytearray]) -> tuple[list[Completion], bytes]:
         completions: list[Completion] = []
         outgoing = b""
         for frame in frames:

@@ -130,11 +130,6 @@ class LoopThread:
                 self._thread.join(join_timeout_s)
 
 
-# What one read from a broker's socket may take. The buffer is allocated once per connection and
-# read into (asyncio.BufferedProtocol): asyncio's plain Protocol allocates this much anew for every
-# read, a large allocation (and page faults) per small answer that showed in the client's profile.
-_RECEIVE_BUFFER_BYTES = 256 * 1024
-
 # How long closing a client waits for its TLS connections' close_notify exchange before dropping them.
 _TLS_CLOSE_WAIT_S = 1.0
 
@@ -174,7 +169,6 @@ class BrokerChannel(asyncio.BufferedProtocol):
         self._writable.set()
         # request() calls waiting for the socket's buffer to drain (send_nowait() defers to them).
         self._write_waiters = 0
-        self._receive_buffer = memoryview(bytearray(_RECEIVE_BUFFER_BYTES))
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -184,15 +178,16 @@ class BrokerChannel(asyncio.BufferedProtocol):
         self._transport.write(self.connection.handshake())
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._receive_buffer
+        return self.connection.read_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        # A view, not a copy: the Connection's frame decoder copies what it keeps (a partial
-        # frame) into its own buffer and never holds on to the view, which the next read reuses.
-        self.data_received(self._receive_buffer[:nbytes])
+        self._received(*self.connection.bytes_read(nbytes))
 
     def data_received(self, data: bytes | memoryview) -> None:
-        completions, outgoing = self.connection.receive_data(data)
+        """Bytes read elsewhere (the event loop reads into ``get_buffer``)."""
+        self._received(*self.connection.receive_data(data))
+
+    def _received(self, completions: list[Completion], outgoing: bytes) -> None:
         if outgoing and self._transport is not None:
             self._transport.write(outgoing)
         self._deliver(completions)

@@ -9,7 +9,8 @@ the body is buffered, so a peer cannot make the broker allocate its claimed 2 Gi
 large one gets a buffer of its own, sized from its prefix, that the socket fills directly — a
 large answer is copied once, by the kernel. It allocates a frame's whole declared size when the
 prefix arrives, so it is for peers that are trusted to send what they declare (a broker's own
-connections to the other brokers), not for any client.
+connections to the other brokers, strom's client reading its brokers' answers), not for what a
+broker reads from any client.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from strom.client.connection import Connection
+from strom.client.connection import Completion, Connection
 from strom.client.errors import ProtocolError, UnsupportedVersionError
 from strom.protocol.errors import ErrorCode
 from strom.protocol.headers import decode_request_header, encode_response
@@ -27,7 +27,7 @@ def broker_versions(**overrides: tuple[int, int]) -> list[ApiVersionsResponse.Ap
 def answer(frame: bytes, response: object) -> bytes:
     """What a broker would send back for the request ``frame`` (size prefix included)."""
     header, _ = decode_request_header(frame[4:])
-    body = response.encode(header.request_api_version)  # type: ignore[attr-defined]
+    body = response.encode(header.request_api_version)
     return encode_response(header.correlation_id, header.request_api_key, header.request_api_version, body)
 
 
@@ -134,3 +134,61 @@ def test_connection_lost_fails_everything_in_flight() -> None:
     assert all(c.error is error for c in completions)
     with pytest.raises(ProtocolError):
         connection.send(MetadataRequest(topics=None))
+
+
+def read_into(
+    connection: Connection, data: bytes, read_max: int, offered: list[int] | None = None
+) -> list[Completion]:
+    """What the event loop does: each read writes at most ``read_max`` bytes into the connection's
+    ``read_buffer()`` and reports them with ``bytes_read``. ``offered`` gets each buffer's size."""
+    completions: list[Completion] = []
+    while data:
+        buffer = connection.read_buffer()
+        assert len(buffer) > 0
+        if offered is not None:
+            offered.append(len(buffer))
+        size = min(len(buffer), read_max, len(data))
+        buffer[:size] = data[:size]
+        data = data[size:]
+        done, _ = connection.bytes_read(size)
+        completions.extend(done)
+    return completions
+
+
+def test_an_answer_larger_than_the_read_buffer_is_read_straight_into_a_buffer_of_its_own() -> None:
+    connection = ready_connection()
+    topics = [MetadataResponse.MetadataResponseTopic(name=f"topic-{index:06d}") for index in range(20_000)]
+    large = connection.send(MetadataRequest(topics=None), token="large")
+    small = connection.send(MetadataRequest(topics=None), token="small")
+    reply = answer(large, MetadataResponse(controller_id=1, topics=topics))
+    assert len(reply) > 2 * len(connection.read_buffer())  # more than one read buffer's worth
+    offered: list[int] = []
+    completions = read_into(
+        connection, reply + answer(small, MetadataResponse(controller_id=2)), 100_000, offered
+    )
+    # Once its size prefix is in, the rest of the large answer goes where the reads are asked to
+    # write: a buffer as large as what is left of it, not the connection's scratch buffer.
+    assert any(length > 256 * 1024 for length in offered)
+    assert [(c.token, c.response.controller_id) for c in completions] == [("large", 1), ("small", 2)]
+    assert len(completions[0].response.topics) == 20_000
+    assert connection.in_flight == 0
+
+
+def test_answers_read_a_few_bytes_at_a_time_complete_in_order() -> None:
+    connection = ready_connection()
+    first = connection.send(MetadataRequest(topics=None), token="first")
+    second = connection.send(MetadataRequest(topics=None), token="second")
+    data = answer(first, MetadataResponse(controller_id=1)) + answer(
+        second, MetadataResponse(controller_id=2)
+    )
+    completions = read_into(connection, data, 5)
+    assert [c.token for c in completions] == ["first", "second"]
+
+
+def test_a_frame_size_below_the_minimum_read_into_the_buffer_breaks_the_connection() -> None:
+    connection = ready_connection()
+    connection.send(MetadataRequest(topics=None), token="pending")
+    completions = read_into(connection, (1).to_bytes(4, "big") + b"\0", 64)
+    assert [c.token for c in completions] == ["pending"]
+    assert isinstance(connection.closed_error, ProtocolError)
+    assert connection.bytes_read(0) == ([], b"")  # a broken connection takes nothing more
