@@ -356,11 +356,11 @@ def tls_record_pattern(
             finally:
                 broker.stop()
                 counter.close()
-            pattern[(client, size)] = (*_per_record(sent, count), *_per_record(received, count))
+            pattern[(client, size)] = (*per_record(sent, count), *per_record(received, count))
     return pattern
 
 
-def _per_record(lengths: list[int], records: int) -> tuple[float, float]:
+def per_record(lengths: list[int], records: int) -> tuple[float, float]:
     """TLS records per record produced, and the share of them that are small."""
     small = sum(1 for length in lengths if length <= SMALL_TLS_RECORD_BYTES)
     return len(lengths) / records, small / max(len(lengths), 1)
