@@ -261,13 +261,13 @@ PATTERN_SHARE = 10  # the pattern pass sends a tenth of a case's records
 class TlsRecordCounter:
     """A TCP relay on 127.0.0.1 to ``target_port`` that keeps the length of each TLS record of
     application data passing through it (read from the record's clear five-byte header): those its
-    clients send (``sent``) and those they receive (``received``). A thread per direction of each
-    connection; ``close()`` stops it."""
+    clients send (``sent``) and those they receive (``received``; both read under ``lock``). A thread
+    per direction of each connection; ``close()`` stops it."""
 
     def __init__(self, target_port: int) -> None:
         self.sent: list[int] = []
         self.received: list[int] = []
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
@@ -281,18 +281,17 @@ class TlsRecordCounter:
             except OSError:
                 return
             upstream = socket.create_connection(("127.0.0.1", self._target_port))
-            with self._lock:
+            with self.lock:
                 self._sockets += [client, upstream]
             threading.Thread(target=self._relay, args=(client, upstream, self.sent), daemon=True).start()
             threading.Thread(target=self._relay, args=(upstream, client, self.received), daemon=True).start()
 
     def _relay(self, source: socket.socket, sink: socket.socket, into: list[int]) -> None:
         pending = bytearray()
-        lengths: list[int] = []
         try:
             while data := source.recv(1 << 18):
-                sink.sendall(data)
                 pending += data
+                lengths = []
                 at = 0
                 while len(pending) - at >= TLS_RECORD_HEADER_BYTES:
                     length = int.from_bytes(pending[at + 3 : at + 5], "big")
@@ -302,17 +301,20 @@ class TlsRecordCounter:
                         lengths.append(length)
                     at += TLS_RECORD_HEADER_BYTES + length
                 del pending[:at]
+                with self.lock:
+                    into += lengths
+                # Counted before passed on: whoever has these bytes (a producer its acks, a
+                # consumer its records) finds them in the counts.
+                sink.sendall(data)
         except OSError:
             pass
         finally:
-            with self._lock:
-                into += lengths
             with contextlib.suppress(OSError):
                 sink.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
         self._listener.close()
-        with self._lock:
+        with self.lock:
             for each in self._sockets:
                 with contextlib.suppress(OSError):
                     each.close()
@@ -350,9 +352,11 @@ def tls_record_pattern(
                 config = client_config("SSL", counter.port, certificates)
                 producer, consumer = CLIENTS[client]
                 timed(producer, config, f"pattern-{size}", count, size)
-                sent = list(counter.sent)
+                with counter.lock:
+                    sent = list(counter.sent)
                 timed(consumer, config, f"pattern-{size}", count)
-                received = list(counter.received)
+                with counter.lock:
+                    received = list(counter.received)
             finally:
                 broker.stop()
                 counter.close()
