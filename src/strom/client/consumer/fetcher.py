@@ -198,8 +198,7 @@ class Fetcher:
             if not alive:
                 return  # the chain was given up (a timeout, the fetcher stopping): dropped
             if error is not None or response is None:
-                log.info("fetch from broker %d failed: %s", leader, error)
-                self.transport.metadata.request_refresh()
+                self._fetch_failed(leader, error)
                 finish(_BACK_OFF)
                 return
             try:
@@ -221,8 +220,7 @@ class Fetcher:
             while not done.done():
                 remaining_s = sent_at + timeout_s - loop.time()
                 if remaining_s <= 0:
-                    log.info("fetch from broker %d failed: no answer within %d ms", leader, timeout_s * 1000)
-                    self.transport.metadata.request_refresh()
+                    self._fetch_failed(leader, f"no answer within {timeout_s * 1000:.0f} ms")
                     return _BACK_OFF, current
                 await asyncio.wait((done,), timeout=remaining_s)
             return done.result(), current
@@ -254,6 +252,12 @@ class Fetcher:
             rack_id=config.client_rack,
         )
 
+    def _fetch_failed(self, leader: int, reason: object) -> None:
+        """A fetch failed as a whole (the chain's or the awaited one): said, and the leader may
+        have moved, so the metadata is refreshed; the caller backs off."""
+        log.info("fetch from broker %d failed: %s", leader, reason)
+        self.transport.metadata.request_refresh()
+
     def _done(self, leader: int) -> None:
         self._in_flight.pop(leader, None)
         self.wakeup.set()
@@ -268,8 +272,7 @@ class Fetcher:
                 timeout_ms=config.request_timeout_ms + config.fetch_max_wait_ms,
             )
         except KafkaError as error:
-            log.info("fetch from broker %d failed: %s", leader, error)
-            self.transport.metadata.request_refresh()
+            self._fetch_failed(leader, error)
             await asyncio.sleep(config.retry_backoff_ms / 1000)
             return False
         outcome = self._take_answer(leader, positions, response)
