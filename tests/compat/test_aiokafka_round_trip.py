@@ -1,6 +1,6 @@
 """aiokafka: produce 10,000 keyed records with headers under each codec, read them back with its
-consumer (manual assignment, no group). The topic is made with confluent-kafka's admin client:
-aiokafka's admin client is not what is under test here."""
+consumer (manual assignment, no group; the topic made with confluent-kafka's admin client); and
+its admin client creating and deleting a topic, reading the answers as its own tests do."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 import aiokafka.codec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.compat.conftest import BrokerProcess
 from tests.compat.support import (
@@ -127,3 +128,28 @@ def test_aiokafka_round_trip(shared_broker: BrokerProcess, codec: str, partition
     sent, read = asyncio.run(asyncio.wait_for(scenario(), CONSUME_TIMEOUT_S + DELIVERY_TIMEOUT_S))
     assert {record.partition for record in sent} == set(range(partitions))
     assert_round_trip(sent, read)
+
+
+def test_aiokafka_admin_creates_and_deletes_a_topic(shared_broker: BrokerProcess) -> None:
+    """aiokafka's own admin test asserts that a created topic's error message is None (Kafka
+    answers null, not an empty string), and that a deleted topic is gone from list_topics()."""
+    topic = unique_topic("aiokafka-admin")
+
+    async def scenario() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=shared_broker.bootstrap)
+        await admin.start()
+        try:
+            created = await admin.create_topics([NewTopic(topic, 2, 1)])
+            assert created.topic_errors == [(topic, 0, None)]
+            again = await admin.create_topics([NewTopic(topic, 2, 1)])
+            [(name, error_code, message)] = again.topic_errors
+            assert (name, error_code) == (topic, 36)  # TOPIC_ALREADY_EXISTS
+            assert message
+            assert topic in await admin.list_topics()
+            deleted = await admin.delete_topics([topic])
+            assert [tuple(answer)[:2] for answer in deleted.topic_error_codes] == [(topic, 0)]
+            assert topic not in await admin.list_topics()
+        finally:
+            await admin.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -299,6 +299,30 @@ def test_list_offsets(broker: InProcessBroker) -> None:
     assert lookup(-3) == (3, 5000)
 
 
+@pytest.mark.parametrize("version", [1, 4, 5, 7])
+def test_created_topics_answer_a_null_error_message(broker: InProcessBroker, version: int) -> None:
+    """As Kafka: a topic created (or one that would be, validate_only) has ErrorMessage null, not
+    an empty string (aiokafka's own admin test asserts ``is None``); a refused one says why."""
+    for validate_only in (True, False):
+        created = broker.call(
+            CreateTopicsRequest(
+                topics=[CreateTopicsRequest.CreatableTopic(name="n", num_partitions=1, replication_factor=1)],
+                validate_only=validate_only,
+            ),
+            version,
+        )
+        assert created.topics[0].error_code == ErrorCode.NONE
+        assert created.topics[0].error_message is None
+    again = broker.call(
+        CreateTopicsRequest(
+            topics=[CreateTopicsRequest.CreatableTopic(name="n", num_partitions=1, replication_factor=1)]
+        ),
+        version,
+    )
+    assert again.topics[0].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert again.topics[0].error_message
+
+
 def test_topics_lifecycle_and_errors(broker: InProcessBroker) -> None:
     create_topic(broker, "t", partitions=2)
     again = broker.call(

@@ -114,6 +114,7 @@ async def _create_one(
         name=topic.name,
         topic_id=created.topic_id if not validate_only else ZERO_UUID,
         error_code=ErrorCode.NONE,
+        error_message=None,  # as Kafka: null when there was no error (aiokafka checks it)
         num_partitions=partitions,
         replication_factor=replication_factor,
         configs=[
