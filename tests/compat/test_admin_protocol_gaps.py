@@ -143,6 +143,27 @@ def test_confluent_alters_a_dynamic_broker_config_that_applies_at_once_and_survi
     assert _produce_large(broker.bootstrap, topic) is None
 
 
+def test_confluent_edits_cleanup_policy_as_a_list(shared_broker: BrokerProcess, admin: AdminClient) -> None:
+    """confluent-kafka's own incremental_alter_configs test: APPEND keeps the list's order, and
+    SUBTRACT may empty it (Kafka takes cleanup.policy="", neither retention nor compaction)."""
+    topic = unique_topic("cleanup-list")
+    create_topic(shared_broker.bootstrap, topic, 1)
+
+    def edit(operation: AlterConfigOpType, value: str) -> str:
+        entry = ConfigEntry("cleanup.policy", value, incremental_operation=operation)
+        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+        assert admin.incremental_alter_configs([resource])[resource].result(ADMIN_TIMEOUT_S) is None
+        described = ConfigResource(ResourceType.TOPIC, topic)
+        configs = admin.describe_configs([described])[described].result(ADMIN_TIMEOUT_S)
+        policy: str = configs["cleanup.policy"].value
+        return policy
+
+    assert edit(AlterConfigOpType.APPEND, "compact") == "delete,compact"
+    assert edit(AlterConfigOpType.SUBTRACT, "delete") == "compact"
+    assert edit(AlterConfigOpType.SUBTRACT, "compact") == ""
+    assert edit(AlterConfigOpType.SET, "compact,delete") == "compact,delete"
+
+
 def test_confluent_read_only_broker_config_is_refused(admin: AdminClient) -> None:
     with pytest.raises(KafkaException) as raised:
         _alter_broker(admin, ("num.partitions", "7"))

@@ -199,7 +199,10 @@ _KEYS = [
     ),
     ConfigKey("log.retention.check.interval.ms", "long", "300000", "How often retention and compaction run."),
     ConfigKey(
-        "log.cleanup.policy", "list", "delete", "delete, compact or compact,delete (topic: cleanup.policy)."
+        "log.cleanup.policy",
+        "list",
+        "delete",
+        "delete, compact, both (delete,compact) or empty for neither (topic: cleanup.policy).",
     ),
     ConfigKey(
         "log.cleaner.delete.retention.ms",

@@ -17,7 +17,8 @@ from strom.storage.errors import ConfigError
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
-CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+# cleanup.policy is a list of these, in any order, or empty (neither: the log keeps everything).
+CLEANUP_POLICIES = ("delete", "compact")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
@@ -28,7 +29,7 @@ class LogConfig:
     segment_ms: int = 7 * 24 * 3600 * 1000  # segment.ms
     retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms (-1 = unlimited)
     retention_bytes: int = -1  # retention.bytes (-1 = unlimited)
-    cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact", "compact,delete"
+    cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact", both in either order, or ""
     delete_retention_ms: int = 86_400_000  # delete.retention.ms (tombstones kept this long)
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms (stored, not acted on)
@@ -110,10 +111,17 @@ class ConfigKeyInfo:
         except ValueError:
             raise ConfigError(f"invalid value {raw!r} for config {self.name}: expected {self.type}") from None
         if self.type == "list":
-            # cleanup.policy accepts "delete,compact" and spaces; store one canonical spelling.
-            parts = sorted({part.strip() for part in text.split(",") if part.strip()})
+            # As Kafka: the items in the order given (a repeated one once), spaces around them
+            # dropped; each must be one of the choices; the empty list is a value too.
+            parts = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+            unknown = [part for part in parts if self.choices and part not in self.choices]
+            if unknown:
+                raise ConfigError(
+                    f"invalid value {raw!r} for config {self.name}: {unknown[0]!r} is not one of "
+                    f"{', '.join(self.choices)}"
+                )
             value = ",".join(parts)
-        if self.choices and value not in self.choices:
+        elif self.choices and value not in self.choices:
             raise ConfigError(
                 f"invalid value {raw!r} for config {self.name}: expected one of {', '.join(self.choices)}"
             )
@@ -162,7 +170,8 @@ TOPIC_CONFIG_KEYS: dict[str, ConfigKeyInfo] = {
             "cleanup.policy",
             "cleanup_policy",
             "list",
-            "delete: drop old segments by retention; compact: keep the latest record per key.",
+            "delete: drop old segments by retention; compact: keep the latest record per key; "
+            "both (delete,compact); empty: neither, the log keeps everything.",
             choices=CLEANUP_POLICIES,
         ),
         _key(

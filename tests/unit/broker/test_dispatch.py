@@ -405,7 +405,31 @@ def test_configs_describe_and_incremental_alter(broker: InProcessBroker) -> None
     assert broker.call(alter, 1).responses[0].error_code == ErrorCode.NONE
     configs = describe()
     assert configs["retention.ms"][1] == 5
-    assert set(configs["cleanup.policy"][0].split(",")) == {"delete", "compact"}
+    assert configs["cleanup.policy"] == ("delete,compact", 1)  # appended after, as Kafka keeps it
+
+    def alter_list(operation: int, value: str) -> None:
+        request = IncrementalAlterConfigsRequest(
+            resources=[
+                IncrementalAlterConfigsRequest.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name="t",
+                    configs=[
+                        IncrementalAlterConfigsRequest.AlterableConfig(
+                            name="cleanup.policy", config_operation=operation, value=value
+                        )
+                    ],
+                )
+            ]
+        )
+        assert broker.call(request, 1).responses[0].error_code == ErrorCode.NONE
+
+    # SUBTRACT down to the empty list: Kafka takes it (neither retention nor compaction).
+    alter_list(3, "delete")
+    assert describe()["cleanup.policy"] == ("compact", 1)
+    alter_list(3, "compact")
+    assert describe()["cleanup.policy"] == ("", 1)
+    alter_list(0, "compact, delete")
+    assert describe()["cleanup.policy"] == ("compact,delete", 1)
     unknown = IncrementalAlterConfigsRequest(
         resources=[
             IncrementalAlterConfigsRequest.AlterConfigsResource(

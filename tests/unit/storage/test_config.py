@@ -12,8 +12,27 @@ def test_properties_use_kafka_names_and_units() -> None:
     )
     assert config.segment_bytes == 1_048_576
     assert config.retention_ms == -1
-    assert config.cleanup_policy == "compact,delete"
+    assert config.cleanup_policy == "delete,compact"
     assert config.compacted and config.deletes
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept", "compacted", "deletes"),
+    [
+        ("delete", "delete", False, True),
+        ("compact", "compact", True, False),
+        ("compact,delete", "compact,delete", True, True),
+        (" delete , compact ", "delete,compact", True, True),  # Kafka keeps the order given
+        ("delete,delete", "delete", False, True),
+        ("", "", False, False),  # as Kafka: the empty list, neither retention nor compaction
+    ],
+)
+def test_cleanup_policy_is_a_list_kept_in_its_order(
+    raw: str, kept: str, compacted: bool, deletes: bool
+) -> None:
+    config = LogConfig.from_properties({"cleanup.policy": raw})
+    assert (config.cleanup_policy, config.compacted, config.deletes) == (kept, compacted, deletes)
+    assert config.to_properties()["cleanup.policy"] == kept
 
 
 def test_from_properties_layers_over_a_base() -> None:
@@ -40,6 +59,7 @@ def test_round_trip_through_properties() -> None:
         ("segment.bytes", "0"),
         ("retention.ms", "-2"),
         ("cleanup.policy", "forever"),
+        ("cleanup.policy", "delete,forever"),
         ("message.timestamp.type", "Now"),
         ("preallocate", "maybe"),
         ("min.cleanable.dirty.ratio", "1.5"),
