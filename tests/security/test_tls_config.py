@@ -62,3 +62,19 @@ def test_client_authentication_needs_a_truststore(tmp_path: Path, certificates: 
     }
     with pytest.raises(BrokerConfigError, match=r"needs ssl\.truststore\.location"):
         ssl_context(BrokerConfig(data_dir=tmp_path, values=values), "SSL")
+
+
+def test_tls_versions_strom_does_not_offer_are_left_out(tmp_path: Path, certificates: Certificates) -> None:
+    """An older Kafka's ssl.enabled.protocols=TLSv1.2,TLSv1.1,TLSv1 gives a context of TLSv1.2 alone."""
+    keystore = tmp_path / "keystore.pem"
+    keystore.write_text(certificates.broker_certificate.read_text() + certificates.broker_key.read_text())
+    values = {
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(keystore),
+        "ssl.enabled.protocols": "TLSv1.2,TLSv1.1,TLSv1",
+    }
+    context = ssl_context(BrokerConfig(data_dir=tmp_path, values=values), "SSL")
+    assert (context.minimum_version, context.maximum_version) == (
+        ssl.TLSVersion.TLSv1_2,
+        ssl.TLSVersion.TLSv1_2,
+    )

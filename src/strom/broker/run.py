@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from strom.broker.config import BrokerConfig, BrokerConfigError
+from strom.broker.listener_security import unoffered_security_settings
 from strom.broker.scram_store import ScramStoreError
 from strom.broker.server import BrokerServer
 from strom.storage.lock import DataDirectoryLockedError
@@ -112,6 +113,8 @@ def run_broker(
     if unused:
         # One line for them all: a stock server.properties sets a dozen of these.
         log.warning("ignoring Kafka settings strom does not use: %s", ", ".join(unused))
+    for text in unoffered_security_settings(config):
+        log.warning("not offered, left out: %s", text)
 
     if beside is not None and not any(e.security_protocol == "PLAINTEXT" for e in config.listeners()):
         log.error(

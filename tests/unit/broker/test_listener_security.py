@@ -15,6 +15,7 @@ from strom.broker.listener_security import (
     inter_broker_security,
     listener_security,
     listener_value,
+    unoffered_security_settings,
 )
 
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_bob="bob-secret";'
@@ -41,12 +42,23 @@ def no_credentials(_user: str, _mechanism: str) -> None:
             "ssl.enabled.protocols: TLSv1.1",
         ),
         (
+            {"listeners": "SSL://127.0.0.1:0", "ssl.enabled.protocols": "TLSv1.2,TLSv1.4"},
+            "ssl.enabled.protocols: TLSv1.4",
+        ),
+        (
             {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN"},
             "enables PLAIN but no users are configured",
         ),
         (
             {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "GSSAPI"},
             "strom does not offer GSSAPI",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256,KERBEROS",
+            },
+            "strom does not offer KERBEROS",
         ),
         (
             {
@@ -94,6 +106,43 @@ def test_per_listener_keys_win_and_plaintext_costs_nothing(tmp_path: Path) -> No
     assert security.sasl.plain_users == {"bob": "bob-secret"}
     assert security.sasl.reauth_ms == 5000
     assert broker.unused_kafka_keys() == []  # listener overrides of keys strom uses are not "unused"
+
+
+def test_kafka_names_strom_does_not_offer_are_left_out_beside_ones_it_does(tmp_path: Path) -> None:
+    """A server.properties of an older Kafka (aiokafka's test image: TLSv1.2,TLSv1.1,TLSv1 and
+    PLAIN,GSSAPI,SCRAM-SHA-256) starts: TLSv1.2 and PLAIN and SCRAM are offered, the rest named in a
+    warning at start. (Java 17 does not offer TLSv1 or TLSv1.1 to a Kafka either.)"""
+    broker = BrokerConfig(
+        data_dir=tmp_path,
+        values={
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "ssl.enabled.protocols": "TLSv1.2,TLSv1.1,TLSv1",
+            "sasl.enabled.mechanisms": "PLAIN,GSSAPI,SCRAM-SHA-256",
+            "sasl.jaas.config": PLAIN_JAAS,
+        },
+    )
+    plaintext, sasl = broker.listeners()
+    assert listener_security(broker, plaintext, no_credentials) is None
+    security = listener_security(broker, sasl, no_credentials)
+    assert security is not None and security.sasl is not None
+    assert security.sasl.mechanisms == ("PLAIN", "SCRAM-SHA-256")
+    # No TLS listener: ssl.enabled.protocols is not named; the SASL listener's GSSAPI is.
+    assert unoffered_security_settings(broker) == [
+        "listener SASL_PLAINTEXT: sasl.enabled.mechanisms GSSAPI (strom offers PLAIN, SCRAM-SHA-256,"
+        " SCRAM-SHA-512)"
+    ]
+    with_tls = BrokerConfig(
+        data_dir=tmp_path,
+        values={
+            "listeners": "SSL://127.0.0.1:0",
+            "ssl.enabled.protocols": "TLSv1.2,TLSv1.1,TLSv1",
+            "sasl.enabled.mechanisms": "GSSAPI",
+        },
+    )
+    assert unoffered_security_settings(with_tls) == [
+        "listener SSL: ssl.enabled.protocols TLSv1.1, TLSv1 (strom offers TLSv1.2, TLSv1.3)"
+    ]
+    assert unoffered_security_settings(BrokerConfig(data_dir=tmp_path, values={})) == []
 
 
 def test_the_default_mechanisms_leave_plain_out_without_users(tmp_path: Path) -> None:
