@@ -164,6 +164,28 @@ def test_confluent_edits_cleanup_policy_as_a_list(shared_broker: BrokerProcess, 
     assert edit(AlterConfigOpType.SET, "compact,delete") == "compact,delete"
 
 
+def test_confluent_sets_and_describes_a_group_config(admin: AdminClient) -> None:
+    """confluent-kafka's own incremental_alter_configs test (its consumer-protocol run): a GROUP
+    resource (KIP-848), for a group that need not exist; only what was set is not a default."""
+    group = unique_topic("group-config")
+    entry = ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)
+    altered = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    assert admin.incremental_alter_configs([altered])[altered].result(ADMIN_TIMEOUT_S) is None
+    described = ConfigResource(ResourceType.GROUP, group)
+    configs = admin.describe_configs([described])[described].result(ADMIN_TIMEOUT_S)
+    assert sorted(str(entry) for entry in configs.values() if not entry.is_default) == [
+        'consumer.session.timeout.ms="50000"'
+    ]
+    assert configs["consumer.heartbeat.interval.ms"].is_default
+    too_long = ConfigEntry(
+        "consumer.session.timeout.ms", "600000", incremental_operation=AlterConfigOpType.SET
+    )
+    refused = ConfigResource(ResourceType.GROUP, group, incremental_configs=[too_long])
+    with pytest.raises(KafkaException) as raised:
+        admin.incremental_alter_configs([refused])[refused].result(ADMIN_TIMEOUT_S)
+    assert raised.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
 def test_confluent_read_only_broker_config_is_refused(admin: AdminClient) -> None:
     with pytest.raises(KafkaException) as raised:
         _alter_broker(admin, ("num.partitions", "7"))

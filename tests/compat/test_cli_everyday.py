@@ -108,6 +108,42 @@ def read_with_confluent(bootstrap: str, topic: str, partitions: int) -> list[dic
 # -- configs -------------------------------------------------------------------------------------------
 
 
+def test_configs_of_a_group(shared_broker: BrokerProcess) -> None:
+    group = f"cli-group-{uuid.uuid4().hex[:8]}"
+    described = ok(strom(shared_broker, "configs", "describe", "--group", group))
+    assert described.stdout == f"no configs set on group {group!r} (--all shows every config)\n"
+    altered = ok(
+        strom(
+            shared_broker,
+            *("configs", "alter", "--group", group, "--add-config", "consumer.heartbeat.interval.ms=6000"),
+        )
+    )
+    assert altered.stdout == f"set consumer.heartbeat.interval.ms=6000 on group {group!r}\n"
+    described = ok(strom(shared_broker, "configs", "describe", "--group", group, "--all", "--output", "json"))
+    assert {
+        (row["name"], row["value"], row["source"]) for row in json.loads(described.stdout)["configs"]
+    } == {
+        ("consumer.heartbeat.interval.ms", "6000", "group"),
+        ("consumer.session.timeout.ms", "45000", "default"),
+    }
+    refused = strom(
+        shared_broker, "configs", "alter", "--group", group, "--add-config", "session.timeout.ms=1"
+    )
+    assert refused.returncode != 0 and "has no config 'session.timeout.ms'" in refused.stderr
+    deleted = ok(
+        strom(
+            shared_broker,
+            "configs",
+            "alter",
+            "--group",
+            group,
+            "--delete-config",
+            "consumer.heartbeat.interval.ms",
+        )
+    )
+    assert deleted.stdout.startswith("deleted consumer.heartbeat.interval.ms from group")
+
+
 def test_configs_of_a_topic(shared_broker: BrokerProcess) -> None:
     topic = unique_topic("cli-configs")
     create_topic(shared_broker.bootstrap, topic, 1)

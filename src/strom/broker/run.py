@@ -136,6 +136,7 @@ def run_broker(
 
     from strom.broker.authorization import AclStoreError
     from strom.broker.cluster.runtime import ClusterStartError
+    from strom.broker.group_configs import GroupConfigFileError
     from strom.broker.quotas import QuotaFileError
     from strom.cluster.config import ZooKeeperConnectError
     from strom.cluster.zk_store import ZkError
@@ -143,7 +144,7 @@ def run_broker(
 
     try:
         uvloop.run(main())
-    except (DataDirectoryLockedError, AclStoreError, QuotaFileError) as error:
+    except (DataDirectoryLockedError, AclStoreError, QuotaFileError, GroupConfigFileError) as error:
         log.error("cannot start the broker: %s", error)
         return 1
     except (OSError, BrokerConfigError, ScramStoreError) as error:

@@ -32,6 +32,7 @@ from strom.base.clock import Clock
 from strom.broker.authorization import AclService, FileAclStore
 from strom.broker.config import BrokerConfig, with_persisted_dynamic_configs
 from strom.broker.fetch_sessions import FetchSessionCache
+from strom.broker.group_configs import BrokerGroupConfigs
 from strom.broker.group_topics import BrokerTopics
 from strom.broker.groups import GroupService
 from strom.broker.metrics import BrokerMetrics, add_remote_wait
@@ -147,6 +148,11 @@ class BrokerState:
             self._flush_offsets_partition,
             BrokerTopics(lambda: self.replication, self._broker_racks),
         )
+        # Group configs (KIP-848) for the group coordinator: kept in the data directory (a cluster
+        # gives it ZooKeeper's: ``strom.broker.cluster``).
+        self.group_configs = BrokerGroupConfigs(
+            config.data_dir, config.coordinator_config(), self.groups.coordinator.set_group_configs
+        )
         # The transaction coordinator on __transaction_state; a single node writes its markers itself.
         self.transactions = TransactionService(
             config.transaction_config(),
@@ -200,6 +206,7 @@ class BrokerState:
         for line in self._config_messages:
             log.warning("%s", line)
         self.quotas.load()
+        self.group_configs.load()
         log.info("%s", self.budget.describe())
         started = time.perf_counter()
         if self.acls is not None:

@@ -1,9 +1,11 @@
-"""``strom configs describe|alter``: the configs of a topic, a broker, or every broker's default,
-like kafka-configs (DescribeConfigs, IncrementalAlterConfigs).
+"""``strom configs describe|alter``: the configs of a topic, a broker, every broker's default, or
+a group, like kafka-configs (DescribeConfigs, IncrementalAlterConfigs).
 
 ``--topic T`` is kafka-configs' ``--entity-type topics --entity-name T``; ``--broker N`` its
 ``--entity-type brokers --entity-name N``; ``--broker-defaults`` its ``--entity-type brokers
---entity-default`` (the cluster-wide dynamic default, the broker resource named "").
+--entity-default`` (the cluster-wide dynamic default, the broker resource named ""); ``--group G``
+its ``--entity-type groups --entity-name G`` (the consumer group protocol's session timeout and
+heartbeat interval of one group).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ CONFIG_SOURCE_NAMES = {
     4: "static-broker",
     5: "default",
     6: "dynamic-broker-logger",
+    7: "client-metrics",
+    8: "group",
 }
 
 
@@ -45,25 +49,27 @@ CONFIG_SOURCE_NAMES = {
 class Target:
     """What the configs belong to, and which config source means "set on it"."""
 
-    kind: str  # "topic" | "broker" | "broker-defaults"
+    kind: str  # "topic" | "broker" | "broker-defaults" | "group"
     name: str
 
     @property
     def set_source(self) -> int:
-        return {"topic": 1, "broker": 2, "broker-defaults": 3}[self.kind]
+        return {"topic": 1, "broker": 2, "broker-defaults": 3, "group": 8}[self.kind]
 
     def describe(self) -> str:
         if self.kind == "topic":
             return f"topic {self.name!r}"
         if self.kind == "broker":
             return f"broker {self.name}"
+        if self.kind == "group":
+            return f"group {self.name!r}"
         return "the brokers' defaults"
 
     def resource(self) -> ConfigResource:
         from strom.client.admin import ConfigResource, ConfigResourceType
 
-        kind = ConfigResourceType.TOPIC if self.kind == "topic" else ConfigResourceType.BROKER
-        return ConfigResource(kind, self.name)
+        kinds = {"topic": ConfigResourceType.TOPIC, "group": ConfigResourceType.GROUP}
+        return ConfigResource(kinds.get(self.kind, ConfigResourceType.BROKER), self.name)
 
 
 def is_set_on(entry: ConfigEntry, target: Target) -> bool:
@@ -82,16 +88,21 @@ def _add_target_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the cluster-wide dynamic defaults every broker takes (kafka-configs --entity-default)",
     )
+    target.add_argument(
+        "--group",
+        metavar="ID",
+        help="a group's configs (consumer.session.timeout.ms, consumer.heartbeat.interval.ms)",
+    )
 
 
 def register(commands: Any) -> None:
     subcommands = add_command_group(
-        commands, "configs", help_text="describe and change the configs of topics and brokers"
+        commands, "configs", help_text="describe and change the configs of topics, brokers and groups"
     )
     describe = add_command(
         subcommands,
         "describe",
-        help_text="show the configs set on a topic or broker (--all: every config)",
+        help_text="show the configs set on a topic, broker or group (--all: every config)",
         run=_describe,
     )
     _add_target_arguments(describe)
@@ -102,11 +113,11 @@ def register(commands: Any) -> None:
     alter = add_command(
         subcommands,
         "alter",
-        help_text="set or delete configs of a topic or broker, leaving the others alone",
+        help_text="set or delete configs of a topic, broker or group, leaving the others alone",
         description=(
-            "Set or delete configs of a topic or broker with IncrementalAlterConfigs: configs not "
-            "named keep their values. A deleted config returns to what the topic or broker inherits "
-            "(a broker's value, or the default). Unknown config names are refused."
+            "Set or delete configs of a topic, broker or group with IncrementalAlterConfigs: configs "
+            "not named keep their values. A deleted config returns to what the topic, broker or group "
+            "inherits (a broker's value, or the default). Unknown config names are refused."
         ),
         run=_alter,
         output=False,
@@ -267,6 +278,8 @@ def _target_of(arguments: argparse.Namespace) -> Target:
         if not arguments.broker.isdigit():
             raise UsageError(f"--broker takes a broker id (a number), not {arguments.broker!r}")
         return Target("broker", arguments.broker)
+    if arguments.group is not None:
+        return Target("group", arguments.group)
     return Target("broker-defaults", "")
 
 

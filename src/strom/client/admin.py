@@ -120,6 +120,7 @@ T = TypeVar("T")
 class ConfigResourceType(IntEnum):
     TOPIC = 2
     BROKER = 4
+    GROUP = 32  # group configs (KIP-848), named by group id
 
 
 # -- client quotas: entities and filters -------------------------------------------------------------

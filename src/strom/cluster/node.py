@@ -106,6 +106,9 @@ class NodeOutputs:
     client_quotas: Callable[[Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]]], None] = (
         lambda quotas: None
     )
+    # Groups named by config change notifications (``groups/<group>``): each one's configs now
+    # (empty: removed).
+    group_configs: Callable[[Mapping[str, Mapping[str, str]]], None] = lambda groups: None
 
 
 class ClusterNode:
@@ -396,18 +399,24 @@ class ClusterNode:
             changes = self.zk.read_config_changes(
                 self._config_changes_seen, watch=self._watch(CONFIG_CHANGES_WATCH)
             )
-            self._config_changes_seen = changes.last
             if changes.quotas:
                 self._outputs.client_quotas(self.zk.read_client_quotas())
             if changes.users:
                 self._outputs.user_configs({user: self.zk.read_user_config(user) for user in changes.users})
-            if not changes.topics:
-                return
-            configs = self.zk.read_topic_configs(list(changes.topics))
+            if changes.groups:
+                self._outputs.group_configs(
+                    {group: self.zk.read_group_config(group) for group in changes.groups}
+                )
+            configs = self.zk.read_topic_configs(list(changes.topics)) if changes.topics else {}
         except ZkError as error:
-            # Its watch may not be set again: read again soon, whatever ZooKeeper says then.
+            # Its watch may not be set again: read again soon, whatever ZooKeeper says then. The
+            # notifications count as seen only once all they name is read: the retry reads it all
+            # again (an output given twice is the same state given twice).
             log.warning("reading config changes failed (%s); trying again", zk_error_text(error))
             self._retry_later("watch", CONFIG_CHANGES_WATCH)
+            return
+        self._config_changes_seen = changes.last
+        if not changes.topics:
             return
         self._outputs.topic_configs({topic: configs.get(topic, {}) for topic in changes.topics})
         for topic in changes.topics:

@@ -19,8 +19,10 @@ The formats are Kafka's, so an operator who knows Kafka's tree knows strom's::
     /config/users/U                             {"version":1,"config":{"SCRAM-SHA-512":"salt=..,
                                                  stored_key=..,server_key=..,iterations=4096"}}
                                                 (SCRAM credentials and quotas of user U side by side)
+    /config/groups/G                            {"version":1,"config":{"consumer.session.timeout.ms":"50000"}}
+                                                (group configs, KIP-848; G URL-encoded)
     /config/changes/config_change_<seq>         {"version":2,"entity_path":"topics/T"} (or users/U,
-                                                 users/U/clients/C, clients/C)
+                                                 users/U/clients/C, clients/C, groups/G)
     /admin/delete_topics/T                      (no data)
     /latest_producer_id_block                   {"version":1,"broker":1,"block_start":"0",
                                                  "block_end":"999"}
@@ -50,6 +52,7 @@ CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_USERS_PATH = "/config/users"
 CONFIG_CLIENTS_PATH = "/config/clients"
+CONFIG_GROUPS_PATH = "/config/groups"
 QUOTA_DEFAULT_NAME = "<default>"
 QUOTA_ENTITY_KINDS = {"user": "users", "client-id": "clients"}
 CONFIG_CHANGE_PREFIX = "config_change_"
@@ -64,6 +67,7 @@ PERSISTENT_PATHS = (
     CONFIG_CHANGES_PATH,
     CONFIG_USERS_PATH,
     CONFIG_CLIENTS_PATH,
+    CONFIG_GROUPS_PATH,
     DELETE_TOPICS_PATH,
     "/cluster",
 )
@@ -449,6 +453,51 @@ def decode_client_quota(path: str, data: bytes) -> dict[str, float]:
             raise ZnodeFormatError(path, f"quota {key!r} is not a finite number: {text!r}")
         values[str(key)] = value
     return values
+
+
+# -- group configs (KIP-848) ------------------------------------------------------------------------
+
+
+def group_config_name(group_id: str) -> str:
+    """A group id as its znode is named: URL-encoded as quota names are (``a/b c`` is
+    ``a%2Fb%20c``), and ``.`` / ``..`` (names ZooKeeper refuses) as ``%2E`` / ``%2E%2E``."""
+    assert group_id, "a group config needs a group id"
+    name = quote(group_id, safe="")
+    return name.replace(".", "%2E") if name in (".", "..") else name
+
+
+def group_id_of(name: str) -> str:
+    """The group id a /config/groups znode name (``group_config_name``) stands for."""
+    return unquote(name)
+
+
+def group_config_entity_path(group_id: str) -> str:
+    """``groups/G``: the path under /config and the ``entity_path`` of its change notification."""
+    return f"groups/{group_config_name(group_id)}"
+
+
+def group_config_path(group_id: str) -> str:
+    return f"{CONFIG_GROUPS_PATH}/{group_config_name(group_id)}"
+
+
+def encode_group_config(group_id: str, config: Mapping[str, str]) -> bytes:
+    """A group's configs, Kafka's names, the values as text (as Kafka keeps configs)."""
+    assert all(isinstance(value, str) for value in config.values()), config
+    return _encode(
+        group_config_path(group_id),
+        {"version": CONFIG_FORMAT_VERSION, "config": dict(sorted(config.items()))},
+    )
+
+
+def decode_group_config(group_id: str, data: bytes) -> dict[str, str]:
+    """The configs a /config/groups znode holds (none: a znode with no data)."""
+    path = group_config_path(group_id)
+    if not data:
+        return {}
+    config = _object(path, data).get("config", {})
+    if not isinstance(config, dict) or not all(isinstance(value, str) for value in config.values()):
+        raise ZnodeFormatError(path, "'config' must be an object of strings")
+    return dict(config)
 
 
 def config_change_entity(path: str, data: bytes) -> str:

@@ -84,6 +84,7 @@ class ConfigChanges:
     last: str | None  # the newest notification seen: pass it as ``after`` next time
     quotas: bool = False  # a client quota changed: read them all again
     users: tuple[str, ...] = ()  # users whose /config/users znode changed (SCRAM credentials, quotas)
+    groups: tuple[str, ...] = ()  # group ids whose /config/groups znode changed (group configs)
 
 
 @dataclass(frozen=True)
@@ -545,12 +546,14 @@ class ClusterZooKeeper:
             return first, last
 
     def read_config_changes(self, after: str | None = None, watch: Watch | None = None) -> ConfigChanges:
-        """Topics named by change notifications newer than the notification ``after``."""
+        """What the change notifications newer than the notification ``after`` name: topics,
+        client quotas, users, groups."""
         children = sorted(self.store.get_children(znodes.CONFIG_CHANGES_PATH, watch=watch))
         newer = [child for child in children if after is None or child > after]
         found = self.store.get_many([f"{znodes.CONFIG_CHANGES_PATH}/{child}" for child in newer])
         topics: list[str] = []
         users: list[str] = []
+        groups: list[str] = []
         quotas = False
         for child, entry in zip(newer, found, strict=True):
             if entry is None:
@@ -564,7 +567,13 @@ class ClusterZooKeeper:
                 quotas = quotas or kind in ("users", "clients")
                 if kind == "users" and name and "/" not in name and name not in users:
                     users.append(name)
-        return ConfigChanges(tuple(topics), newer[-1] if newer else after, quotas, tuple(users))
+                if kind == "groups" and name and "/" not in name:
+                    group_id = znodes.group_id_of(name)
+                    if group_id not in groups:
+                        groups.append(group_id)
+        return ConfigChanges(
+            tuple(topics), newer[-1] if newer else after, quotas, tuple(users), tuple(groups)
+        )
 
     def set_client_quota(self, parts: znodes.QuotaEntityParts, values: Mapping[str, float]) -> None:
         """Replace an entity's client quotas (none: an empty config, as Kafka leaves it) and tell
@@ -625,6 +634,65 @@ class ClusterZooKeeper:
             if values:
                 quotas[parts] = values
         return quotas
+
+    def set_group_config(self, group_id: str, values: Mapping[str, str]) -> None:
+        """Replace a group's configs (none: delete its znode) and tell every broker (a sequential
+        change znode naming the group). The whole set is written: nothing else shares the znode."""
+        path = znodes.group_config_path(group_id)
+        if values:
+            data = znodes.encode_group_config(group_id, values)
+            try:
+                self.store.set(path, data)
+            except NoNodeError:
+                self.store.ensure_path(znodes.CONFIG_GROUPS_PATH)
+                try:
+                    self.store.create(path, data)
+                except NodeExistsError:  # another broker created it meanwhile: ours is the newer
+                    self.store.set(path, data)
+        else:
+            with contextlib.suppress(NoNodeError):
+                self.store.delete(path)
+        self.store.create(
+            f"{znodes.CONFIG_CHANGES_PATH}/{znodes.CONFIG_CHANGE_PREFIX}",
+            znodes.encode_entity_change(znodes.group_config_entity_path(group_id)),
+            sequence=True,
+        )
+
+    def read_group_configs(self) -> dict[str, dict[str, str]]:
+        """Every group's configs under /config/groups (groups with none left out). A znode strom
+        cannot read is left out with a warning: the other groups' configs still apply."""
+        names = self._children(znodes.CONFIG_GROUPS_PATH)
+        found = self.store.get_many([f"{znodes.CONFIG_GROUPS_PATH}/{name}" for name in names])
+        configs: dict[str, dict[str, str]] = {}
+        for name, entry in zip(names, found, strict=True):
+            if entry is None:
+                continue
+            group_id = znodes.group_id_of(name)
+            if znodes.group_config_name(group_id) != name:
+                # Not as strom names it (a change notification would name another znode).
+                log.warning(
+                    "ignoring %s/%s: not a group id as strom encodes it", znodes.CONFIG_GROUPS_PATH, name
+                )
+                continue
+            values = self._decode_group_config(group_id, entry[0])
+            if values:
+                configs[group_id] = values
+        return configs
+
+    def read_group_config(self, group_id: str) -> dict[str, str]:
+        """One group's configs (empty: none, or a znode strom cannot read, with a warning)."""
+        try:
+            data, _ = self.store.get(znodes.group_config_path(group_id))
+        except NoNodeError:
+            return {}
+        return self._decode_group_config(group_id, data)
+
+    def _decode_group_config(self, group_id: str, data: bytes) -> dict[str, str]:
+        try:
+            return znodes.decode_group_config(group_id, data)
+        except znodes.ZnodeFormatError as error:  # not strom's: the group keeps the broker's defaults
+            log.warning("ignoring a group config znode: %s", error)
+            return {}
 
     def _children(self, path: str) -> list[str]:
         try:

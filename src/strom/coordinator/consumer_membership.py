@@ -441,7 +441,7 @@ class ConsumerMembership:
                     error_code=ErrorCode.NONE,
                     member_id=member_id,
                     member_epoch=current.member_epoch,
-                    heartbeat_interval_ms=config.consumer_group_heartbeat_interval_ms,
+                    heartbeat_interval_ms=self.runtime.consumer_heartbeat_interval_ms(group.group_id),
                     assignment=response_assignment(current.assigned) if send_assignment else None,
                 )
             )
@@ -593,7 +593,7 @@ class ConsumerMembership:
     # ================================================================ members removed by time
     def arm_session(self, group: Group, member_id: str) -> None:
         """The member must heartbeat within its session timeout (the group's; a classic member's own)."""
-        timeout_ms = self.runtime.config.consumer_group_session_timeout_ms
+        timeout_ms = self.runtime.consumer_session_timeout_ms(group.group_id)
         consumer = group.consumer
         member = None if consumer is None else consumer.members.get(member_id)
         if member is not None and member.classic is not None:

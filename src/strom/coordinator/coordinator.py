@@ -234,6 +234,14 @@ class GroupCoordinator:
         groups whose subscribed topics' metadata changed get a new epoch and target assignment."""
         self._consumer.topics_changed(names)
 
+    def set_group_configs(self, group_id: str, values: Mapping[str, int]) -> None:
+        """``group_id``'s group configs are now ``values`` (checked, ``check_group_configs``; none:
+        the broker's defaults). A member's next heartbeat gets them."""
+        if values:
+            self._runtime.group_configs[group_id] = dict(values)
+        else:
+            self._runtime.group_configs.pop(group_id, None)
+
     # ---------------------------------------------------------------- offsets
     def commit_offsets(
         self, request: OffsetCommitRequest, version: int, respond: Callable[[OffsetCommitResponse], None]

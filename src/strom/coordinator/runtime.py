@@ -21,6 +21,7 @@ from strom.coordinator.consumer_records import (
     decode_consumer_key,
 )
 from strom.coordinator.group import Group, Member
+from strom.coordinator.group_configs import GROUP_CONFIG_KEYS, HEARTBEAT_INTERVAL, SESSION_TIMEOUT
 from strom.coordinator.history import RebalanceHistory, is_history_key
 from strom.coordinator.partitioning import partition_for_group
 from strom.coordinator.records import (
@@ -123,9 +124,26 @@ class CoordinatorRuntime:
         # load may have read the log before them).
         self.markers_while_loading: dict[int, list[tuple[int, bool]]] = {}
         # Each group's past rebalances (written to the group's partition as they finish).
+        # Group configs (KIP-848) by group id: the overrides the broker keeps, already checked.
+        self.group_configs: dict[str, dict[str, int]] = {}
         self.history = RebalanceHistory(
             self.partition_of, lambda group_id, records: self.write(group_id, records, _ignore_outcome)
         )
+
+    # ---------------------------------------------------------------- group configs
+    def consumer_session_timeout_ms(self, group_id: str) -> int:
+        """The consumer group protocol's session timeout of ``group_id``: its group config, else
+        the broker's (``group.consumer.session.timeout.ms``)."""
+        return self._group_config(group_id, SESSION_TIMEOUT)
+
+    def consumer_heartbeat_interval_ms(self, group_id: str) -> int:
+        """The heartbeat interval given to ``group_id``'s members: its group config, else the broker's."""
+        return self._group_config(group_id, HEARTBEAT_INTERVAL)
+
+    def _group_config(self, group_id: str, name: str) -> int:
+        key = GROUP_CONFIG_KEYS[name]
+        value = self.group_configs.get(group_id, {}).get(name)
+        return key.default(self.config) if value is None else key.held(value, self.config)
 
     # ---------------------------------------------------------------- ownership
     def partition_of(self, group_id: str) -> int:

@@ -19,6 +19,7 @@ from strom.broker.config import BrokerConfig
 from strom.broker.context import RequestContext
 from strom.broker.handlers import register_all
 from strom.broker.handlers.acls import handle_create_acls, handle_describe_acls
+from strom.broker.handlers.configs import handle_describe_configs, handle_incremental_alter_configs
 from strom.broker.handlers.groups import handle_join_group
 from strom.broker.handlers.metadata import handle_metadata
 from strom.broker.handlers.produce import handle_produce
@@ -26,6 +27,8 @@ from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.create_acls import CreateAclsRequest
 from strom.protocol.messages.describe_acls import DescribeAclsRequest
+from strom.protocol.messages.describe_configs import DescribeConfigsRequest
+from strom.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from strom.protocol.messages.join_group import JoinGroupRequest
 from strom.protocol.messages.metadata import MetadataRequest
 from strom.protocol.messages.produce import ProduceRequest
@@ -274,3 +277,54 @@ def test_offset_fetch_needs_describe_on_the_group_only(state: BrokerState) -> No
         assert fetch("User:carol", "audit", version) != ErrorCode.GROUP_AUTHORIZATION_FAILED
         assert fetch("User:alice", "billing", version) != ErrorCode.GROUP_AUTHORIZATION_FAILED
         assert fetch("User:carol", "billing", version) == ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+def test_group_configs_need_describe_configs_and_alter_configs_on_the_group(state: BrokerState) -> None:
+    group_resource = 32
+
+    def describe(principal: str) -> int:
+        request = DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=group_resource, resource_name="billing"
+                )
+            ]
+        )
+        response = asyncio.run(handle_describe_configs(as_principal(state, principal, 4), request))
+        return int(response.results[0].error_code)
+
+    def alter(principal: str) -> int:
+        request = IncrementalAlterConfigsRequest(
+            resources=[
+                IncrementalAlterConfigsRequest.AlterConfigsResource(
+                    resource_type=group_resource,
+                    resource_name="billing",
+                    configs=[
+                        IncrementalAlterConfigsRequest.AlterableConfig(
+                            name="consumer.session.timeout.ms", config_operation=0, value="50000"
+                        )
+                    ],
+                )
+            ]
+        )
+        response = asyncio.run(handle_incremental_alter_configs(as_principal(state, principal, 1), request))
+        return int(response.responses[0].error_code)
+
+    # Alice may READ the group (so DESCRIBE it), which is not DESCRIBE_CONFIGS.
+    assert describe("User:alice") == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert alter("User:alice") == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert state.group_configs.overrides("billing") == {}
+
+    async def grant() -> None:
+        assert state.acls is not None
+        await state.acls.create(
+            [
+                allow(ResourceType.GROUP, "billing", "User:alice", AclOperation.DESCRIBE_CONFIGS),
+                allow(ResourceType.GROUP, "billing", "User:alice", AclOperation.ALTER_CONFIGS),
+            ]
+        )
+
+    asyncio.run(grant())
+    assert describe("User:alice") == ErrorCode.NONE
+    assert alter("User:alice") == ErrorCode.NONE
+    assert state.group_configs.overrides("billing") == {"consumer.session.timeout.ms": "50000"}

@@ -41,6 +41,7 @@ class Recorder:
             registered=record("registered"),
             topic_configs=record("topic_configs"),
             user_configs=record("user_configs"),
+            group_configs=record("group_configs"),
         )
 
     def next(self, kind: str) -> tuple[object, ...]:
@@ -174,6 +175,37 @@ def test_a_users_change_notification_brings_its_configs(node: tuple[ClusterNode,
         )
     ).result(WAIT_S)
     assert recorder.next("user_configs") == ({"bob": None},)  # gone
+
+
+def test_a_groups_change_notification_brings_its_configs(node: tuple[ClusterNode, Recorder]) -> None:
+    """What every broker reads again when a group's configs change (``groups/<group>``)."""
+    cluster_node, recorder = node
+    values = {"consumer.session.timeout.ms": "50000"}
+    cluster_node.submit(lambda zk: zk.set_group_config("a/b", values)).result(WAIT_S)
+    assert recorder.next("group_configs") == ({"a/b": values},)
+    cluster_node.submit(lambda zk: zk.set_group_config("a/b", {})).result(WAIT_S)
+    assert recorder.next("group_configs") == ({"a/b": {}},)  # removed
+
+
+def test_a_config_change_whose_read_fails_is_read_again(node: tuple[ClusterNode, Recorder]) -> None:
+    """A notification counts as seen only once what it names is read: a failed read (a lost
+    connection) is not the change lost until the broker restarts."""
+    cluster_node, recorder = node
+    zk = cluster_node.zk
+    read_group_config = zk.read_group_config
+    failures: list[str] = []
+
+    def failing_once(group_id: str) -> dict[str, str]:
+        if not failures:
+            failures.append(group_id)
+            raise ConnectionLossError("ConnectionLoss: ")
+        return read_group_config(group_id)
+
+    zk.read_group_config = failing_once  # type: ignore[method-assign]
+    values = {"consumer.heartbeat.interval.ms": "3000"}
+    cluster_node.submit(lambda zk: zk.set_group_config("orders", values)).result(WAIT_S)
+    assert recorder.next("group_configs") == ({"orders": values},)
+    assert failures == ["orders"]
 
 
 def test_changes_made_while_the_session_was_expired_are_read_after_registering_again(

@@ -38,6 +38,7 @@ from strom.broker.cluster.partitions import PartitionRoles
 from strom.broker.cluster.peer import PeerConnection, PeerDialer, PeerError, PeerSecurityError
 from strom.broker.cluster.senders import ControllerSenders
 from strom.broker.config import BrokerConfig
+from strom.broker.group_configs import GroupConfigs, GroupConfigStoreError
 from strom.broker.groups import OFFSETS_TOPIC_CONFIG
 from strom.broker.listener_security import (
     PLAINTEXT_INTER_BROKER,
@@ -347,6 +348,7 @@ class ClusterReplication:
                 registered=on_loop(self._on_registered),
                 topic_configs=on_loop(self._on_topic_configs),
                 client_quotas=on_loop(self._on_client_quotas),
+                group_configs=on_loop(self._state.group_configs.update),
                 user_configs=on_loop(self._on_user_configs),
                 unclean_election=on_loop(self.unclean_elections.append),
                 acls=on_loop(self._on_acls),
@@ -360,6 +362,7 @@ class ClusterReplication:
             cluster_id = await asyncio.to_thread(node.join)
             check_meta_properties(self._state.config.data_dir, cluster_id, self.node_id)
             client_quotas = await asyncio.to_thread(node.zk.read_client_quotas)
+            group_configs = await asyncio.to_thread(node.zk.read_group_configs)
         except BaseException:
             await asyncio.to_thread(node.stop)
             raise
@@ -368,6 +371,9 @@ class ClusterReplication:
         # Client quotas live in ZooKeeper (not the data directory) and every change is read again.
         self._state.quotas.store = ClusterQuotaStore(self)
         self._on_client_quotas(client_quotas)
+        # So do group configs (KIP-848): ZooKeeper's replace what the data directory held.
+        self._state.group_configs.store = ClusterGroupConfigStore(self)
+        self._state.group_configs.replace_all(group_configs)
         self.control.broker_epoch = node.registration.epoch
         self._joined.set()
         self._state.cluster_id = cluster_id
@@ -1369,6 +1375,23 @@ class ClusterQuotaStore:
             await self._cluster._zookeeper(lambda zk: zk.set_client_quota(entity.parts, values))
         except ZkError as error:
             raise QuotaStoreError(f"ZooKeeper: {zk_error_text(error)}") from None
+
+
+class ClusterGroupConfigStore:
+    """Group configs (KIP-848) kept in ZooKeeper (``/config/groups/<group>``); every broker reads
+    a group's again on the change notification a save leaves (``ClusterZooKeeper.set_group_config``)."""
+
+    def __init__(self, cluster: ClusterReplication) -> None:
+        self._cluster = cluster
+
+    def load(self) -> GroupConfigs:
+        raise AssertionError("a cluster's group configs are read when the broker joins, not loaded")
+
+    async def save(self, group_id: str, values: Mapping[str, str]) -> None:
+        try:
+            await self._cluster._zookeeper(lambda zk: zk.set_group_config(group_id, values))
+        except ZkError as error:
+            raise GroupConfigStoreError(f"ZooKeeper: {zk_error_text(error)}") from None
 
 
 def _view(broker: BrokerRegistration, listener: str) -> BrokerView:

@@ -1,18 +1,23 @@
-"""DescribeConfigs 0-4, AlterConfigs 0-2 and IncrementalAlterConfigs 0-1 for topics and for the
-broker.
+"""DescribeConfigs 0-4, AlterConfigs 0-2 and IncrementalAlterConfigs 0-1 for topics, for the
+broker, and for groups (KIP-848's group configs).
 
 BROKER resources are named by node id (this broker) or "" (the cluster-wide default). Their
 dynamic keys (``DYNAMIC_BROKER_CONFIG_KEYS``: the broker-level defaults of topic configs) can be
 altered: the new layer is validated, persisted in the data directory, and applied at once to every
 topic that does not override the key. Every other broker key is read-only and refused with
 INVALID_REQUEST, as Kafka refuses a config it "cannot update dynamically".
+
+GROUP resources are named by group id, whether the group exists or not: its overrides of
+``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` (``strom.coordinator.
+group_configs``), checked against the broker's bounds, kept (``strom.broker.group_configs``) and
+given to the group's members from their next heartbeat.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from strom.broker.authorization import cluster_allowed, topic_allowed
+from strom.broker.authorization import allowed, cluster_allowed, topic_allowed
 from strom.broker.config import (
     BROKER_CONFIG_KEYS,
     DYNAMIC_BROKER_CONFIG_KEYS,
@@ -22,16 +27,19 @@ from strom.broker.config import (
     save_dynamic_configs,
 )
 from strom.broker.context import RequestContext
+from strom.broker.group_configs import GroupConfigStoreError
 from strom.broker.refused import Refused
 from strom.broker.registry import handles
 from strom.broker.state import BrokerState
 from strom.broker.topic_configs import (
+    CONFIG_TYPES,
     SOURCE_DEFAULT,
     ConfigEntry,
     broker_config_entries,
     cluster_default_config_entries,
     topic_config_entries,
 )
+from strom.coordinator.group_configs import GROUP_CONFIG_KEYS, GroupConfigError
 from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
@@ -40,11 +48,14 @@ from strom.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from strom.security.acl import Authorizer
+from strom.security.acl import Authorizer, ResourceType
 from strom.storage import TOPIC_CONFIG_KEYS, ConfigError, LogConfig, StorageError, UnknownTopicError
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
+# DescribeConfigs' ConfigSource of a group's own config (Kafka's GROUP_CONFIG).
+SOURCE_GROUP = 8
 OPERATION_SET = 0
 OPERATION_DELETE = 1
 OPERATION_APPEND = 2
@@ -71,6 +82,10 @@ def _check_authorized(
         )
     if resource_type == RESOURCE_BROKER and not cluster_allowed(context, operation):
         raise Refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized for the broker's configs")
+    if resource_type == RESOURCE_GROUP and not allowed(context, operation, ResourceType.GROUP, name):
+        raise Refused(
+            ErrorCode.GROUP_AUTHORIZATION_FAILED, f"not authorized for the configs of group '{name}'"
+        )
 
 
 def _check_broker_name(state: BrokerState, name: str) -> None:
@@ -89,6 +104,9 @@ async def _entries(state: BrokerState, resource_type: int, name: str) -> list[Co
         if name == CLUSTER_DEFAULT_NAME:
             return cluster_default_config_entries(state)
         return broker_config_entries(state)
+    if resource_type == RESOURCE_GROUP:
+        _check_group_name(name)
+        return _group_config_entries(state, name)
     raise Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported")
 
 
@@ -229,8 +247,62 @@ def _apply_broker_layer(state: BrokerState, name: str, layer: Mapping[str, str],
     state.logs.set_default_config(candidate.log_defaults())
 
 
+# -- groups -----------------------------------------------------------------------------------
+
+
+def _check_group_name(name: str) -> None:
+    if not name:
+        raise Refused(ErrorCode.INVALID_REQUEST, "a group config resource needs a group id")
+
+
+def _group_config_entries(state: BrokerState, group_id: str) -> list[ConfigEntry]:
+    """Each group config: the group's own value (source GROUP_CONFIG), else the broker's."""
+    overrides = state.group_configs.overrides(group_id)
+    coordinator_config = state.config.coordinator_config()
+    entries: list[ConfigEntry] = []
+    for name, key in sorted(GROUP_CONFIG_KEYS.items()):
+        default = str(key.default(coordinator_config))
+        synonyms: list[tuple[str, str | None, int]] = []
+        if name in overrides:
+            synonyms.append((name, overrides[name], SOURCE_GROUP))
+        synonyms.append((key.default_key, default, SOURCE_DEFAULT))
+        entries.append(
+            ConfigEntry(
+                name=name,
+                value=overrides.get(name, default),
+                read_only=False,
+                source=SOURCE_GROUP if name in overrides else SOURCE_DEFAULT,
+                config_type=CONFIG_TYPES["int"],
+                documentation=key.doc,
+                synonyms=tuple(synonyms),
+            )
+        )
+    return entries
+
+
+async def _apply_group_configs(
+    state: BrokerState, group_id: str, values: Mapping[str, str], validate_only: bool
+) -> None:
+    """Make ``values`` the group's configs (replacing all of them): checked, kept, applied."""
+    _check_group_name(group_id)
+    try:
+        state.group_configs.check(values)
+        if not validate_only:
+            await state.group_configs.set_group(group_id, values)
+    except GroupConfigError as error:
+        raise Refused(ErrorCode.INVALID_CONFIG, str(error)) from None
+    except OSError as error:
+        raise Refused(
+            ErrorCode.KAFKA_STORAGE_ERROR, f"the group configs could not be saved: {error}"
+        ) from None
+    except GroupConfigStoreError as error:
+        raise Refused(
+            ErrorCode.UNKNOWN_SERVER_ERROR, f"the group configs could not be saved: {error}"
+        ) from None
+
+
 def _check_resource_type(resource_type: int) -> None:
-    if resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
+    if resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP):
         raise Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported")
 
 
@@ -258,6 +330,8 @@ async def handle_alter_configs(context: RequestContext, request: AlterConfigsReq
             values = {entry.name: entry.value for entry in resource.configs if entry.value is not None}
             if resource.resource_type == RESOURCE_BROKER:
                 _apply_broker_layer(state, resource.resource_name, values, request.validate_only)
+            elif resource.resource_type == RESOURCE_GROUP:
+                await _apply_group_configs(state, resource.resource_name, values, request.validate_only)
             else:
                 await _apply_topic_overrides(state, resource.resource_name, values, request.validate_only)
         except Refused as refused:
@@ -320,6 +394,16 @@ async def handle_incremental_alter_configs(
                 for config in resource.configs:
                     _incremental(layer, effective, config)
                 _apply_broker_layer(state, name, layer, request.validate_only)
+            elif resource.resource_type == RESOURCE_GROUP:
+                current = state.group_configs.overrides(name)
+                for config in resource.configs:
+                    if config.config_operation in (OPERATION_APPEND, OPERATION_SUBTRACT):
+                        raise Refused(
+                            ErrorCode.INVALID_CONFIG,
+                            f"{config.name} is not a list; APPEND/SUBTRACT do not apply",
+                        )
+                    _incremental(current, {}, config)
+                await _apply_group_configs(state, name, current, request.validate_only)
             else:
                 overrides = await _topic_incremental(state, name, resource.configs)
                 await _apply_topic_overrides(state, name, overrides, request.validate_only)
