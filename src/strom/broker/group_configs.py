@@ -119,8 +119,9 @@ class BrokerGroupConfigs:
     async def set_group(self, group_id: str, values: Mapping[str, str]) -> None:
         """Check, persist, then apply at once (to each member's next heartbeat)."""
         checked = check_group_configs(values, self._coordinator_config)
-        await self.store.save(group_id, values)
-        self._set(group_id, dict(values), checked)
+        kept = {name: str(value) for name, value in checked.items()}  # " 50000" is kept as 50000
+        await self.store.save(group_id, kept)
+        self._set(group_id, kept, checked)
 
     def replace_all(self, configs: Mapping[str, Mapping[str, str]]) -> None:
         """Every group's configs as the store now has them (a broker joining its cluster)."""

@@ -71,7 +71,10 @@ def test_set_describe_delete_and_keep_across_a_restart(tmp_path: Path) -> None:
     try:
         assert alter(broker, "g", (SESSION, SET, "50000"), validate_only=True) == (ErrorCode.NONE, None)
         assert describe(broker, "g")[SESSION] == ("45000", 5)  # validate_only changed nothing
-        assert alter(broker, "g", (SESSION, SET, "50000"), (HEARTBEAT, SET, "7000")) == (ErrorCode.NONE, None)
+        assert alter(broker, "g", (SESSION, SET, "50000"), (HEARTBEAT, SET, " 7000 ")) == (
+            ErrorCode.NONE,
+            None,
+        )
         assert describe(broker, "g") == {HEARTBEAT: ("7000", 8), SESSION: ("50000", 8)}
         assert describe(broker, "other")[SESSION] == ("45000", 5)
         runtime = broker.server.state.groups.coordinator._runtime
