@@ -22,6 +22,7 @@ from typing import Any
 
 from strom.assignors.protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from strom.broker.config import BROKER_CONFIG_KEYS
+from strom.coordinator.group_configs import GROUP_CONFIG_KEYS
 from strom.protocol.headers import encode_request
 from strom.protocol.primitives import FieldSpec
 from strom.protocol.records import Record, build_batch
@@ -51,7 +52,7 @@ NAME_POOL_SIZE = 16
 SEGMENT_ROLLING_KEYS = frozenset(
     {"segment.bytes", "segment.ms", "log.segment.bytes", "log.roll.ms", "log.roll.hours"}
 )
-CONFIG_KEYS = sorted({*BROKER_CONFIG_KEYS, *TOPIC_CONFIG_KEYS} - SEGMENT_ROLLING_KEYS)
+CONFIG_KEYS = sorted({*BROKER_CONFIG_KEYS, *TOPIC_CONFIG_KEYS, *GROUP_CONFIG_KEYS} - SEGMENT_ROLLING_KEYS)
 CONFIG_VALUES = [
     "0",
     "1",
@@ -128,7 +129,7 @@ class RequestFactory:
         if field == "acks":
             return self.rng.choice([-1, 0, 1])
         if field == "resource_type":
-            return self.rng.choice([2, 4])
+            return self.rng.choice([2, 4, 32])
         if field == "config_operation":
             return self.rng.randint(0, 3)
         if "bytes" in field:
@@ -143,7 +144,7 @@ class RequestFactory:
         low, high = INTEGER_RANGES[type_name]
         roll = self.rng.random()
         if field == "resource_type" and roll < 0.8:
-            return self.rng.choice([2, 4])  # TOPIC, BROKER
+            return self.rng.choice([2, 4, 32])  # TOPIC, BROKER, GROUP
         if field == "config_operation" and roll < 0.8:
             return self.rng.randint(0, 3)
         if any(hint in field for hint in WAIT_HINTS) and roll < 0.9:
@@ -158,7 +159,7 @@ class RequestFactory:
         if field.endswith("member_id") or field.endswith("instance_id"):
             return ""
         if field == "resource_name":
-            return self.rng.choice(["", "0", *self.topics])
+            return self.rng.choice(["", "0", *self.topics, *self.groups])
         if field == "value":
             return self.rng.choice(CONFIG_VALUES)
         if field == "protocol_type":
