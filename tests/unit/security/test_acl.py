@@ -17,6 +17,7 @@ from strom.security.acl import (
     binding_from_json,
     binding_to_json,
     invalid_binding_reason,
+    invalid_filter_reason,
     parse_super_users,
 )
 from strom.security.principal import ANONYMOUS, KafkaPrincipal
@@ -162,6 +163,26 @@ def test_filters_match_semantics() -> None:
     assert select("pay", PatternType.PREFIXED) == {prefixed}
     assert select(None, PatternType.LITERAL) == {literal, wildcard, other}
     assert select(None, PatternType.ANY) == {literal, wildcard, prefixed, other}
+
+
+def test_a_filter_principal_is_text_matched_as_it_is() -> None:
+    """As Kafka: a filter's principal is compared with each entry's; one that is not a principal
+    (kafka-python's own ACL test filters on "*") is not refused and matches nothing."""
+    made = authorizer(acl("payments", Op.READ), acl("payments", Op.READ, principal="User:*"))
+
+    def select(principal: str) -> list[AclBinding]:
+        acl_filter = AclBindingFilter(
+            TOPIC, None, PatternType.ANY, principal, None, Op.ANY, AclPermissionType.ANY
+        )
+        assert invalid_filter_reason(acl_filter) is None
+        return list(made.matching(acl_filter))
+
+    assert select("*") == []
+    assert select("bogus") == []
+    assert select("User:*") == [acl("payments", Op.READ, principal="User:*")]
+    assert select("User:alice") == [acl("payments", Op.READ)]
+    unknown = AclBindingFilter(TOPIC, None, PatternType.UNKNOWN, None, None, Op.ANY, AclPermissionType.ANY)
+    assert invalid_filter_reason(unknown) == "pattern type UNKNOWN"
 
 
 def test_json_round_trip() -> None:
