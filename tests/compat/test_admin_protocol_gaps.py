@@ -231,6 +231,13 @@ def test_cluster_wide_default_over_the_protocol(shared_broker: BrokerProcess, ad
     )
 
 
+def test_kafka_python_reads_the_api_versions(kafka_python_admin: KafkaAdminClient) -> None:
+    """kafka-python's api_versions() maps every key to its ApiKey enum: strom's own API key is not
+    listed to it (it is to strom's client, which names itself)."""
+    versions = kafka_python_admin.api_versions()
+    assert versions and all(int(key) < 1000 for key in versions)
+
+
 def test_kafka_python_alters_a_broker_config(kafka_python_admin: KafkaAdminClient) -> None:
     """kafka-python checks the key against the broker's dynamic (not read-only) keys first."""
     resource = KafkaPythonConfigResource(

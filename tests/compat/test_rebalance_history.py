@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient
 
 from strom.client.admin import Admin
 from strom.client.errors import BrokerResponseError
+from strom.protocol.api import STROM_CLIENT_SOFTWARE_NAME
 from strom.protocol.errors import ErrorCode
 from strom.protocol.group_history import STROM_GROUP_HISTORY_API_KEY, RebalanceEntry
 from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -347,11 +348,19 @@ def test_consumer_protocol_group_history_from_the_coordinators_targets(
 
 
 def test_kafka_clients_skip_the_strom_only_api_key(broker: BrokerProcess) -> None:
-    """The broker advertises API key 32100; librdkafka, kafka-python and aiokafka still talk to it."""
-    with WireClient(broker.port) as wire:
-        response: ApiVersionsResponse = wire.round_trip(ApiVersionsRequest(), ApiVersionsResponse, 3)
-    advertised = {entry.api_key: (entry.min_version, entry.max_version) for entry in response.api_keys}
-    assert advertised[STROM_GROUP_HISTORY_API_KEY] == (0, 0)
+    """API key 32100 is listed to strom's client only; librdkafka, kafka-python (api_versions()
+    too, which fails on a key Kafka does not have) and aiokafka talk to the broker."""
+
+    def advertised(request: ApiVersionsRequest) -> dict[int, tuple[int, int]]:
+        with WireClient(broker.port) as wire:
+            response: ApiVersionsResponse = wire.round_trip(request, ApiVersionsResponse, 3)
+        return {entry.api_key: (entry.min_version, entry.max_version) for entry in response.api_keys}
+
+    strom_client = ApiVersionsRequest(
+        client_software_name=STROM_CLIENT_SOFTWARE_NAME, client_software_version="0"
+    )
+    assert advertised(strom_client)[STROM_GROUP_HISTORY_API_KEY] == (0, 0)
+    assert STROM_GROUP_HISTORY_API_KEY not in advertised(ApiVersionsRequest())
 
     # librdkafka: its ApiVersions request, then Metadata.
     metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30)
@@ -360,6 +369,7 @@ def test_kafka_clients_skip_the_strom_only_api_key(broker: BrokerProcess) -> Non
     kafka_python = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
         assert isinstance(kafka_python.list_topics(), list)
+        assert kafka_python.api_versions()
     finally:
         kafka_python.close()
 

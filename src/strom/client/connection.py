@@ -21,7 +21,7 @@ from strom.client.errors import KafkaConnectionError, KafkaError, ProtocolError,
 from strom.client.fetch_codec import decode_fetch_response
 from strom.client.metadata_codec import decode_metadata_response
 from strom.client.produce_codec import decode_produce_response
-from strom.protocol.api import request_class, response_class
+from strom.protocol.api import STROM_CLIENT_SOFTWARE_NAME, request_class, response_class
 from strom.protocol.errors import ErrorCode
 from strom.protocol.framing import FrameReceiver
 from strom.protocol.headers import decode_response_header, encode_request
@@ -131,7 +131,9 @@ class Connection:
 
     def handshake(self) -> bytes:
         """The ApiVersions request that opens the connection."""
-        request = ApiVersionsRequest(client_software_name="strom-python", client_software_version="0.1.0")
+        request = ApiVersionsRequest(
+            client_software_name=STROM_CLIENT_SOFTWARE_NAME, client_software_version="0.1.0"
+        )
         return self._frame(request, self._api_versions_version, token=None, expect_response=True)
 
     def send(self, request: Any, token: Any = None, *, expect_response: bool = True) -> bytes:

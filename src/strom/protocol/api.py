@@ -7,12 +7,21 @@ from typing import Any
 from strom.protocol.group_history import StromGroupHistoryRequest, StromGroupHistoryResponse
 from strom.protocol.messages import API_NAMES, REQUESTS, RESPONSES
 
-__all__ = ["api_name", "request_class", "response_class"]
+__all__ = ["STROM_CLIENT_SOFTWARE_NAME", "api_name", "is_strom_only", "request_class", "response_class"]
+
+# What strom's client names itself in ApiVersions v3+ (client_software_name): the broker lists its
+# strom-only APIs to this client only (Kafka's clients never send them; kafka-python fails on a key
+# Kafka does not have).
+STROM_CLIENT_SOFTWARE_NAME = "strom-python"
 
 # APIs only strom has (hand-written, outside the generated package): key -> (request, response).
 STROM_ONLY_APIS: dict[int, tuple[type[Any], type[Any]]] = {
     StromGroupHistoryRequest.API_KEY: (StromGroupHistoryRequest, StromGroupHistoryResponse),
 }
+
+
+def is_strom_only(api_key: int) -> bool:
+    return api_key in STROM_ONLY_APIS
 
 
 def request_class(api_key: int) -> type[Any]:

@@ -8,7 +8,9 @@ import pytest
 
 from strom.broker.registry import HANDLERS
 from strom.broker.server import CloseConnection
+from strom.protocol.api import STROM_CLIENT_SOFTWARE_NAME
 from strom.protocol.errors import ErrorCode
+from strom.protocol.group_history import STROM_GROUP_HISTORY_API_KEY
 from strom.protocol.headers import decode_response_header, encode_request
 from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from strom.protocol.messages.create_partitions import CreatePartitionsRequest
@@ -91,11 +93,24 @@ def fetch(broker: InProcessBroker, topic: str, offset: int, version: int = 12, *
 
 
 def test_api_versions_lists_exactly_the_registered_handlers(broker: InProcessBroker) -> None:
-    response = broker.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
+    """To strom's own client every handler; to any other client Kafka's APIs only (kafka-python's
+    KafkaAdminClient.api_versions() fails on a key Kafka does not have)."""
+    strom = ApiVersionsRequest(client_software_name=STROM_CLIENT_SOFTWARE_NAME, client_software_version="1")
+    response = broker.call(strom, 3)
     assert response.error_code == ErrorCode.NONE
     advertised = {api.api_key: (api.min_version, api.max_version) for api in response.api_keys}
     assert advertised == {key: (h.min_version, h.max_version) for key, h in HANDLERS.items()}
     assert advertised[0] == (3, 11) and advertised[1] == (4, 17) and advertised[3] == (0, 12)
+    assert STROM_GROUP_HISTORY_API_KEY in advertised
+    kafka_only = {key: versions for key, versions in advertised.items() if key != STROM_GROUP_HISTORY_API_KEY}
+    for request, version in (
+        (ApiVersionsRequest(client_software_name="apache-kafka-java", client_software_version="4.0.0"), 3),
+        (ApiVersionsRequest(), 0),
+        (ApiVersionsRequest(), 2),
+        (strom, 2),  # no client_software_name before v3
+    ):
+        response = broker.call(request, version)
+        assert {api.api_key: (api.min_version, api.max_version) for api in response.api_keys} == kafka_only
 
 
 def test_api_versions_too_new_gets_v0_answer_with_the_table(broker: InProcessBroker) -> None:
@@ -107,6 +122,7 @@ def test_api_versions_too_new_gets_v0_answer_with_the_table(broker: InProcessBro
     body = ApiVersionsResponse.decode(memoryview(response)[offset:], 0)
     assert body.error_code == ErrorCode.UNSUPPORTED_VERSION
     assert any(api.api_key == 0 for api in body.api_keys)
+    assert all(api.api_key != STROM_GROUP_HISTORY_API_KEY for api in body.api_keys)
 
 
 def test_unsupported_version_of_other_api_answers_or_closes(broker: InProcessBroker) -> None:
