@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from strom.assignors.protocol import Assignment, encode_assignment
 from strom.broker.handlers.group_history import handle_strom_group_history
+from strom.protocol.api import STROM_CLIENT_SOFTWARE_NAME
 from strom.protocol.errors import ErrorCode
 from strom.protocol.group_history import (
     STROM_GROUP_HISTORY_API_KEY,
@@ -38,7 +39,11 @@ def fast_broker(tmp_path: Path) -> Iterator[InProcessBroker]:
 
 
 def test_the_history_api_is_advertised_and_answers_a_groups_rebalances(fast_broker: InProcessBroker) -> None:
-    versions = fast_broker.call(ApiVersionsRequest(), 3)
+    # Advertised to strom's client (which names itself), not to others (tests/unit/broker/test_dispatch.py).
+    strom_client = ApiVersionsRequest(
+        client_software_name=STROM_CLIENT_SOFTWARE_NAME, client_software_version="0"
+    )
+    versions = fast_broker.call(strom_client, 3)
     assert {entry.api_key: entry.max_version for entry in versions.api_keys}[STROM_GROUP_HISTORY_API_KEY] == 0
     fast_broker.call(FindCoordinatorRequest(key="g"), 1)  # creates __consumer_offsets
     missing: StromGroupHistoryResponse = fast_broker.call(StromGroupHistoryRequest("g"), 0)
