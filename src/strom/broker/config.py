@@ -867,9 +867,7 @@ class BrokerConfig:
                 )
                 host = self.get_str("host.name") if self.is_set("host.name") else DEFAULT_HOST
                 configured = (Endpoint("PLAINTEXT", host, port, "PLAINTEXT"),)
-            controller_names = {
-                name.strip().upper() for name in self.get_str("controller.listener.names").split(",")
-            }
+            controller_names = self._controller_listener_names()
             served = [endpoint for endpoint in configured if endpoint.listener not in controller_names]
             if not served:
                 raise ListenerError(
@@ -894,6 +892,15 @@ class BrokerConfig:
             raise BrokerConfigError(str(error)) from None
         return tuple(served)
 
+    def _controller_listener_names(self) -> set[str]:
+        """``controller.listener.names``: listeners of Kafka's KRaft controller, which strom neither
+        opens nor advertises."""
+        return {
+            name.strip().upper()
+            for name in self.get_str("controller.listener.names").split(",")
+            if name.strip()
+        }
+
     def advertised_listeners(self, bound_ports: Mapping[str, int] | None = None) -> tuple[Endpoint, ...]:
         """What clients are told to connect to, one endpoint per listener opened (same names, same
         order): its entry in ``advertised.listeners``, else its own host and port (``bound_ports``
@@ -915,6 +922,8 @@ class BrokerConfig:
                     setting="advertised.listeners",
                     advertised=True,
                 ):
+                    if endpoint.listener in self._controller_listener_names():
+                        continue  # Kafka's combined mode advertises its controller listener: not opened
                     if endpoint.listener not in names:
                         raise ListenerError(
                             f"advertised.listeners: {format_listener(endpoint)}: listener {endpoint.listener} is not"

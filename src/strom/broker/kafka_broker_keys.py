@@ -4,7 +4,8 @@ use (accepted with a warning) from a typo (refused).
 Source: the "Broker Configs" tables Kafka generates from its own definitions
 (``https://kafka.apache.org/<version>/generated/kafka_config.html``), the union over versions
 0.10.0 to 3.9 (the last release with ZooKeeper mode), taken from the apache/kafka-site repository:
-322 names. The list is of names only; what strom does with a key is decided in
+322 names; and the names Kafka 4.0 added (``KAFKA_4_BROKER_CONFIG_KEYS``), and the namespaces of
+Kafka features strom does not have (``KAFKA_FEATURE_PREFIXES``). The list is of names only; what strom does with a key is decided in
 ``strom.broker.config`` (``BROKER_CONFIG_KEYS`` are the ones it honours, every other name here is
 "known but not used").
 """
@@ -338,6 +339,49 @@ KAFKA_BROKER_CONFIG_KEYS: frozenset[str] = frozenset(
     }
 )
 
+# Names Kafka 4.0 added (its broker and coordinator config definitions, read for their names): a
+# stock Kafka 4 server.properties sets share.coordinator.state.topic.* (KIP-932).
+KAFKA_4_BROKER_CONFIG_KEYS: frozenset[str] = frozenset(
+    {
+        "follower.replication.throttled.rate",
+        "group.coordinator.new.enable",
+        "group.share.enable",
+        "leader.replication.throttled.rate",
+        "metadata.log.segment.min.bytes",
+        "producer.id.expiration.check.interval.ms",
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        "server.max.startup.time.ms",
+        "share.coordinator.append.linger.ms",
+        "share.coordinator.load.buffer.size",
+        "share.coordinator.snapshot.update.records.per.snapshot",
+        "share.coordinator.state.topic.compression.codec",
+        "share.coordinator.state.topic.min.isr",
+        "share.coordinator.state.topic.num.partitions",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.segment.bytes",
+        "share.coordinator.threads",
+        "share.coordinator.write.timeout.ms",
+        "share.fetch.max.fetch.records",
+        "share.fetch.purgatory.purge.interval.requests",
+        "unclean.leader.election.interval.ms",
+        "unstable.api.versions.enable",
+        "unstable.feature.versions.enable",
+        "zookeeper.metadata.migration.min.batch.size",
+    }
+)
+
+# The namespaces of Kafka features strom does not have, where later Kafka releases keep adding keys
+# (share groups, streams groups, tiered storage, the KRaft controller and metadata log): any key
+# under them is Kafka's, accepted and not used.
+KAFKA_FEATURE_PREFIXES = (
+    "share.",
+    "group.share.",
+    "group.streams.",
+    "remote.log.",
+    "controller.quorum.",
+    "metadata.",
+)
+
 # Kafka also takes any key under ``listener.name.<listener>.`` (a per-listener override, e.g.
 # ``listener.name.internal.ssl.keystore.location`` or ``listener.name.sasl_ssl.plain.sasl.jaas.config``).
 LISTENER_OVERRIDE_PREFIX = "listener.name."
@@ -345,7 +389,9 @@ LISTENER_OVERRIDE_PREFIX = "listener.name."
 
 def is_kafka_broker_key(name: str) -> bool:
     """Whether Kafka knows ``name`` as a broker configuration key (or a per-listener override of one)."""
-    if name in KAFKA_BROKER_CONFIG_KEYS:
+    if name in KAFKA_BROKER_CONFIG_KEYS or name in KAFKA_4_BROKER_CONFIG_KEYS:
+        return True
+    if name.startswith(KAFKA_FEATURE_PREFIXES):
         return True
     if name.startswith(LISTENER_OVERRIDE_PREFIX):
         _, _, rest = name[len(LISTENER_OVERRIDE_PREFIX) :].partition(".")

@@ -162,6 +162,45 @@ def test_controller_listeners_are_not_opened() -> None:
     assert config.advertised_listeners() == (endpoint(PLAINTEXT, "localhost", 19092),)
 
 
+def test_a_stock_kafka_4_server_properties_starts() -> None:
+    """Kafka 4's config/server.properties (combined mode, addresses made 127.0.0.1): its controller
+    listener advertised too, and share.coordinator.* keys (KIP-932), are Kafka's and not used."""
+    config = BrokerConfig(
+        values={
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": "127.0.0.1:19093",
+            "listeners": "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "advertised.listeners": "PLAINTEXT://localhost:19092,CONTROLLER://localhost:19093",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL",
+            "num.network.threads": "3",
+            "offsets.topic.replication.factor": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "log.retention.hours": "168",
+        }
+    )
+    assert config.listeners() == (endpoint(PLAINTEXT, "127.0.0.1", 19092),)
+    assert config.advertised_listeners() == (endpoint(PLAINTEXT, "localhost", 19092),)
+    assert {
+        "controller.quorum.bootstrap.servers",
+        "process.roles",
+        "share.coordinator.state.topic.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+    } <= set(config.unused_kafka_keys())
+
+
+def test_keys_of_kafka_features_strom_lacks_are_kafkas_but_a_typo_is_not() -> None:
+    later = {"group.streams.session.timeout.ms": "45000", "remote.log.storage.system.enable": "false"}
+    assert set(BrokerConfig(values=later).unused_kafka_keys()) == set(later)
+    with pytest.raises(BrokerConfigError, match="unknown configuration key"):
+        BrokerConfig(values={"shares.coordinator.threads": "1"})
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
