@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from .conftest import BrokerProcess
+from .conftest import BrokerProcess, StartBroker
 from .support import (
     CONSUME_TIMEOUT_S,
     SentRecord,
@@ -131,3 +131,15 @@ def test_readers_at_compacted_offsets_get_the_next_surviving_records(shared_brok
             assert read[0][0] == offsets[0], (read_from.__name__, start, read[0])
             assert [offset for offset, _key, _value in read] == [o for o in offsets if o >= start]
             assert _latest(read) == latest
+
+
+def test_the_cleaner_compacts_new_segments_between_retention_passes(start_broker: StartBroker) -> None:
+    """As Kafka's log cleaner (every log.cleaner.backoff.ms, 15 s by default), not only at the
+    retention check (librdkafka's own 0077_compaction waits ~20 s for it): here retention runs
+    hourly, the cleaner every 300 ms."""
+    broker = start_broker({"log.retention.check.interval.ms": "3600000", "log.cleaner.backoff.ms": "300"})
+    topic = unique_topic("cleaned")
+    create_topic(broker.bootstrap, topic, 1, {"cleanup.policy": "compact", "segment.bytes": "2048"})
+    latest = _produce_overwrites(broker.bootstrap, topic)
+    _wait_for_compaction(broker, topic)
+    assert _latest(_confluent_read_from(broker.bootstrap, topic, 0)) == latest

@@ -199,6 +199,12 @@ _KEYS = [
     ),
     ConfigKey("log.retention.check.interval.ms", "long", "300000", "How often retention and compaction run."),
     ConfigKey(
+        "log.cleaner.backoff.ms",
+        "long",
+        "15000",
+        "How often compacted logs with inactive segments not compacted yet are compacted.",
+    ),
+    ConfigKey(
         "log.cleanup.policy",
         "list",
         "delete",

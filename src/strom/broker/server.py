@@ -334,6 +334,7 @@ class BrokerServer:
         if self._metrics_server is not None:
             await self._metrics_server.start()
         self._background.append(asyncio.create_task(self._housekeeping_loop()))
+        self._background.append(asyncio.create_task(self._cleaner_loop()))
         self._background.append(asyncio.create_task(self._flush_loop()))
         self._background.append(asyncio.create_task(self.loop_lag.run()))
 
@@ -388,6 +389,15 @@ class BrokerServer:
                 await self.state.run_housekeeping()
             except Exception:
                 log.exception("housekeeping failed; will retry at the next interval")
+
+    async def _cleaner_loop(self) -> None:
+        interval_s = self.config.get_int("log.cleaner.backoff.ms") / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.state.run_cleaner()
+            except Exception:
+                log.exception("log cleaning failed; will retry at the next interval")
 
     async def _flush_loop(self) -> None:
         interval_s = self.config.get_int("log.flush.scheduler.interval.ms") / 1000

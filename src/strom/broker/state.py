@@ -395,8 +395,17 @@ class BrokerState:
                 for line in apply_retention(partition_log, now_ms):
                     log.info("%s", line)
             await asyncio.sleep(0)
+        await self._compact(partition_logs, now_ms, only_new=False)
+
+    async def run_cleaner(self) -> None:
+        """Compaction of the compacted logs with inactive segments not compacted yet (Kafka's log
+        cleaner looks every ``log.cleaner.backoff.ms``); every one is compacted again with the
+        retention pass (``run_housekeeping``), for tombstones and lags that came due."""
+        await self._compact(list(self.logs.logs()), self.clock.wall_ms(), only_new=True)
+
+    async def _compact(self, partition_logs: list[PartitionLog], now_ms: int, *, only_new: bool) -> None:
         for partition_log in partition_logs:
-            job = partition_log.plan_compaction(now_ms)
+            job = partition_log.plan_compaction(now_ms, only_new=only_new)
             if job is None:
                 continue
             name = f"{partition_log.topic}-{partition_log.partition}"

@@ -205,6 +205,9 @@ class PartitionLog:
         self._first_unflushed_ms = -1
         self._directory_dirty = False
         self._closed = False
+        # The end of the inactive segments the last compaction planned worked on: a pass for new
+        # segments only (``plan_compaction(only_new=True)``) skips the log until one is past it.
+        self._compaction_planned_through = -1
         # Replication (a broker in a cluster): the leader-epoch cache, loaded on first use; whether
         # its checkpoint was rewritten since the last flush (written at once, made durable by the
         # flush); the epoch stamped into appended batches while this broker leads; the high
@@ -1193,9 +1196,10 @@ class PartitionLog:
             return 0
         return self.finish_compaction(run_compaction(job))
 
-    def plan_compaction(self, now_ms: int) -> CompactionJob | None:
-        """What a compaction of this log would work on now, or None (not compacted, or nothing
-        inactive). Cheap: the loop thread calls it; ``run_compaction`` does the work elsewhere.
+    def plan_compaction(self, now_ms: int, *, only_new: bool = False) -> CompactionJob | None:
+        """What a compaction of this log would work on now, or None (not compacted, nothing
+        inactive, or with ``only_new`` no inactive segment since the last compaction planned).
+        Cheap: the loop thread calls it; ``run_compaction`` does the work elsewhere.
 
         Only the inactive segments wholly below the last stable offset are cleaned (Kafka's
         rule): above it a record may still be aborted, or cut by a new leader, and must not make
@@ -1211,6 +1215,10 @@ class PartitionLog:
             inactive.append(segment)
         if not inactive:
             return None
+        through = inactive[-1].next_offset
+        if only_new and through <= self._compaction_planned_through:
+            return None
+        self._compaction_planned_through = through
         aborted = [txn for segment in self._segments for txn in segment.aborted_txns()]
         return CompactionJob(
             self,

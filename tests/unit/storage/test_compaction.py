@@ -148,3 +148,21 @@ def test_a_merge_interrupted_by_a_crash_is_finished_on_open(tmp_path: Path, open
     assert any("already merged" in line for line in reopened.recovery_messages)
     assert reopened.segment_base_offsets == [0, 4]
     assert [offset for offset, _, _ in read_all(reopened)] == [3, 4]
+
+
+def test_a_pass_for_new_segments_only_skips_a_log_until_another_segment_is_inactive(
+    open_log: OpenLog,
+) -> None:
+    """The broker's cleaner pass (every log.cleaner.backoff.ms) plans a compaction only when an
+    inactive segment is past what the last compaction planned; the retention pass plans every time."""
+    log = open_log(LogConfig(cleanup_policy="compact"))
+    append(log, keyed([(b"a", b"1"), (b"a", b"2")]))
+    log.roll()
+    append(log, keyed([(b"b", b"1")]))
+    assert log.plan_compaction(T0_MS, only_new=True) is not None  # a segment never compacted
+    assert log.plan_compaction(T0_MS, only_new=True) is None  # nothing new since
+    assert log.plan_compaction(T0_MS) is not None  # the full pass: every time
+    log.roll()
+    append(log, keyed([(b"c", b"1")]))
+    job = log.plan_compaction(T0_MS, only_new=True)
+    assert job is not None and len(job.segments) == 2
