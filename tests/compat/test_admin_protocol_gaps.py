@@ -238,6 +238,19 @@ def test_kafka_python_reads_the_api_versions(kafka_python_admin: KafkaAdminClien
     assert versions and all(int(key) < 1000 for key in versions)
 
 
+def test_kafka_python_elects_leaders_on_a_single_node(
+    shared_broker: BrokerProcess, kafka_python_admin: KafkaAdminClient
+) -> None:
+    """kafka-python's own test_elect_leaders: on one broker every partition answers 84
+    (ELECTION_NOT_NEEDED), which its elect_leaders() does not raise."""
+    topic = unique_topic("elect")
+    create_topic(shared_broker.bootstrap, topic, 2)
+    response = kafka_python_admin.elect_leaders(0, {topic: [0, 1]})
+    [(name, partitions, *_rest)] = [tuple(result) for result in response.replica_election_results]
+    assert name == topic
+    assert sorted((partition[0], partition[1]) for partition in partitions) == [(0, 84), (1, 84)]
+
+
 def test_kafka_python_alters_a_broker_config(kafka_python_admin: KafkaAdminClient) -> None:
     """kafka-python checks the key against the broker's dynamic (not read-only) keys first."""
     resource = KafkaPythonConfigResource(

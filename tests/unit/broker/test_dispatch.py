@@ -18,6 +18,7 @@ from strom.protocol.messages.create_topics import CreateTopicsRequest
 from strom.protocol.messages.delete_records import DeleteRecordsRequest
 from strom.protocol.messages.delete_topics import DeleteTopicsRequest
 from strom.protocol.messages.describe_configs import DescribeConfigsRequest
+from strom.protocol.messages.elect_leaders import ElectLeadersRequest
 from strom.protocol.messages.fetch import FetchRequest
 from strom.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from strom.protocol.messages.init_producer_id import InitProducerIdRequest
@@ -498,3 +499,31 @@ def test_describe_log_dirs_reports_partition_sizes(broker: InProcessBroker) -> N
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in one.results[0].topics] == [
         ("sized", [1])
     ]
+
+
+def test_a_single_node_answers_elect_leaders_election_not_needed(broker: InProcessBroker) -> None:
+    """As Kafka on one broker (kafka-python's own test_elect_leaders): the one replica leads."""
+    create_topic(broker, "t", partitions=2)
+    request = ElectLeadersRequest(
+        election_type=0,
+        topic_partitions=[
+            ElectLeadersRequest.TopicPartitions(topic="t", partitions=[0, 1, 7]),
+            ElectLeadersRequest.TopicPartitions(topic="nope", partitions=[0]),
+        ],
+        timeout_ms=1000,
+    )
+    response = broker.call(request, 2)
+    assert response.error_code == ErrorCode.NONE
+    answers = {
+        (result.topic, partition.partition_id): partition.error_code
+        for result in response.replica_election_results
+        for partition in result.partition_result
+    }
+    assert answers == {
+        ("t", 0): ErrorCode.ELECTION_NOT_NEEDED,
+        ("t", 1): ErrorCode.ELECTION_NOT_NEEDED,
+        ("t", 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    every = broker.call(ElectLeadersRequest(election_type=1, topic_partitions=None, timeout_ms=1000), 2)
+    assert (every.error_code, every.replica_election_results) == (ErrorCode.NONE, [])

@@ -7,7 +7,9 @@ advertises them).
 * To the controller: AlterPartition v2 (a leader's ISR change), ControlledShutdown v3 (a broker
   stopping), ElectLeaders 0-2 (preferred or unclean elections asked by an admin client). They are
   handed to this broker's controller thread, which answers NOT_CONTROLLER when this broker is not
-  the controller (the sender looks the controller up again).
+  the controller (the sender looks the controller up again). ElectLeaders is served by a single
+  node too: there each partition's one replica leads already, and every partition named is
+  answered ELECTION_NOT_NEEDED, as Kafka answers on one broker.
 * OffsetForLeaderEpoch 0-4: where a leader epoch ends in this leader's log — asked by followers
   before they truncate, and by consumers checking their position after a leader change (KIP-320).
 """
@@ -163,7 +165,7 @@ async def handle_controlled_shutdown(
     return wire.controlled_shutdown_response(reply)  # type: ignore[arg-type]
 
 
-@handles(ElectLeadersRequest, ElectLeadersResponse, 0, 2, cluster_only=True)
+@handles(ElectLeadersRequest, ElectLeadersResponse, 0, 2)
 async def handle_elect_leaders(context: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     """Preferred (0) or unclean (1) elections, for the partitions named or (null) every partition;
     answered per partition once the controller settled them. With authorization on: ALTER on the
@@ -183,15 +185,18 @@ async def handle_elect_leaders(context: RequestContext, request: ElectLeadersReq
             for partition in topic.partitions
         )
     )
-    try:
-        reply = await _cluster(context).post_to_controller(
-            lambda key: ElectLeadersReceived(key, ElectionType(election_type), partitions)
-        )
-    except PeerError:
-        reply = ElectLeadersReply(None, ErrorCode.REQUEST_TIMED_OUT)
-    assert isinstance(reply, ElectLeadersReply)
-    error = ErrorCode(reply.error)
-    results = dict(reply.results)
+    if context.broker.cluster is None:
+        error, results = ErrorCode.NONE, _single_node_election(context, partitions)
+    else:
+        try:
+            reply = await _cluster(context).post_to_controller(
+                lambda key: ElectLeadersReceived(key, ElectionType(election_type), partitions)
+            )
+        except PeerError:
+            reply = ElectLeadersReply(None, ErrorCode.REQUEST_TIMED_OUT)
+        assert isinstance(reply, ElectLeadersReply)
+        error = ErrorCode(reply.error)
+        results = dict(reply.results)
     if error != ErrorCode.NONE and partitions is not None:
         results = dict.fromkeys(partitions, error)
     grouped: dict[str, list[ElectLeadersResponse.PartitionResult]] = {}
@@ -212,6 +217,20 @@ async def handle_elect_leaders(context: RequestContext, request: ElectLeadersReq
     if version >= ELECTION_TYPE_MIN_VERSION:
         response.error_code = error
     return response
+
+
+def _single_node_election(
+    context: RequestContext, partitions: tuple[TopicPartition, ...] | None
+) -> dict[TopicPartition, int]:
+    """A single node's answer: its one replica of each partition leads already (null: every
+    partition, and none needs an election)."""
+    replication = context.broker.replication
+    results: dict[TopicPartition, int] = {}
+    for tp in partitions or ():
+        topic = replication.topic(tp.topic)
+        known = topic is not None and 0 <= tp.partition < topic.partitions
+        results[tp] = ErrorCode.ELECTION_NOT_NEEDED if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return results
 
 
 # ---- OffsetForLeaderEpoch -----------------------------------------------------------------------------
