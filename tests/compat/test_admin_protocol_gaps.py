@@ -49,6 +49,7 @@ from tests.compat.wire import WireClient
 KAFKA_PYTHON_WARNING = "(read|open)_text is deprecated"
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=KAFKA_PYTHON_WARNING, category=DeprecationWarning)
+    from kafka import KafkaConsumer
     from kafka.admin import ConfigResource as KafkaPythonConfigResource
     from kafka.admin import ConfigResourceType, KafkaAdminClient
 
@@ -231,11 +232,19 @@ def test_cluster_wide_default_over_the_protocol(shared_broker: BrokerProcess, ad
     )
 
 
-def test_kafka_python_reads_the_api_versions(kafka_python_admin: KafkaAdminClient) -> None:
+def test_kafka_python_reads_the_api_versions(
+    shared_broker: BrokerProcess, kafka_python_admin: KafkaAdminClient
+) -> None:
     """kafka-python's api_versions() maps every key to its ApiKey enum: strom's own API key is not
     listed to it (it is to strom's client, which names itself)."""
     versions = kafka_python_admin.api_versions()
     assert versions and all(int(key) < 1000 for key in versions)
+    # kafka-python tells Kafka 4.0 by ListOffsets v10 (its own test_kafka_version_infer).
+    consumer = KafkaConsumer(bootstrap_servers=shared_broker.bootstrap)
+    try:
+        assert consumer.config["api_version"] == (4, 0)
+    finally:
+        consumer.close()
 
 
 def test_kafka_python_elects_leaders_on_a_single_node(

@@ -314,6 +314,12 @@ def test_list_offsets(broker: InProcessBroker) -> None:
     assert lookup(1003) == (3, 5000)
     assert lookup(9999) == (-1, -1)
     assert lookup(-3) == (3, 5000)
+    # v8+: earliest local is the log start (nothing is tiered); v9+: latest tiered is no offset.
+    for version in (8, 9, 10):
+        assert lookup(-4, version)[0] == 0
+        assert lookup(-1, version)[0] == 4
+    assert lookup(-5, 9) == (-1, -1)
+    assert lookup(-5, 10) == (-1, -1)
 
 
 @pytest.mark.parametrize("version", [1, 4, 5, 7])

@@ -1,5 +1,7 @@
-"""ListOffsets 1-8: earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local (-4, v8+)
-and the first offset whose timestamp is at or after a given time.
+"""ListOffsets 1-10: earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local (-4, v8+),
+latest tiered (-5, v9+: no offset, as Kafka answers without tiered storage; v10's TimeoutMs is for
+remote reads, which strom has none of) and the first offset whose timestamp is at or after a given
+time.
 
 Answered by the partition's leader (``Replication.readable``, which checks the request's
 ``current_leader_epoch``); latest is the high watermark (the log end of a single node), or the last
@@ -25,6 +27,8 @@ EARLIEST = -2
 READ_COMMITTED = 1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+LATEST_TIERED_MIN_VERSION = 9
 
 Partition = ListOffsetsResponse.ListOffsetsPartitionResponse
 
@@ -40,6 +44,8 @@ def _lookup(
         return ErrorCode.NONE, fetchable_end, -1
     if timestamp == EARLIEST or (timestamp == EARLIEST_LOCAL and version >= 8):
         return ErrorCode.NONE, partition_log.log_start_offset, -1
+    if timestamp == LATEST_TIERED and version >= LATEST_TIERED_MIN_VERSION:
+        return ErrorCode.NONE, -1, -1  # nothing is tiered: no offset (KIP-1005)
     if timestamp == MAX_TIMESTAMP and version >= 7:
         offset, max_timestamp = partition_log.max_timestamp()
         if offset < 0:
@@ -88,7 +94,7 @@ def _first_record_at(
     return None
 
 
-@handles(ListOffsetsRequest, ListOffsetsResponse, 1, 8)
+@handles(ListOffsetsRequest, ListOffsetsResponse, 1, 10)
 async def handle_list_offsets(context: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     state = context.broker
     version = context.api_version
