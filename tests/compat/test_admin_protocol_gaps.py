@@ -187,6 +187,17 @@ def test_confluent_sets_and_describes_a_group_config(admin: AdminClient) -> None
     assert raised.value.args[0].code() == KafkaError.INVALID_CONFIG
 
 
+def test_confluent_sets_a_kafka_dynamic_key_strom_does_not_use(admin: AdminClient) -> None:
+    """librdkafka's own 0081_admin sets sasl.kerberos.min.time.before.relogin on a broker and expects
+    no error, as Kafka answers: kept and shown, without effect."""
+    _alter_broker(admin, ("sasl.kerberos.min.time.before.relogin", "58000"))
+    try:
+        assert _broker_configs(admin)["sasl.kerberos.min.time.before.relogin"].value == "58000"
+    finally:
+        _alter_broker(admin, ("sasl.kerberos.min.time.before.relogin", None))
+    assert "sasl.kerberos.min.time.before.relogin" not in _broker_configs(admin)
+
+
 def test_confluent_read_only_broker_config_is_refused(admin: AdminClient) -> None:
     with pytest.raises(KafkaException) as raised:
         _alter_broker(admin, ("num.partitions", "7"))

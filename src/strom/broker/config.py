@@ -28,7 +28,11 @@ from typing import Any
 
 from strom.assignors.server.registry import SERVER_ASSIGNORS
 from strom.base import limits
-from strom.broker.kafka_broker_keys import KAFKA_BROKER_CONFIG_KEYS, is_kafka_broker_key
+from strom.broker.kafka_broker_keys import (
+    KAFKA_BROKER_CONFIG_KEYS,
+    KAFKA_DYNAMIC_BROKER_KEYS,
+    is_kafka_broker_key,
+)
 from strom.broker.listeners import (
     ListenerError,
     format_listener,
@@ -632,6 +636,37 @@ _KEYS += [
 
 BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 
+# Kafka's dynamic broker keys whose effect an operator relies on and strom does not give (data,
+# limits, security): refused as unknown rather than kept without effect.
+_UNHONOURED_DYNAMIC_KAFKA_KEYS = frozenset(
+    {
+        "compression.type",
+        "log.cleaner.max.compaction.lag.ms",
+        "log.cleaner.min.cleanable.ratio",
+        "log.message.timestamp.after.max.ms",
+        "log.message.timestamp.before.max.ms",
+        "log.message.timestamp.difference.max.ms",
+        "max.connection.creation.rate",
+        "max.connections",
+        "max.connections.per.ip",
+        "max.connections.per.ip.overrides",
+        "principal.builder.class",
+        "ssl.cipher.suites",
+        "ssl.keystore.password",
+        "ssl.truststore.password",
+        "transaction.partition.verification.enable",
+    }
+)
+# Kafka's other dynamic broker keys strom does not use (thread counts, buffer sizes, Kerberos and
+# OAuth login, JVM TLS providers, tiered storage), with their update mode ("per-broker" or
+# "cluster-wide"): AlterConfigs takes them into the dynamic layers, where they are kept and shown
+# and have no effect (librdkafka's own admin test sets sasl.kerberos.min.time.before.relogin).
+UNUSED_DYNAMIC_KAFKA_KEYS: dict[str, str] = {
+    name: mode
+    for name, mode in KAFKA_DYNAMIC_BROKER_KEYS.items()
+    if name not in BROKER_CONFIG_KEYS and name not in _UNHONOURED_DYNAMIC_KAFKA_KEYS
+}
+
 # The keys an operator may change while the broker runs (AlterConfigs / IncrementalAlterConfigs on
 # the BROKER resource), for this broker (resource name = its node id) or as the cluster-wide
 # default (resource name ""): the ones Kafka's documentation gives the update mode "cluster-wide"
@@ -755,7 +790,7 @@ class BrokerConfig:
         if unknown:
             raise _unknown_keys_error(unknown)
         for layer in (self.dynamic_default, self.dynamic_broker):
-            refused = sorted(set(layer) - DYNAMIC_BROKER_CONFIG_KEYS)
+            refused = sorted(set(layer) - DYNAMIC_BROKER_CONFIG_KEYS - set(UNUSED_DYNAMIC_KAFKA_KEYS))
             if refused:
                 raise BrokerConfigError(f"cannot update these configs dynamically: {', '.join(refused)}")
         for layer in (self.values, self.dynamic_default, self.dynamic_broker):
@@ -1163,6 +1198,9 @@ def load_dynamic_configs(data_dir: Path, node_id: int) -> tuple[DynamicConfigs, 
         kept: dict[str, str] = {}
         for name, raw in layer.items():
             try:
+                if name in UNUSED_DYNAMIC_KAFKA_KEYS:
+                    kept[name] = raw  # Kafka's, not used: kept as it was set
+                    continue
                 if name not in DYNAMIC_BROKER_CONFIG_KEYS:
                     raise BrokerConfigError(f"{name} cannot be updated dynamically")
                 _parse(BROKER_CONFIG_KEYS[name], raw)

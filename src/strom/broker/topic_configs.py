@@ -106,13 +106,41 @@ def broker_config_entries(state: BrokerState) -> list[ConfigEntry]:
                 synonyms=tuple((name, value or None, int(layer)) for layer, value in config.layers(name)),
             )
         )
+    # Kafka's dynamic keys strom does not use, where set: shown as Kafka shows them.
+    for name in sorted((set(config.dynamic_broker) | set(config.dynamic_default)) - set(BROKER_CONFIG_KEYS)):
+        layers = [
+            (layer, values[name])
+            for layer, values in (
+                (SOURCE_DYNAMIC_BROKER, config.dynamic_broker),
+                (SOURCE_DYNAMIC_DEFAULT_BROKER, config.dynamic_default),
+            )
+            if name in values
+        ]
+        entries.append(_unused_entry(name, layers))
     return entries
+
+
+def _unused_entry(name: str, layers: list[tuple[int, str]]) -> ConfigEntry:
+    """A Kafka key strom does not use, set dynamically: its value in the highest layer."""
+    source, value = layers[0]
+    return ConfigEntry(
+        name=name,
+        value=value or None,
+        read_only=False,
+        source=source,
+        config_type=CONFIG_TYPES["string"],
+        documentation="Kafka's key; strom keeps it and does not use it.",
+        synonyms=tuple((name, layer_value or None, layer) for layer, layer_value in layers),
+    )
 
 
 def cluster_default_config_entries(state: BrokerState) -> list[ConfigEntry]:
     """The cluster-wide dynamic defaults only, as Kafka answers DescribeConfigs on BROKER ""."""
     entries: list[ConfigEntry] = []
     for name, value in sorted(state.config.dynamic_default.items()):
+        if name not in BROKER_CONFIG_KEYS:
+            entries.append(_unused_entry(name, [(SOURCE_DYNAMIC_DEFAULT_BROKER, value)]))
+            continue
         key = BROKER_CONFIG_KEYS[name]
         entries.append(
             ConfigEntry(

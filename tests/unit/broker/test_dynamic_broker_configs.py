@@ -247,3 +247,49 @@ def test_a_damaged_dynamic_config_file_never_stops_the_broker(tmp_path: Path) ->
 def test_broker_config_refuses_read_only_keys_in_a_dynamic_layer() -> None:
     with pytest.raises(BrokerConfigError, match="dynamically"):
         BrokerConfig(dynamic_broker={"num.partitions": "4"})
+
+
+def test_kafkas_dynamic_keys_strom_does_not_use_are_kept_shown_and_inert(tmp_path: Path) -> None:
+    """librdkafka's own admin test sets sasl.kerberos.min.time.before.relogin on a broker and expects
+    NO_ERROR, as Kafka answers: kept in the dynamic layer, shown, without effect; a per-broker key
+    is refused on the cluster-wide default, as Kafka refuses it; a Kafka key whose effect strom
+    does not give (compression.type, max.connections) is refused rather than kept."""
+    data_dir = tmp_path / "data"
+    first = InProcessBroker(data_dir)
+    try:
+        assert alter(first, "0", ("sasl.kerberos.min.time.before.relogin", SET, "58000")) == (
+            ErrorCode.NONE,
+            None,
+        )
+        assert alter(first, "", ("num.io.threads", SET, "16")) == (ErrorCode.NONE, None)
+        code, message = alter(first, "", ("sasl.kerberos.min.time.before.relogin", SET, "1"))
+        assert (
+            code == ErrorCode.INVALID_REQUEST
+            and message is not None
+            and "broker id must be specified" in message
+        )
+        for key in ("compression.type", "max.connections"):
+            code, message = alter(first, "0", (key, SET, "1"))
+            assert (
+                code == ErrorCode.INVALID_REQUEST
+                and message is not None
+                and "unknown broker config" in message
+            )
+        configs = describe(first, BROKER, "0")
+        assert configs["sasl.kerberos.min.time.before.relogin"][:3] == ("58000", SOURCE_BROKER, False)
+        assert configs["num.io.threads"][:2] == ("16", SOURCE_CLUSTER_DEFAULT)
+        assert describe(first, BROKER, "")["num.io.threads"][:2] == ("16", SOURCE_CLUSTER_DEFAULT)
+    finally:
+        first.close()
+    second = InProcessBroker(data_dir)
+    try:
+        assert describe(second, BROKER, "0")["sasl.kerberos.min.time.before.relogin"][:2] == (
+            "58000",
+            SOURCE_BROKER,
+        )
+        assert (
+            alter(second, "0", ("sasl.kerberos.min.time.before.relogin", DELETE, None))[0] == ErrorCode.NONE
+        )
+        assert "sasl.kerberos.min.time.before.relogin" not in describe(second, BROKER, "0")
+    finally:
+        second.close()

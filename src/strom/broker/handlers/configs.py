@@ -21,6 +21,7 @@ from strom.broker.authorization import allowed, cluster_allowed, topic_allowed
 from strom.broker.config import (
     BROKER_CONFIG_KEYS,
     DYNAMIC_BROKER_CONFIG_KEYS,
+    UNUSED_DYNAMIC_KAFKA_KEYS,
     BrokerConfig,
     BrokerConfigError,
     DynamicConfigs,
@@ -203,8 +204,20 @@ def _dynamic_layer(config: BrokerConfig, name: str) -> dict[str, str]:
     return dict(config.dynamic_default if name == CLUSTER_DEFAULT_NAME else config.dynamic_broker)
 
 
-def _check_dynamic_keys(keys: Iterable[str]) -> None:
+def _check_dynamic_keys(keys: Iterable[str], name: str) -> None:
+    """The keys may be changed on the broker resource ``name`` (this broker, or "" the cluster-wide
+    default): strom's dynamic keys, and Kafka's dynamic keys strom does not use (kept, no effect)
+    where Kafka allows them (a per-broker one not on the cluster-wide default)."""
     names = set(keys)
+    unused = names & set(UNUSED_DYNAMIC_KAFKA_KEYS)
+    per_broker = sorted(key for key in unused if UNUSED_DYNAMIC_KAFKA_KEYS[key] == "per-broker")
+    if name == CLUSTER_DEFAULT_NAME and per_broker:
+        raise Refused(
+            ErrorCode.INVALID_REQUEST,
+            f"cannot update these configs at default cluster level, broker id must be specified: "
+            f"{', '.join(per_broker)}",
+        )
+    names -= unused
     unknown = sorted(names - set(BROKER_CONFIG_KEYS))
     if unknown:
         raise Refused(ErrorCode.INVALID_REQUEST, f"unknown broker config(s): {', '.join(unknown)}")
@@ -221,7 +234,7 @@ def _apply_broker_layer(state: BrokerState, name: str, layer: Mapping[str, str],
     """Replace the dynamic layer ``name`` names (this broker or the cluster-wide default) with
     ``layer``: validated, persisted, then applied to every topic it changes."""
     _check_broker_name(state, name)
-    _check_dynamic_keys(layer)
+    _check_dynamic_keys(layer, name)
     current = state.config
     dynamic_default = layer if name == CLUSTER_DEFAULT_NAME else current.dynamic_default
     dynamic_broker = current.dynamic_broker if name == CLUSTER_DEFAULT_NAME else layer
@@ -388,7 +401,7 @@ async def handle_incremental_alter_configs(
             _check_authorized(authorizer, context, resource.resource_type, name, AclOperation.ALTER_CONFIGS)
             if resource.resource_type == RESOURCE_BROKER:
                 _check_broker_name(state, name)
-                _check_dynamic_keys(config.name for config in resource.configs)
+                _check_dynamic_keys((config.name for config in resource.configs), name)
                 layer = _dynamic_layer(state.config, name)
                 effective = {key: state.config.raw(key) for key in BROKER_CONFIG_KEYS}
                 for config in resource.configs:
