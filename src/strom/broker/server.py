@@ -28,7 +28,7 @@ import ssl
 import struct
 import time
 import types
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, cast
 
 from strom.base import limits
@@ -333,9 +333,12 @@ class BrokerServer:
         self.state.transactions.start(load=self.cluster is None)
         if self._metrics_server is not None:
             await self._metrics_server.start()
-        self._background.append(asyncio.create_task(self._housekeeping_loop()))
-        self._background.append(asyncio.create_task(self._cleaner_loop()))
-        self._background.append(asyncio.create_task(self._flush_loop()))
+        for interval_key, work, what in (
+            ("log.retention.check.interval.ms", self.state.run_housekeeping, "housekeeping"),
+            ("log.cleaner.backoff.ms", self.state.run_cleaner, "log cleaning"),
+            ("log.flush.scheduler.interval.ms", self.state.flush_due, "scheduled flush"),
+        ):
+            self._background.append(asyncio.create_task(self._every(interval_key, work, what)))
         self._background.append(asyncio.create_task(self.loop_lag.run()))
 
     async def _add_scram(self) -> None:
@@ -381,32 +384,16 @@ class BrokerServer:
 
     # -- background work --------------------------------------------------------------------------
 
-    async def _housekeeping_loop(self) -> None:
-        interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000
+    async def _every(self, interval_key: str, work: Callable[[], Awaitable[None]], what: str) -> None:
+        """``work`` every ``interval_key`` ms, for as long as the broker runs; a failure is logged
+        and the work tried again at the next interval."""
+        interval_s = self.config.get_int(interval_key) / 1000
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await self.state.run_housekeeping()
+                await work()
             except Exception:
-                log.exception("housekeeping failed; will retry at the next interval")
-
-    async def _cleaner_loop(self) -> None:
-        interval_s = self.config.get_int("log.cleaner.backoff.ms") / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.state.run_cleaner()
-            except Exception:
-                log.exception("log cleaning failed; will retry at the next interval")
-
-    async def _flush_loop(self) -> None:
-        interval_s = self.config.get_int("log.flush.scheduler.interval.ms") / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.state.flush_due()
-            except Exception:
-                log.exception("scheduled flush failed; will retry")
+                log.exception("%s failed; will retry at the next interval", what)
 
     # -- connections ------------------------------------------------------------------------------
 

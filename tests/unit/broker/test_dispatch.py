@@ -406,31 +406,7 @@ def test_configs_describe_and_incremental_alter(broker: InProcessBroker) -> None
         assert result.error_code == ErrorCode.NONE
         return {c.name: (c.value, c.config_source) for c in result.configs}
 
-    configs = describe()
-    assert configs["retention.ms"] == ("1000", 1)
-    assert configs["cleanup.policy"][1] == 5
-    alter = IncrementalAlterConfigsRequest(
-        resources=[
-            IncrementalAlterConfigsRequest.AlterConfigsResource(
-                resource_type=2,
-                resource_name="t",
-                configs=[
-                    IncrementalAlterConfigsRequest.AlterableConfig(
-                        name="retention.ms", config_operation=1, value=None
-                    ),
-                    IncrementalAlterConfigsRequest.AlterableConfig(
-                        name="cleanup.policy", config_operation=2, value="compact"
-                    ),
-                ],
-            )
-        ]
-    )
-    assert broker.call(alter, 1).responses[0].error_code == ErrorCode.NONE
-    configs = describe()
-    assert configs["retention.ms"][1] == 5
-    assert configs["cleanup.policy"] == ("delete,compact", 1)  # appended after, as Kafka keeps it
-
-    def alter_list(operation: int, value: str) -> None:
+    def alter(*changes: tuple[str, int, str | None]) -> int:
         request = IncrementalAlterConfigsRequest(
             resources=[
                 IncrementalAlterConfigsRequest.AlterConfigsResource(
@@ -438,35 +414,30 @@ def test_configs_describe_and_incremental_alter(broker: InProcessBroker) -> None
                     resource_name="t",
                     configs=[
                         IncrementalAlterConfigsRequest.AlterableConfig(
-                            name="cleanup.policy", config_operation=operation, value=value
+                            name=name, config_operation=operation, value=value
                         )
+                        for name, operation, value in changes
                     ],
                 )
             ]
         )
-        assert broker.call(request, 1).responses[0].error_code == ErrorCode.NONE
+        return int(broker.call(request, 1).responses[0].error_code)
 
+    configs = describe()
+    assert configs["retention.ms"] == ("1000", 1)
+    assert configs["cleanup.policy"][1] == 5
+    assert alter(("retention.ms", 1, None), ("cleanup.policy", 2, "compact")) == ErrorCode.NONE
+    configs = describe()
+    assert configs["retention.ms"][1] == 5
+    assert configs["cleanup.policy"] == ("delete,compact", 1)  # appended after, as Kafka keeps it
     # SUBTRACT down to the empty list: Kafka takes it (neither retention nor compaction).
-    alter_list(3, "delete")
+    assert alter(("cleanup.policy", 3, "delete")) == ErrorCode.NONE
     assert describe()["cleanup.policy"] == ("compact", 1)
-    alter_list(3, "compact")
+    assert alter(("cleanup.policy", 3, "compact")) == ErrorCode.NONE
     assert describe()["cleanup.policy"] == ("", 1)
-    alter_list(0, "compact, delete")
+    assert alter(("cleanup.policy", 0, "compact, delete")) == ErrorCode.NONE
     assert describe()["cleanup.policy"] == ("compact,delete", 1)
-    unknown = IncrementalAlterConfigsRequest(
-        resources=[
-            IncrementalAlterConfigsRequest.AlterConfigsResource(
-                resource_type=2,
-                resource_name="t",
-                configs=[
-                    IncrementalAlterConfigsRequest.AlterableConfig(
-                        name="no.such.key", config_operation=0, value="1"
-                    )
-                ],
-            )
-        ]
-    )
-    assert broker.call(unknown, 1).responses[0].error_code == ErrorCode.INVALID_CONFIG
+    assert alter(("no.such.key", 0, "1")) == ErrorCode.INVALID_CONFIG
 
 
 def test_delete_records_moves_the_start(broker: InProcessBroker) -> None:
