@@ -52,6 +52,8 @@ with warnings.catch_warnings():
     from kafka import KafkaConsumer
     from kafka.admin import ConfigResource as KafkaPythonConfigResource
     from kafka.admin import ConfigResourceType, KafkaAdminClient
+    from kafka.errors import NoError
+    from kafka.structs import TopicPartitionReplica
 
 pytestmark = [
     pytest.mark.compat,
@@ -269,6 +271,19 @@ def test_kafka_python_elects_leaders_on_a_single_node(
     [(name, partitions, *_rest)] = [tuple(result) for result in response.replica_election_results]
     assert name == topic
     assert sorted((partition[0], partition[1]) for partition in partitions) == [(0, 84), (1, 84)]
+
+
+def test_kafka_python_moves_a_replica_to_its_own_log_dir(
+    shared_broker: BrokerProcess, kafka_python_admin: KafkaAdminClient
+) -> None:
+    """kafka-python's own test_alter_replica_log_dirs: a move to the current log dir is a no-op
+    answered NoError."""
+    topic = unique_topic("log-dir")
+    create_topic(shared_broker.bootstrap, topic, 1)
+    [described] = kafka_python_admin.describe_log_dirs()
+    replica = TopicPartitionReplica(topic, 0, described["broker"])
+    result = kafka_python_admin.alter_replica_log_dirs({replica: described["log_dirs"][0]["log_dir"]})
+    assert result[replica] is NoError
 
 
 def test_kafka_python_alters_a_broker_config(kafka_python_admin: KafkaAdminClient) -> None:

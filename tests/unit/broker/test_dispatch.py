@@ -12,6 +12,7 @@ from strom.protocol.api import STROM_CLIENT_SOFTWARE_NAME
 from strom.protocol.errors import ErrorCode
 from strom.protocol.group_history import STROM_GROUP_HISTORY_API_KEY
 from strom.protocol.headers import decode_response_header, encode_request
+from strom.protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest
 from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from strom.protocol.messages.create_partitions import CreatePartitionsRequest
 from strom.protocol.messages.create_topics import CreateTopicsRequest
@@ -504,3 +505,30 @@ def test_a_single_node_answers_elect_leaders_election_not_needed(broker: InProce
     }
     every = broker.call(ElectLeadersRequest(election_type=1, topic_partitions=None, timeout_ms=1000), 2)
     assert (every.error_code, every.replica_election_results) == (ErrorCode.NONE, [])
+
+
+def test_alter_replica_log_dirs_to_the_one_directory_is_done_already(broker: InProcessBroker) -> None:
+    """One log directory per broker: a move to it is done (kafka-python's own
+    test_alter_replica_log_dirs), to any other is LOG_DIR_NOT_FOUND."""
+    create_topic(broker, "t", partitions=2)
+
+    def move(path: str, partitions: list[int], topic: str = "t") -> dict[int, int]:
+        request = AlterReplicaLogDirsRequest(
+            dirs=[
+                AlterReplicaLogDirsRequest.AlterReplicaLogDir(
+                    path=path,
+                    topics=[
+                        AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(name=topic, partitions=partitions)
+                    ],
+                )
+            ]
+        )
+        [result] = broker.call(request, 2).results
+        assert result.topic_name == topic
+        return {partition.partition_index: partition.error_code for partition in result.partitions}
+
+    data_dir = str(broker.config.data_dir.resolve())
+    assert move(data_dir, [0, 1]) == {0: ErrorCode.NONE, 1: ErrorCode.NONE}
+    assert move(data_dir + "/", [5]) == {5: ErrorCode.REPLICA_NOT_AVAILABLE}
+    assert move(data_dir, [0], topic="nope") == {0: ErrorCode.REPLICA_NOT_AVAILABLE}
+    assert move("/elsewhere", [0]) == {0: ErrorCode.LOG_DIR_NOT_FOUND}

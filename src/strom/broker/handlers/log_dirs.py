@@ -1,11 +1,16 @@
-"""DescribeLogDirs 0-4: the one data directory, with every partition's size on disk.
+"""DescribeLogDirs 0-4: the one data directory, with every partition's size on disk; and
+AlterReplicaLogDirs 1-2: moving a replica to a log directory, which with one directory per broker
+is moving it to where it is.
 
-Tools use it to show how much space a topic takes (`strom topics describe`,
-kafka-log-dirs). A single broker has one log directory and no future replicas, so offset lag is 0.
+Tools use DescribeLogDirs to show how much space a topic takes (`strom topics describe`,
+kafka-log-dirs). A broker has one log directory and no future replicas, so offset lag is 0. A
+move asked to that directory is done already (NONE) for each replica this broker has
+(REPLICA_NOT_AVAILABLE for one it has not); any other directory is LOG_DIR_NOT_FOUND.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 
 from strom.broker.authorization import cluster_allowed
@@ -13,6 +18,10 @@ from strom.broker.context import RequestContext
 from strom.broker.registry import handles
 from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.alter_replica_log_dirs import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+)
 from strom.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
 
 Topic = DescribeLogDirsResponse.DescribeLogDirsTopic
@@ -60,3 +69,37 @@ async def handle_describe_log_dirs(
         result.total_bytes = usage.total
         result.usable_bytes = usage.free
     return DescribeLogDirsResponse(error_code=ErrorCode.NONE, results=[result])
+
+
+@handles(AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 1, 2)
+async def handle_alter_replica_log_dirs(
+    context: RequestContext, request: AlterReplicaLogDirsRequest
+) -> AlterReplicaLogDirsResponse:
+    """With authorization on: ALTER on the cluster, else every partition is refused."""
+    state = context.broker
+    refused = state.authorizer is not None and not cluster_allowed(context, AclOperation.ALTER)
+    data_dir = os.path.realpath(state.config.data_dir)
+    results: dict[str, list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]] = {}
+    for log_dir in request.dirs:
+        here = os.path.realpath(log_dir.path) == data_dir
+        for topic in log_dir.topics:
+            for index in topic.partitions:
+                if refused:
+                    error = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                elif not here:
+                    error = ErrorCode.LOG_DIR_NOT_FOUND
+                elif state.logs.log(topic.name, index) is None:
+                    error = ErrorCode.REPLICA_NOT_AVAILABLE
+                else:
+                    error = ErrorCode.NONE  # it is in that directory already
+                results.setdefault(topic.name, []).append(
+                    AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult(
+                        partition_index=index, error_code=error
+                    )
+                )
+    return AlterReplicaLogDirsResponse(
+        results=[
+            AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult(topic_name=name, partitions=partitions)
+            for name, partitions in results.items()
+        ]
+    )
