@@ -532,3 +532,7 @@ def test_alter_replica_log_dirs_to_the_one_directory_is_done_already(broker: InP
     assert move(data_dir + "/", [5]) == {5: ErrorCode.REPLICA_NOT_AVAILABLE}
     assert move(data_dir, [0], topic="nope") == {0: ErrorCode.REPLICA_NOT_AVAILABLE}
     assert move("/elsewhere", [0]) == {0: ErrorCode.LOG_DIR_NOT_FOUND}
+    # Hostile paths are text that names no directory (found by the broker fuzzer: a NUL byte).
+    assert move(data_dir + "\x00", [0]) == {0: ErrorCode.LOG_DIR_NOT_FOUND}
+    assert move("../" * 10_000, [0]) == {0: ErrorCode.LOG_DIR_NOT_FOUND}
+    assert move(data_dir + "/../" + broker.config.data_dir.resolve().name, [0]) == {0: ErrorCode.NONE}

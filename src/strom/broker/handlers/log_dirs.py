@@ -78,10 +78,15 @@ async def handle_alter_replica_log_dirs(
     """With authorization on: ALTER on the cluster, else every partition is refused."""
     state = context.broker
     refused = state.authorizer is not None and not cluster_allowed(context, AclOperation.ALTER)
-    data_dir = os.path.realpath(state.config.data_dir)
+    # The names of the one directory; the paths asked are compared as text (normalised), never
+    # looked up on disk: a client's path may be anything (a NUL byte, ten thousand "../").
+    data_dir = {
+        os.path.normpath(os.path.abspath(state.config.data_dir)),
+        os.path.realpath(state.config.data_dir),
+    }
     results: dict[str, list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]] = {}
     for log_dir in request.dirs:
-        here = os.path.realpath(log_dir.path) == data_dir
+        here = os.path.normpath(log_dir.path) in data_dir
         for topic in log_dir.topics:
             for index in topic.partitions:
                 if refused:
