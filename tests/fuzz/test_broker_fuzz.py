@@ -47,6 +47,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from strom.base import limits
+from strom.protocol.api import STROM_CLIENT_SOFTWARE_NAME
 from strom.protocol.errors import ErrorCode
 from strom.protocol.headers import encode_request
 from strom.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -133,7 +134,9 @@ def _create_topics(client: WireClient) -> None:
 
 
 def _advertised(client: WireClient) -> dict[int, tuple[int, int]]:
-    response = client.round_trip(ApiVersionsRequest(), ApiVersionsResponse, 3)
+    """Every API the broker serves: asked as strom's client asks, so strom's own APIs are listed too."""
+    request = ApiVersionsRequest(client_software_name=STROM_CLIENT_SOFTWARE_NAME, client_software_version="0")
+    response = client.round_trip(request, ApiVersionsResponse, 3)
     return {api.api_key: (api.min_version, api.max_version) for api in response.api_keys}
 
 
