@@ -149,7 +149,9 @@ class AsyncioTimer:
 
     def __init__(self) -> None:
         self._loop: TimerLoop | None = None
-        # key -> [deadline in loop time, operation, the loop handle that will look at it]
+        # key -> [deadline in loop time, operation, the loop handle that will look at it, the time
+        # that handle fires]. That time is kept here: uvloop answers call_at of a time already past
+        # with a plain Handle, which has no when().
         self._entries: dict[str, list[Any]] = {}
         self._unbound: dict[str, tuple[int, Callable[[], None]]] = {}
 
@@ -166,13 +168,13 @@ class AsyncioTimer:
             return
         deadline = loop.time() + max(delay_ms, 0) / 1000
         entry = self._entries.get(key)
-        if entry is not None and entry[2].when() <= deadline:
+        if entry is not None and entry[3] <= deadline:
             entry[0] = deadline
             entry[1] = operation
             return
         if entry is not None:
             entry[2].cancel()
-        self._entries[key] = [deadline, operation, loop.call_at(deadline, self._fire, key)]
+        self._entries[key] = [deadline, operation, loop.call_at(deadline, self._fire, key), deadline]
 
     def _fire(self, key: str) -> None:
         entry = self._entries.get(key)
@@ -182,6 +184,7 @@ class AsyncioTimer:
         deadline, operation = entry[0], entry[1]
         if deadline > self._loop.time():
             entry[2] = self._loop.call_at(deadline, self._fire, key)
+            entry[3] = deadline
             return
         del self._entries[key]
         try:

@@ -200,3 +200,32 @@ def test_on_asyncio_loop_a_pushed_back_timer_runs_its_latest_operation_once() ->
 
     fired = asyncio.run(body())
     assert sorted(fired) == ["pulled in", "pushed back"]
+
+
+def test_on_uvloop_a_timer_due_at_once_can_be_scheduled_again() -> None:
+    """uvloop answers call_at of a time already come with a plain Handle (no when()): a key
+    scheduled with no delay and scheduled again before it fired (a member's session armed twice in
+    one turn of the loop; found by the broker fuzzer) must not fail on it."""
+    import uvloop
+
+    async def body() -> list[str]:
+        loop = asyncio.get_running_loop()
+        timer = AsyncioTimer()
+        timer.bind(loop)
+        fired: list[str] = []
+        done: asyncio.Future[None] = loop.create_future()
+
+        def last() -> None:
+            fired.append("again")
+            done.set_result(None)
+
+        timer.schedule("session", 0, lambda: fired.append("first"))
+        timer.schedule("session", 0, lambda: fired.append("second"))
+        timer.schedule("session", 20, last)
+        timer.schedule("now", 0, lambda: fired.append("now"))
+        timer.schedule("now", -5, lambda: fired.append("now, replaced"))
+        await asyncio.wait_for(done, timeout=30)
+        timer.cancel_all()
+        return fired
+
+    assert sorted(uvloop.run(body())) == ["again", "now, replaced"]
