@@ -11,17 +11,26 @@ what the broker uses of ``asyncio.Server``: ``sockets``, ``close()``, ``wait_clo
 A connection closed before it sent its first byte is a port probe (the ``strom`` command's
 reachability check, a load balancer's health check), not a failed handshake: it is closed with a
 debug line only.
+
+A failed handshake is answered with the TLS alert that says why (an unknown CA, a missing client
+certificate), as Kafka's TLS layer sends it before it closes: the event loop's TLS transport drops
+what OpenSSL wrote when the handshake failed and closes the socket, which leaves a client with a
+bare disconnect. So the server's context makes its TLS objects of ``_KeepsFailedHandshakeOutput``,
+which keeps those bytes, and this server writes them through a duplicate of the socket's
+descriptor before it closes that too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import errno
 import logging
 import socket
 import ssl
 from collections.abc import Callable
+from typing import Any
 
 from strom.base import limits
 
@@ -36,6 +45,39 @@ _HANDSHAKE_TIMEOUT_MIN_S = 1.0
 
 log = logging.getLogger("strom.broker.peer")
 
+# The TLS objects made for the handshake the current task runs (``TlsServer._handshake``).
+_HANDSHAKE_OBJECTS: contextvars.ContextVar[list[_KeepsFailedHandshakeOutput]] = contextvars.ContextVar(
+    "strom_tls_handshake_objects"
+)
+
+
+class _KeepsFailedHandshakeOutput(ssl.SSLObject):
+    """An ``SSLObject`` that keeps what OpenSSL wrote when the handshake failed (the alert), which
+    the event loop's transport would drop. Its other methods are ``SSLObject``'s: only the
+    handshake pays for it."""
+
+    failed_handshake_output: bytes = b""
+    _outgoing: ssl.MemoryBIO | None = None
+
+    @classmethod
+    def _create(cls, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, *args: Any, **kwargs: Any) -> Any:
+        made = super()._create(incoming, outgoing, *args, **kwargs)  # type: ignore[misc]
+        made._outgoing = outgoing
+        made_for = _HANDSHAKE_OBJECTS.get(None)
+        if made_for is not None:
+            made_for.append(made)
+        return made
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError:
+            if self._outgoing is not None:
+                self.failed_handshake_output = self._outgoing.read()
+            raise
+
 
 class TlsServer:
     def __init__(
@@ -45,6 +87,7 @@ class TlsServer:
         on_handshake_failed: Callable[[str, BaseException], None],
     ) -> None:
         self._protocol_factory = protocol_factory
+        context.sslobject_class = _KeepsFailedHandshakeOutput
         self._context = context
         self._on_handshake_failed = on_handshake_failed
         self.sockets: list[socket.socket] = []
@@ -99,12 +142,23 @@ class TlsServer:
                     connection.close()
                 log.debug("a connection from %s closed before it sent a byte", client_host)
                 return
-            await loop.connect_accepted_socket(
-                self._protocol_factory,
-                connection,
-                ssl=self._context,
-                ssl_handshake_timeout=max(deadline - loop.time(), _HANDSHAKE_TIMEOUT_MIN_S),
-            )
+            made: list[_KeepsFailedHandshakeOutput] = []
+            _HANDSHAKE_OBJECTS.set(made)
+            # The transport closes the socket when the handshake fails: this descriptor stays open
+            # to send the alert then.
+            spare = connection.dup()
+            try:
+                await loop.connect_accepted_socket(
+                    self._protocol_factory,
+                    connection,
+                    ssl=self._context,
+                    ssl_handshake_timeout=max(deadline - loop.time(), _HANDSHAKE_TIMEOUT_MIN_S),
+                )
+            except (OSError, ssl.SSLError, TimeoutError):
+                _send_alert(spare, b"".join(made_one.failed_handshake_output for made_one in made))
+                raise
+            finally:
+                spare.close()
         except (OSError, ssl.SSLError, TimeoutError) as error:
             with contextlib.suppress(OSError):
                 connection.close()
@@ -120,6 +174,16 @@ class TlsServer:
     async def wait_closed(self) -> None:
         await asyncio.gather(*self._acceptors, *self._tasks, return_exceptions=True)
         self._acceptors = []
+
+
+def _send_alert(connection: socket.socket, alert: bytes) -> None:
+    """The alert a failed handshake wrote (a few dozen bytes: the socket's buffer takes them at
+    once), sent without waiting; a peer already gone is no matter."""
+    if not alert:
+        return
+    with contextlib.suppress(OSError):
+        connection.setblocking(False)
+        connection.send(alert)
 
 
 async def _sends_something(connection: socket.socket, deadline: float) -> bool:
