@@ -2,16 +2,18 @@
 
 The deadlines are checked on a manual loop whose clock moves only when the test says so (no
 sleeping, nothing that depends on how busy the machine is); one test runs the timer on asyncio's
-own loop and waits, with a deadline, for what fires there.
+and uvloop's own loops and waits, with a deadline, for what fires there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
+import uvloop
 
 from strom.broker.groups import AsyncioTimer
 
@@ -175,9 +177,14 @@ def test_a_failing_operation_is_logged_and_other_timers_still_fire(caplog: pytes
     assert "coordinator timer broken failed" in caplog.text
 
 
-def test_on_asyncio_loop_a_pushed_back_timer_runs_its_latest_operation_once() -> None:
-    """asyncio's own handles (``when()``, ``cancel()``, ``call_at``): only the order of events is
-    checked, never how long they took."""
+@pytest.mark.parametrize("run", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
+def test_on_a_real_loop_each_key_runs_its_latest_operation_once(
+    run: Callable[[Coroutine[Any, Any, list[str]]], list[str]],
+) -> None:
+    """The loops' own handles (``call_at``, ``cancel()``): only the order of events is checked,
+    never how long they took. uvloop answers call_at of a time already come with a plain Handle (no
+    ``when()``): a key scheduled at once and again before it fired (a member's session armed twice
+    in one turn of the loop; found by the broker fuzzer) must not fail on it."""
 
     async def body() -> list[str]:
         loop = asyncio.get_running_loop()
@@ -194,38 +201,11 @@ def test_on_asyncio_loop_a_pushed_back_timer_runs_its_latest_operation_once() ->
         timer.schedule("session", 30, last)  # replaces the operation, whenever the first deadline passes
         timer.schedule("pulled-in", 5_000, lambda: fired.append("late"))
         timer.schedule("pulled-in", 1, lambda: fired.append("pulled in"))
-        await asyncio.wait_for(done, timeout=30)
-        timer.cancel_all()
-        return fired
-
-    fired = asyncio.run(body())
-    assert sorted(fired) == ["pulled in", "pushed back"]
-
-
-def test_on_uvloop_a_timer_due_at_once_can_be_scheduled_again() -> None:
-    """uvloop answers call_at of a time already come with a plain Handle (no when()): a key
-    scheduled with no delay and scheduled again before it fired (a member's session armed twice in
-    one turn of the loop; found by the broker fuzzer) must not fail on it."""
-    import uvloop
-
-    async def body() -> list[str]:
-        loop = asyncio.get_running_loop()
-        timer = AsyncioTimer()
-        timer.bind(loop)
-        fired: list[str] = []
-        done: asyncio.Future[None] = loop.create_future()
-
-        def last() -> None:
-            fired.append("again")
-            done.set_result(None)
-
-        timer.schedule("session", 0, lambda: fired.append("first"))
-        timer.schedule("session", 0, lambda: fired.append("second"))
-        timer.schedule("session", 20, last)
         timer.schedule("now", 0, lambda: fired.append("now"))
+        timer.schedule("now", 0, lambda: fired.append("now again"))
         timer.schedule("now", -5, lambda: fired.append("now, replaced"))
         await asyncio.wait_for(done, timeout=30)
         timer.cancel_all()
         return fired
 
-    assert sorted(uvloop.run(body())) == ["again", "now, replaced"]
+    assert sorted(run(body())) == ["now, replaced", "pulled in", "pushed back"]
