@@ -99,7 +99,8 @@ class BrokerGroupConfigs:
         apply: Callable[[str, Mapping[str, int]], None],
     ) -> None:
         self.store: GroupConfigStore = FileGroupConfigStore(data_dir)
-        self._coordinator_config = coordinator_config
+        # The broker's group.consumer.* settings: the defaults and the bounds of group configs.
+        self.coordinator_config = coordinator_config
         self._apply = apply
         self._configs: GroupConfigs = {}
 
@@ -112,13 +113,14 @@ class BrokerGroupConfigs:
     def overrides(self, group_id: str) -> dict[str, str]:
         return dict(self._configs.get(group_id, {}))
 
-    def check(self, values: Mapping[str, str]) -> None:
-        """Raise GroupConfigError for a key strom does not have or a value out of the broker's bounds."""
-        check_group_configs(values, self._coordinator_config)
-
-    async def set_group(self, group_id: str, values: Mapping[str, str]) -> None:
-        """Check, persist, then apply at once (to each member's next heartbeat)."""
-        checked = check_group_configs(values, self._coordinator_config)
+    async def set_group(
+        self, group_id: str, values: Mapping[str, str], *, validate_only: bool = False
+    ) -> None:
+        """Check (GroupConfigError), then unless ``validate_only`` persist and apply at once (to
+        each member's next heartbeat)."""
+        checked = check_group_configs(values, self.coordinator_config)
+        if validate_only:
+            return
         kept = {name: str(value) for name, value in checked.items()}  # " 50000" is kept as 50000
         await self.store.save(group_id, kept)
         self._set(group_id, kept, checked)
@@ -133,17 +135,18 @@ class BrokerGroupConfigs:
         """Some groups' configs as the store now has them (empty: removed). A key strom does not
         have or a value that is not a number (written by something else) is left out, with a
         warning; a value outside the broker's bounds as they are now is kept, and held to them."""
-        config = self._coordinator_config
+        config = self.coordinator_config
         for group_id, values in changes.items():
             kept: dict[str, str] = {}
+            checked: dict[str, int] = {}
             for name, value in values.items():
                 try:
-                    check_group_configs({name: value}, config, within_bounds=False)
+                    checked.update(check_group_configs({name: value}, config, within_bounds=False))
                 except GroupConfigError as error:
                     log.warning("ignoring a group config of %r: %s", group_id, error)
                     continue
                 kept[name] = value
-            self._set(group_id, kept, check_group_configs(kept, config, within_bounds=False))
+            self._set(group_id, kept, checked)
 
     def _set(self, group_id: str, values: dict[str, str], checked: Mapping[str, int]) -> None:
         if values:

@@ -404,7 +404,9 @@ class BrokerState:
         await self._compact(list(self.logs.logs()), self.clock.wall_ms(), only_new=True)
 
     async def _compact(self, partition_logs: list[PartitionLog], now_ms: int, *, only_new: bool) -> None:
-        for partition_log in partition_logs:
+        for position, partition_log in enumerate(partition_logs, 1):
+            if position % HOUSEKEEPING_LOGS_PER_STEP == 0:
+                await asyncio.sleep(0)  # thousands of logs are looked at in steps, as retention's
             job = partition_log.plan_compaction(now_ms, only_new=only_new)
             if job is None:
                 continue

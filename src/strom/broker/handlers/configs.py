@@ -271,7 +271,7 @@ def _check_group_name(name: str) -> None:
 def _group_config_entries(state: BrokerState, group_id: str) -> list[ConfigEntry]:
     """Each group config: the group's own value (source GROUP_CONFIG), else the broker's."""
     overrides = state.group_configs.overrides(group_id)
-    coordinator_config = state.config.coordinator_config()
+    coordinator_config = state.group_configs.coordinator_config
     entries: list[ConfigEntry] = []
     for name, key in sorted(GROUP_CONFIG_KEYS.items()):
         default = str(key.default(coordinator_config))
@@ -299,9 +299,7 @@ async def _apply_group_configs(
     """Make ``values`` the group's configs (replacing all of them): checked, kept, applied."""
     _check_group_name(group_id)
     try:
-        state.group_configs.check(values)
-        if not validate_only:
-            await state.group_configs.set_group(group_id, values)
+        await state.group_configs.set_group(group_id, values, validate_only=validate_only)
     except GroupConfigError as error:
         raise Refused(ErrorCode.INVALID_CONFIG, str(error)) from None
     except OSError as error:
