@@ -1,6 +1,6 @@
 """Admin features real clients use that strom answered differently from Kafka (issue 11, item 9):
 dynamic broker configs, authorized operations, DescribeTopicPartitions, and offsets committed for
-topics that do not exist. Driven by confluent-kafka and kafka-python; the cluster-wide default
+topics that do not exist, partition reassignments on a single node. Driven by confluent-kafka and kafka-python; the cluster-wide default
 (BROKER resource "") over the raw protocol, since neither Python client can name it."""
 
 from __future__ import annotations
@@ -52,7 +52,13 @@ with warnings.catch_warnings():
     from kafka import KafkaConsumer
     from kafka.admin import ConfigResource as KafkaPythonConfigResource
     from kafka.admin import ConfigResourceType, KafkaAdminClient
-    from kafka.errors import NoError
+    from kafka.errors import (
+        InvalidReplicationAssignmentError,
+        NoError,
+        NoReassignmentInProgressError,
+        UnknownTopicOrPartitionError,
+    )
+    from kafka.structs import TopicPartition as KafkaPythonTopicPartition
     from kafka.structs import TopicPartitionReplica
 
 pytestmark = [
@@ -284,6 +290,27 @@ def test_kafka_python_moves_a_replica_to_its_own_log_dir(
     replica = TopicPartitionReplica(topic, 0, described["broker"])
     result = kafka_python_admin.alter_replica_log_dirs({replica: described["log_dirs"][0]["log_dir"]})
     assert result[replica] is NoError
+
+
+def test_kafka_python_reassigns_on_a_single_node(
+    shared_broker: BrokerProcess, kafka_python_admin: KafkaAdminClient
+) -> None:
+    """kafka-python's own test_alter_partition_reassignments and test_list_partition_reassignments:
+    on one broker a partition's replica is on it already (a "move" there is accepted), any other
+    broker is not registered, no reassignment is ever in progress."""
+    topic = unique_topic("reassign")
+    create_topic(shared_broker.bootstrap, topic, 1)
+    tp = KafkaPythonTopicPartition(topic, 0)
+    brokers = [broker.node_id for broker in kafka_python_admin._manager.cluster.brokers()]
+    assert kafka_python_admin.alter_partition_reassignments({tp: brokers}) == {tp: None}
+    refused = kafka_python_admin.alter_partition_reassignments(
+        {tp: [*brokers, 7], KafkaPythonTopicPartition(topic, 3): brokers}
+    )
+    assert refused[tp] is InvalidReplicationAssignmentError
+    assert refused[KafkaPythonTopicPartition(topic, 3)] is UnknownTopicOrPartitionError
+    assert kafka_python_admin.alter_partition_reassignments({tp: None}) == {tp: NoReassignmentInProgressError}
+    assert kafka_python_admin.list_partition_reassignments() == {}
+    assert kafka_python_admin.list_partition_reassignments([tp]) == {}
 
 
 def test_kafka_python_alters_a_broker_config(kafka_python_admin: KafkaAdminClient) -> None:

@@ -165,7 +165,37 @@ class ElectLeadersReply:
     results: Mapping[TopicPartition, ErrorCode] = field(default_factory=dict)
 
 
-ControllerReply = AlterPartitionReply | ControlledShutdownReply | ElectLeadersReply
+@dataclass(frozen=True)
+class ReassignmentsReply:
+    """AlterPartitionReassignments' answer: per partition an error (NONE: the reassignment, or
+    its cancellation, is written and under way) and a message."""
+
+    key: object
+    error: ErrorCode
+    results: Mapping[TopicPartition, tuple[ErrorCode, str | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OngoingReassignment:
+    replicas: tuple[int, ...]  # all of them, the target ones first
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReassignmentsListReply:
+    key: object
+    error: ErrorCode
+    ongoing: Mapping[TopicPartition, OngoingReassignment] = field(default_factory=dict)
+
+
+ControllerReply = (
+    AlterPartitionReply
+    | ControlledShutdownReply
+    | ElectLeadersReply
+    | ReassignmentsReply
+    | ReassignmentsListReply
+)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,20 @@ The rules, for a partition of a topic not being deleted:
    ``unclean.leader.election.enable`` for the topic or an ElectLeaders(unclean) asked for it);
 3. a leader in controlled shutdown: ``election.elect_for_shutdown`` if another ISR member can lead;
 4. a preferred election asked for (ElectLeaders, auto rebalance): the preferred replica if eligible;
-5. the ISR without gone or shutting-down followers (the leader stays; the epoch does not move).
+5. a reassignment (see below) whose joining replicas are all in the ISR: it ends;
+6. the ISR without gone or shutting-down followers, or members no longer among the replicas (the
+   leader stays; the epoch does not move).
+
+**Reassignments** (AlterPartitionReassignments, KIP-455 as Kafka's ZooKeeper controller runs them).
+The topic's assignment is written first with the partition's replicas = target + original ones
+leaving, and its ``adding`` and ``removing`` members; then its state is written again (only the
+partition epoch moves) so that every replica hears of the new set: the joining ones start
+following and the leader counts them. Once every joining replica is in the ISR the reassignment
+ends: a state with the ISR cut to the target and a new leader epoch (a new leader from the target
+if the leader leaves), then the assignment without the leaving replicas, then StopReplica(delete)
+to those. A cancellation is a reassignment back to the original replicas (none joins: it ends at
+once). Assignment writes are conditional on the topic znode's version and one per topic at a
+time; a conflicting write (partitions added meanwhile) is adopted and the assignment written again.
 
 A leader change always bumps the leader epoch; an ISR change alone does not (only the partition
 epoch, the znode version, moves). Every write carries the version it replaces.
@@ -33,7 +46,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from strom.base.clock import Clock
 from strom.cluster import election, znodes
@@ -46,7 +59,10 @@ from strom.cluster.actions import (
     ControllerWrite,
     ElectLeadersReply,
     LeaderAndIsrCommand,
+    OngoingReassignment,
     PartitionInfo,
+    ReassignmentsListReply,
+    ReassignmentsReply,
     StopPartition,
     StopReplicaCommand,
     UncleanElection,
@@ -64,6 +80,8 @@ from strom.cluster.events import (
     DeletionsRequested,
     ElectionType,
     ElectLeadersReceived,
+    ReassignmentsListed,
+    ReassignmentsReceived,
     Resigned,
     Tick,
     TopicConfigChanged,
@@ -95,12 +113,22 @@ def delete_topic_write_key(topic: str) -> str:
     return f"delete-topic/{topic}"
 
 
+def assignment_write_key(topic: str) -> str:
+    return f"assignment/{topic}"
+
+
 @dataclass
 class _PartitionWrite:
     tp: TopicPartition
     new: LeaderAndIsr
     notify_replicas: bool  # send LeaderAndIsr (an AlterPartition's leader learns from its reply)
     unclean: bool
+    ends_reassignment_to: tuple[int, ...] | None = None  # the target of the reassignment it ends
+
+
+@dataclass
+class _AssignmentWrite:
+    written: TopicAssignment
 
 
 @dataclass
@@ -108,6 +136,7 @@ class _Waiter:
     partitions: frozenset[TopicPartition]
     finish: Callable[[], ControllerReply]
     refusal: ControllerReply  # the answer if this controller resigns first
+    topics: frozenset[str] = frozenset()  # topics whose assignment must be written first
 
 
 class Controller:
@@ -130,7 +159,17 @@ class Controller:
         self._delete_markers: set[str] = set()
         self._deleting: set[str] = set()  # being deleted: no elections, gone from metadata
         self._deletions_in_flight: set[str] = set()
-        self._in_flight: dict[str, _PartitionWrite | str] = {}  # write key -> partition write / topic
+        # write key -> partition write / assignment write / topic being deleted
+        self._in_flight: dict[str, _PartitionWrite | _AssignmentWrite | str] = {}
+        # Assignments as ZooKeeper last confirmed them, and the topics whose assignment here
+        # (self._topics) differs and is to be written.
+        self._confirmed: dict[str, TopicAssignment] = {}
+        self._unwritten: set[str] = set()
+        # Partitions whose replicas changed: their state is written again so every replica hears.
+        self._replicas_changed: set[TopicPartition] = set()
+        # States AlterPartition asked for, as written (the answer names them even when another
+        # write, such as the end of a reassignment, followed at once).
+        self._isr_written: dict[TopicPartition, PartitionState] = {}
         self._busy: set[TopicPartition] = set()
         self._dirty: set[TopicPartition] = set()
         self._preferred_wanted: set[TopicPartition] = set()
@@ -208,6 +247,10 @@ class Controller:
             self._controlled_shutdown(event)
         elif isinstance(event, ElectLeadersReceived):
             self._elect_leaders(event)
+        elif isinstance(event, ReassignmentsReceived):
+            self._reassign(event)
+        elif isinstance(event, ReassignmentsListed):
+            self._list_reassignments(event)
         elif isinstance(event, Tick):
             self._start_deletions()
             self._maybe_rebalance()
@@ -221,6 +264,10 @@ class Controller:
             self._replies.append(ControlledShutdownReply(event.key, ErrorCode.NOT_CONTROLLER))
         elif isinstance(event, ElectLeadersReceived):
             self._replies.append(ElectLeadersReply(event.key, ErrorCode.NOT_CONTROLLER))
+        elif isinstance(event, ReassignmentsReceived):
+            self._replies.append(ReassignmentsReply(event.key, ErrorCode.NOT_CONTROLLER))
+        elif isinstance(event, ReassignmentsListed):
+            self._replies.append(ReassignmentsListReply(event.key, ErrorCode.NOT_CONTROLLER))
 
     # ---- taking and leaving office ------------------------------------------------------------------
 
@@ -245,6 +292,13 @@ class Controller:
             self._update_metadata_all.add(node_id)
         for assignment in self._topics.values():
             self._dirty.update(assignment.partitions())
+            # The controller before may have stopped between writing a reassignment and telling
+            # the replicas: they hear of it again.
+            self._replicas_changed.update(
+                TopicPartition(assignment.name, index)
+                for index in assignment.replicas
+                if assignment.reassigning(index)
+            )
         self._next_rebalance_check_ms = (
             self._clock.monotonic_ms() + self._config.leader_imbalance_check_interval_ms
         )
@@ -304,6 +358,7 @@ class Controller:
 
     def _add_topic(self, assignment: TopicAssignment) -> None:
         self._topics[assignment.name] = assignment
+        self._confirmed[assignment.name] = assignment
         self._topic_names[assignment.topic_id] = assignment.name
 
     def _forget_topic(self, name: str) -> None:
@@ -311,9 +366,12 @@ class Controller:
         if assignment is None:
             return
         self._topic_names.pop(assignment.topic_id, None)
+        self._confirmed.pop(name, None)
+        self._unwritten.discard(name)
         for tp in assignment.partitions():
             self._states.pop(tp, None)
             self._dirty.discard(tp)
+            self._replicas_changed.discard(tp)
             self._preferred_wanted.discard(tp)
             self._unclean_wanted.discard(tp)
             for pending in (self._leader_and_isr, self._update_metadata):
@@ -332,26 +390,56 @@ class Controller:
                 self._add_topic(assignment)
                 self._dirty.update(assignment.partitions())
                 continue
-            if assignment.replicas == known.replicas:
-                continue
-            merged = dict(known.replicas)
-            for index, replicas in assignment.replicas.items():
-                if index not in merged:
-                    merged[index] = replicas
-                    self._dirty.add(TopicPartition(name, index))
-                elif merged[index] != replicas:
-                    self._notices.append(
-                        f"ignored a change of the replicas of {name}-{index} "
-                        f"({list(merged[index])} -> {list(replicas)}): reassignment is not supported"
-                    )
-            self._add_topic(
-                TopicAssignment(name, known.topic_id, dict(sorted(merged.items())), assignment.version)
-            )
+            self._topic_read(known, assignment)
         for name in [name for name in self._topics if name not in event.topics]:
             if name not in self._deleting:
                 self._notices.append(f"topic {name} vanished from ZooKeeper")
                 self._broadcast_deletion(name)
             self._forget_topic(name)
+
+    def _topic_read(self, known: TopicAssignment, read: TopicAssignment) -> None:
+        """ZooKeeper holds ``read`` for a topic this controller knows as ``known``: partitions
+        added (CreatePartitions) are taken; the replicas of existing partitions are this
+        controller's to change (reassignments), so a change of them made by hand is ignored, and
+        one it has not written yet is written again over what ZooKeeper holds."""
+        name = known.name
+        if read.version <= self._confirmed[name].version and read.version != -1:
+            return  # what this controller wrote, or older
+        merged = dict(known.replicas)
+        for index, replicas in read.replicas.items():
+            if index not in merged:
+                merged[index] = replicas
+                self._dirty.add(TopicPartition(name, index))
+            elif (merged[index], known.adding.get(index), known.removing.get(index)) != (
+                replicas,
+                read.adding.get(index),
+                read.removing.get(index),
+            ):
+                self._notices.append(
+                    f"ignored a change of the replicas of {name}-{index} made outside the controller "
+                    f"({list(merged[index])} -> {list(replicas)}): AlterPartitionReassignments moves replicas"
+                )
+        adding = {index: members for index, members in read.adding.items() if index not in known.replicas}
+        removing = {index: members for index, members in read.removing.items() if index not in known.replicas}
+        adopted = TopicAssignment(
+            name,
+            known.topic_id,
+            dict(sorted(merged.items())),
+            read.version,
+            {**known.adding, **adding},
+            {**known.removing, **removing},
+        )
+        self._topics[name] = adopted
+        self._confirmed[name] = read
+        if _content(adopted) != _content(read) and name in self._unwritten | self._assignments_in_flight():
+            self._unwritten.add(name)
+
+    def _assignments_in_flight(self) -> set[str]:
+        return {
+            pending.written.name
+            for pending in self._in_flight.values()
+            if isinstance(pending, _AssignmentWrite)
+        }
 
     def _start_deletions(self) -> None:
         """Delete every topic with a marker under /admin/delete_topics (again, if a try failed)."""
@@ -422,6 +510,7 @@ class Controller:
                 continue
             self._dirty.discard(tp)
             self._reconcile_partition(tp)
+        self._write_assignments()
 
     def _reconcile_partition(self, tp: TopicPartition) -> None:
         assignment = self._topics.get(tp.topic)
@@ -438,10 +527,15 @@ class Controller:
                 self._write_partition(tp, None, LeaderAndIsr(chosen.leader, 0, chosen.isr, self.epoch))
             return
         current = state.leader_and_isr
-        if current.leader == NO_LEADER or current.leader not in self._brokers:
+        if (
+            current.leader == NO_LEADER
+            or current.leader not in self._brokers
+            or current.leader not in replicas
+        ):
             unclean_allowed = tp in self._unclean_wanted or self._unclean_enabled(tp.topic)
             self._unclean_wanted.discard(tp)
-            chosen = election.elect_offline(replicas, current.isr, eligible, unclean_allowed=unclean_allowed)
+            in_sync = tuple(replica for replica in current.isr if replica in replicas)
+            chosen = election.elect_offline(replicas, in_sync, eligible, unclean_allowed=unclean_allowed)
             if chosen.leader == NO_LEADER and current.leader == NO_LEADER:
                 self._preferred_wanted.discard(tp)
                 if chosen.isr != current.isr:
@@ -464,13 +558,46 @@ class Controller:
                 isr = tuple(r for r in current.isr if r in self._brokers)
                 self._write_partition(tp, state, current.with_leader(preferred, isr, self.epoch))
                 return
+        if assignment.name not in self._unwritten and assignment.name not in self._assignments_in_flight():
+            # What follows needs the assignment in ZooKeeper first (Kafka's order of writes).
+            if assignment.reassigning(tp.partition):
+                ending = self._end_reassignment(tp, assignment, current)
+                if ending is not None:
+                    target, new = ending
+                    self._replicas_changed.discard(tp)
+                    self._write_partition(tp, state, new, ends_reassignment_to=target)
+                    return
+            if tp in self._replicas_changed:
+                self._replicas_changed.discard(tp)
+                self._write_partition(tp, state, current.with_isr(current.isr, self.epoch))
+                return
         pruned = tuple(
             replica
             for replica in current.isr
-            if replica == current.leader or (replica in self._brokers and replica not in self._shutting_down)
+            if replica == current.leader
+            or (replica in self._brokers and replica not in self._shutting_down and replica in replicas)
         )
         if pruned != current.isr:
             self._write_partition(tp, state, current.with_isr(pruned, self.epoch))
+
+    def _end_reassignment(
+        self, tp: TopicPartition, assignment: TopicAssignment, current: LeaderAndIsr
+    ) -> tuple[tuple[int, ...], LeaderAndIsr] | None:
+        """The state that ends the partition's reassignment, with its target; None while a
+        joining replica is not in the ISR yet (or no member of the target can lead)."""
+        if not all(replica in current.isr for replica in assignment.adding.get(tp.partition, ())):
+            return None
+        target = assignment.target(tp.partition)
+        isr = tuple(replica for replica in current.isr if replica in target)
+        leader = current.leader
+        if leader not in target:
+            eligible = self._eligible()
+            chosen = next((replica for replica in target if replica in isr and replica in eligible), None)
+            if chosen is None:
+                return None
+            leader = chosen
+        # A new leader epoch even when the leader stays, as Kafka's: the replicas leaving are fenced.
+        return target, current.with_leader(leader, isr, self.epoch)
 
     def _write_partition(
         self,
@@ -480,6 +607,7 @@ class Controller:
         *,
         unclean: bool = False,
         notify_replicas: bool = True,
+        ends_reassignment_to: tuple[int, ...] | None = None,
     ) -> None:
         data = znodes.encode_partition_state(tp.topic, tp.partition, new)
         path = znodes.partition_state_path(tp.topic, tp.partition)
@@ -493,7 +621,7 @@ class Controller:
             )
         else:
             write = ControllerWrite(key, ops=(SetData(path, data, state.version),))
-        self._in_flight[key] = _PartitionWrite(tp, new, notify_replicas, unclean)
+        self._in_flight[key] = _PartitionWrite(tp, new, notify_replicas, unclean, ends_reassignment_to)
         self._busy.add(tp)
         self._writes.append(write)
 
@@ -505,6 +633,9 @@ class Controller:
             if isinstance(pending, str):
                 self._deletion_completed(pending, outcome)
                 continue
+            if isinstance(pending, _AssignmentWrite):
+                self._assignment_written(pending.written, outcome)
+                continue
             tp = pending.tp
             self._busy.discard(tp)
             self._dirty.add(tp)
@@ -515,6 +646,10 @@ class Controller:
                 last = outcome.results[-1]
                 version = last.version if isinstance(last, Stat) else 0
                 self._states[tp] = PartitionState(pending.new, version)
+                if not pending.notify_replicas:
+                    self._isr_written[tp] = self._states[tp]
+                if pending.ends_reassignment_to is not None:
+                    self._reassignment_ended(tp, pending.ends_reassignment_to)
                 if pending.unclean:
                     self._unclean.append(UncleanElection(tp, pending.new.leader, pending.new.leader_epoch))
                     self._notices.append(
@@ -535,6 +670,91 @@ class Controller:
                 continue
             self._states[tp] = PartitionState(adopted, version)
             self._announce(tp, to_replicas=True)
+
+    def _reassignment_ended(self, tp: TopicPartition, target: tuple[int, ...]) -> None:
+        """The state ending a reassignment is written: the assignment drops the leaving replicas
+        (unless the reassignment changed meanwhile: it goes on)."""
+        assignment = self._topics[tp.topic]
+        index = tp.partition
+        if not assignment.reassigning(index) or assignment.target(index) != target:
+            return
+        self._topics[tp.topic] = replace(
+            assignment,
+            replicas={**assignment.replicas, index: target},
+            adding={i: members for i, members in assignment.adding.items() if i != index},
+            removing={i: members for i, members in assignment.removing.items() if i != index},
+        )
+        self._unwritten.add(tp.topic)
+        self._notices.append(f"reassignment of {tp} ends: replicas {list(target)}")
+
+    def _write_assignments(self) -> None:
+        """Write each assignment changed here, one write per topic at a time."""
+        for name in sorted(self._unwritten):
+            key = assignment_write_key(name)
+            if key in self._in_flight:
+                continue
+            self._unwritten.discard(name)
+            assignment = self._topics.get(name)
+            if assignment is None or name in self._deleting:
+                continue
+            self._in_flight[key] = _AssignmentWrite(assignment)
+            self._writes.append(
+                ControllerWrite(
+                    key,
+                    ops=(
+                        SetData(znodes.topic_path(name), znodes.encode_topic(assignment), assignment.version),
+                    ),
+                )
+            )
+
+    def _assignment_written(self, written: TopicAssignment, outcome: WriteOutcome) -> None:
+        name = written.name
+        known = self._topics.get(name)
+        if known is None or known.topic_id != written.topic_id or name in self._deleting:
+            return
+        if not outcome.ok:
+            self._notices.append(
+                f"write of the assignment of {name} failed ({outcome.error!r}); writing it again"
+            )
+            self._unwritten.add(name)
+            if outcome.current is not None:
+                data, version = outcome.current
+                try:
+                    read = znodes.decode_topic(name, data, version)
+                except znodes.ZnodeFormatError as error:
+                    self._notices.append(str(error))
+                    return
+                if read.topic_id == known.topic_id:
+                    self._topic_read(known, read)
+                    self._unwritten.add(name)
+            return
+        assert outcome.results is not None
+        last = outcome.results[-1]
+        version = last.version if isinstance(last, Stat) else written.version + 1
+        before = self._confirmed.get(name, written)
+        confirmed = replace(written, version=version)
+        self._confirmed[name] = confirmed
+        self._topics[name] = replace(known, version=version)
+        for index, replicas in written.replicas.items():
+            tp = TopicPartition(name, index)
+            if before.reassigning(index) or written.reassigning(index):
+                self._dirty.add(tp)  # it may end now
+            previous = before.replicas.get(index, replicas)
+            if previous == replicas:
+                continue
+            self._dirty.add(tp)
+            if any(replica not in previous for replica in replicas):
+                self._replicas_changed.add(tp)
+            state = self._states.get(tp)
+            for replica in previous:
+                if replica not in replicas and replica in self._brokers:
+                    self._stop_replica.setdefault(replica, []).append(
+                        StopPartition(
+                            name, index, state.leader_epoch if state is not None else -1, delete=True
+                        )
+                    )
+            for node_id in self._brokers:
+                self._update_metadata.setdefault(node_id, set()).add(tp)
 
     def _deletion_completed(self, name: str, outcome: WriteOutcome) -> None:
         self._deletions_in_flight.discard(name)
@@ -591,7 +811,7 @@ class Controller:
                     results.append(immediate[position])
                     continue
                 tp, wanted = written[position]
-                state = self._states.get(tp)
+                state = self._isr_written.pop(tp, None)
                 if state is not None and state.leader_and_isr == wanted:
                     results.append(_alter_result(item, ErrorCode.NONE, state))
                 else:
@@ -732,6 +952,89 @@ class Controller:
 
         self._wait_for(frozenset(started), finish, ElectLeadersReply(event.key, ErrorCode.NOT_CONTROLLER))
 
+    def _reassign(self, event: ReassignmentsReceived) -> None:
+        results: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+        changed: set[str] = set()
+        for tp in sorted(event.targets):
+            error, message = self._reassign_partition(tp, event.targets[tp])
+            results[tp] = (error, message)
+            if error is ErrorCode.NONE:
+                changed.add(tp.topic)
+
+        def finish() -> ControllerReply:
+            return ReassignmentsReply(event.key, ErrorCode.NONE, results)
+
+        self._wait_for(
+            frozenset(),
+            finish,
+            ReassignmentsReply(event.key, ErrorCode.NOT_CONTROLLER),
+            topics=frozenset(changed),
+        )
+
+    def _reassign_partition(
+        self, tp: TopicPartition, target: tuple[int, ...] | None
+    ) -> tuple[ErrorCode, str | None]:
+        """Start (or change, or cancel) the partition's reassignment in this controller's
+        assignment; written by ``_write_assignments``."""
+        assignment = self._topics.get(tp.topic)
+        if assignment is None or tp.topic in self._deleting or tp.partition not in assignment.replicas:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} does not exist"
+        index = tp.partition
+        original = assignment.original(index)
+        if target is None:
+            if not assignment.reassigning(index):
+                return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} is in progress"
+            target = original
+        else:
+            if not target:
+                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "the replica list is empty"
+            if len(set(target)) != len(target):
+                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the replica list {list(target)} has duplicates"
+            missing = sorted(replica for replica in target if replica not in self._brokers)
+            if missing:
+                return (
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"brokers {missing} are not registered (not alive)",
+                )
+        adding = tuple(replica for replica in target if replica not in original)
+        removing = tuple(replica for replica in original if replica not in target)
+        replicas = target + removing
+        others_adding = {i: members for i, members in assignment.adding.items() if i != index}
+        others_removing = {i: members for i, members in assignment.removing.items() if i != index}
+        self._topics[tp.topic] = replace(
+            assignment,
+            replicas={**assignment.replicas, index: replicas},
+            adding={**others_adding, index: adding} if adding else others_adding,
+            removing={**others_removing, index: removing} if removing else others_removing,
+        )
+        if self._topics[tp.topic] != assignment:
+            self._unwritten.add(tp.topic)
+            self._dirty.add(tp)
+            if adding or removing:
+                self._notices.append(
+                    f"reassignment of {tp}: {list(original)} -> {list(target)} "
+                    f"(adding {list(adding)}, removing {list(removing)})"
+                )
+        return ErrorCode.NONE, None
+
+    def _list_reassignments(self, event: ReassignmentsListed) -> None:
+        ongoing: dict[TopicPartition, OngoingReassignment] = {}
+        if event.partitions is None:
+            wanted = [tp for assignment in self._topics.values() for tp in assignment.partitions()]
+        else:
+            wanted = list(event.partitions)
+        for tp in wanted:
+            assignment = self._topics.get(tp.topic)
+            if assignment is None or tp.topic in self._deleting or tp.partition not in assignment.replicas:
+                continue
+            if assignment.reassigning(tp.partition):
+                ongoing[tp] = OngoingReassignment(
+                    assignment.replicas[tp.partition],
+                    assignment.adding.get(tp.partition, ()),
+                    assignment.removing.get(tp.partition, ()),
+                )
+        self._replies.append(ReassignmentsListReply(event.key, ErrorCode.NONE, ongoing))
+
     def _maybe_rebalance(self) -> None:
         if not self._config.auto_leader_rebalance_enable:
             return
@@ -765,16 +1068,19 @@ class Controller:
         partitions: frozenset[TopicPartition],
         finish: Callable[[], ControllerReply],
         refusal: ControllerReply,
+        *,
+        topics: frozenset[str] = frozenset(),
     ) -> None:
-        self._waiters.append(_Waiter(partitions, finish, refusal))
+        self._waiters.append(_Waiter(partitions, finish, refusal, topics))
 
     def _finish_waiters(self) -> None:
         if not self._waiters:
             return
         unsettled = self._busy | self._preferred_wanted | self._unclean_wanted
+        unwritten = self._unwritten | self._assignments_in_flight()
         remaining: list[_Waiter] = []
         for waiter in self._waiters:
-            if waiter.partitions & unsettled:
+            if waiter.partitions & unsettled or waiter.topics & unwritten:
                 remaining.append(waiter)
             else:
                 self._replies.append(waiter.finish())
@@ -907,4 +1213,14 @@ def _alter_result(item: AlterPartitionItem, error: ErrorCode, state: PartitionSt
         leader_epoch=state.leader_epoch,
         isr=state.isr,
         partition_epoch=state.version,
+    )
+
+
+def _content(assignment: TopicAssignment) -> tuple[object, ...]:
+    """An assignment without its znode version."""
+    return (
+        assignment.topic_id,
+        dict(assignment.replicas),
+        dict(assignment.adding),
+        dict(assignment.removing),
     )

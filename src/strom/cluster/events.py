@@ -98,6 +98,23 @@ class ElectLeadersReceived:
 
 
 @dataclass(frozen=True)
+class ReassignmentsReceived:
+    """AlterPartitionReassignments: per partition its new replicas, or None to cancel the
+    reassignment in progress."""
+
+    key: object
+    targets: Mapping[TopicPartition, tuple[int, ...] | None]
+
+
+@dataclass(frozen=True)
+class ReassignmentsListed:
+    """ListPartitionReassignments: of these partitions (None: of every partition)."""
+
+    key: object
+    partitions: tuple[TopicPartition, ...] | None
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time has passed (the auto leader rebalance checks whether it is due)."""
 
@@ -113,5 +130,7 @@ ControllerEvent = (
     | AlterPartitionReceived
     | ControlledShutdownReceived
     | ElectLeadersReceived
+    | ReassignmentsReceived
+    | ReassignmentsListed
     | Tick
 )

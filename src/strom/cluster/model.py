@@ -66,15 +66,35 @@ class BrokerRegistration:
 
 @dataclass(frozen=True)
 class TopicAssignment:
-    """``/brokers/topics/T``: which brokers hold each partition, the preferred leader first."""
+    """``/brokers/topics/T``: which brokers hold each partition, the preferred leader first.
+
+    A partition being reassigned (KIP-455) has its full replica set in ``replicas`` (the target
+    replicas first, then the original ones leaving), and the members joining and leaving in
+    ``adding`` and ``removing``: the replicas it ends with are ``replicas`` without ``removing``.
+    """
 
     name: str
     topic_id: uuid.UUID
     replicas: Mapping[int, tuple[int, ...]]
     version: int = -1  # the znode's version when read (-1: not read from ZooKeeper)
+    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert list(self.replicas) == sorted(self.replicas), "partitions are kept in order"
+
+    def reassigning(self, partition: int) -> bool:
+        return partition in self.adding or partition in self.removing
+
+    def target(self, partition: int) -> tuple[int, ...]:
+        """The replicas the partition ends with (its replicas, when it is not being reassigned)."""
+        leaving = self.removing.get(partition, ())
+        return tuple(replica for replica in self.replicas[partition] if replica not in leaving)
+
+    def original(self, partition: int) -> tuple[int, ...]:
+        """The replicas the partition had before its reassignment began."""
+        joining = self.adding.get(partition, ())
+        return tuple(replica for replica in self.replicas[partition] if replica not in joining)
 
     @property
     def partition_count(self) -> int:

@@ -11,6 +11,9 @@ The formats are Kafka's, so an operator who knows Kafka's tree knows strom's::
     /brokers/topics/T                           {"version":3,"topic_id":"<22 chars>",
                                                  "partitions":{"0":[1,2,3],..},
                                                  "adding_replicas":{},"removing_replicas":{}}
+                                                (a partition being reassigned: "partitions" holds
+                                                 target + leaving replicas, "adding_replicas":
+                                                 {"0":[3]}, "removing_replicas":{"0":[1]})
     /brokers/topics/T/partitions/P/state        {"version":1,"leader":1,"leader_epoch":4,
                                                  "isr":[1,2,3],"controller_epoch":7}
     /config/topics/T                            {"version":1,"config":{"min.insync.replicas":"2"}}
@@ -244,8 +247,10 @@ def encode_topic(assignment: TopicAssignment) -> bytes:
             "version": TOPIC_FORMAT_VERSION,
             "topic_id": uuid_to_string(assignment.topic_id),
             "partitions": {str(index): list(replicas) for index, replicas in assignment.replicas.items()},
-            "adding_replicas": {},
-            "removing_replicas": {},
+            "adding_replicas": {str(index): list(adding) for index, adding in assignment.adding.items()},
+            "removing_replicas": {
+                str(index): list(removing) for index, removing in assignment.removing.items()
+            },
         },
     )
 
@@ -270,7 +275,29 @@ def decode_topic(name: str, data: bytes, version: int) -> TopicAssignment:
         replicas[int(key)] = _int_list(path, item, f"replicas of partition {key}")
     if sorted(replicas) != list(range(len(replicas))):
         raise ZnodeFormatError(path, f"partitions must be 0..{len(replicas) - 1}, got {sorted(replicas)}")
-    return TopicAssignment(name, topic_id, dict(sorted(replicas.items())), version)
+    adding = _reassigning(path, value, "adding_replicas", replicas)
+    removing = _reassigning(path, value, "removing_replicas", replicas)
+    return TopicAssignment(name, topic_id, dict(sorted(replicas.items())), version, adding, removing)
+
+
+def _reassigning(
+    path: str, value: Mapping[str, Any], key: str, replicas: Mapping[int, tuple[int, ...]]
+) -> dict[int, tuple[int, ...]]:
+    """``adding_replicas`` or ``removing_replicas``: per partition being reassigned, members of
+    its replicas (absent, as Kafka before 2.4 wrote it: none)."""
+    found = value.get(key, {})
+    if not isinstance(found, dict):
+        raise ZnodeFormatError(path, f"{key!r} must be an object of partition -> replicas")
+    members: dict[int, tuple[int, ...]] = {}
+    for index, item in found.items():
+        if not isinstance(index, str) or not index.isdigit() or int(index) not in replicas:
+            raise ZnodeFormatError(path, f"{key}: {index!r} is not a partition of the topic")
+        listed = _int_list(path, item, f"{key} of partition {index}")
+        if not set(listed) <= set(replicas[int(index)]):
+            raise ZnodeFormatError(path, f"{key} of partition {index} are not all among its replicas")
+        if listed:
+            members[int(index)] = listed
+    return dict(sorted(members.items()))
 
 
 def encode_partition_state(topic: str, partition: int, state: LeaderAndIsr) -> bytes:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import random
@@ -1314,7 +1315,8 @@ class ClusterReplication:
             raise Refused(error.error, str(error)) from None
         if validate_only:
             return
-        grown = TopicAssignment(name, current.topic_id, {**current.replicas, **added}, current.version)
+        # Partitions being reassigned keep their adding and removing replicas.
+        grown = dataclasses.replace(current, replicas={**current.replicas, **added})
         try:
             await self._zookeeper(lambda zk: zk.add_partitions(grown))
         except ConcurrentChangeError as error:

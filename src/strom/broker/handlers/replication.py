@@ -10,6 +10,12 @@ advertises them).
   the controller (the sender looks the controller up again). ElectLeaders is served by a single
   node too: there each partition's one replica leads already, and every partition named is
   answered ELECTION_NOT_NEEDED, as Kafka answers on one broker.
+* AlterPartitionReassignments 0 and ListPartitionReassignments 0 (KIP-455: an admin client moves
+  replicas between brokers, changes a replication factor, cancels a move): the controller starts
+  each reassignment and answers once it is written to ZooKeeper; the move itself goes on after the
+  answer (ListPartitionReassignments shows it until it ends). A single node serves them too: its
+  partitions' one replica is on it already, so a "move" to itself is done at once, any other
+  broker is not registered (INVALID_REPLICA_ASSIGNMENT), and nothing is ever in progress.
 * OffsetForLeaderEpoch 0-4: where a leader epoch ends in this leader's log — asked by followers
   before they truncate, and by consumers checking their position after a leader change (KIP-320).
 """
@@ -23,16 +29,29 @@ from strom.broker.cluster.peer import PeerError
 from strom.broker.context import RequestContext
 from strom.broker.registry import handles
 from strom.cluster import wire
-from strom.cluster.actions import ElectLeadersReply
+from strom.cluster.actions import ElectLeadersReply, ReassignmentsListReply, ReassignmentsReply
 from strom.cluster.broker_control import CommandOutcome
-from strom.cluster.events import ElectionType, ElectLeadersReceived
+from strom.cluster.events import (
+    ElectionType,
+    ElectLeadersReceived,
+    ReassignmentsListed,
+    ReassignmentsReceived,
+)
 from strom.cluster.model import TopicPartition
 from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_partition import AlterPartitionRequest, AlterPartitionResponse
+from strom.protocol.messages.alter_partition_reassignments import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+)
 from strom.protocol.messages.controlled_shutdown import ControlledShutdownRequest, ControlledShutdownResponse
 from strom.protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
 from strom.protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
+from strom.protocol.messages.list_partition_reassignments import (
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 from strom.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
@@ -231,6 +250,126 @@ def _single_node_election(
         known = topic is not None and 0 <= tp.partition < topic.partitions
         results[tp] = ErrorCode.ELECTION_NOT_NEEDED if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return results
+
+
+# ---- reassignments -------------------------------------------------------------------------------------
+
+
+@handles(AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 0)
+async def handle_alter_partition_reassignments(
+    context: RequestContext, request: AlterPartitionReassignmentsRequest
+) -> AlterPartitionReassignmentsResponse:
+    """Per partition its new replicas (or null: cancel its reassignment). With authorization on:
+    ALTER on the cluster."""
+    if context.broker.authorizer is not None and not cluster_allowed(context, AclOperation.ALTER):
+        return AlterPartitionReassignmentsResponse(
+            error_code=REFUSED, error_message="ALTER on the cluster is not allowed"
+        )
+    targets: dict[TopicPartition, tuple[int, ...] | None] = {}
+    for topic in request.topics:
+        for partition in topic.partitions:
+            replicas = partition.replicas
+            targets[TopicPartition(topic.name, partition.partition_index)] = (
+                None if replicas is None else tuple(replicas)
+            )
+    if context.broker.cluster is None:
+        results = _single_node_reassignments(context, targets)
+    else:
+        try:
+            reply = await _cluster(context).post_to_controller(
+                lambda key: ReassignmentsReceived(key, targets)
+            )
+        except PeerError:
+            reply = ReassignmentsReply(None, ErrorCode.REQUEST_TIMED_OUT)
+        assert isinstance(reply, ReassignmentsReply)
+        if reply.error != ErrorCode.NONE:
+            return AlterPartitionReassignmentsResponse(
+                error_code=reply.error, error_message=ErrorCode(reply.error).name
+            )
+        results = dict(reply.results)
+    grouped: dict[str, list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]] = {}
+    for tp in targets:
+        error, message = results[tp]
+        grouped.setdefault(tp.topic, []).append(
+            AlterPartitionReassignmentsResponse.ReassignablePartitionResponse(
+                partition_index=tp.partition, error_code=error, error_message=message
+            )
+        )
+    return AlterPartitionReassignmentsResponse(
+        responses=[
+            AlterPartitionReassignmentsResponse.ReassignableTopicResponse(name=name, partitions=partitions)
+            for name, partitions in grouped.items()
+        ]
+    )
+
+
+def _single_node_reassignments(
+    context: RequestContext, targets: dict[TopicPartition, tuple[int, ...] | None]
+) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+    """A single node's answer: every replica is on it, and stays there."""
+    replication = context.broker.replication
+    node_id = replication.controller_id()
+    results: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+    for tp, target in targets.items():
+        topic = replication.topic(tp.topic)
+        if topic is None or not 0 <= tp.partition < topic.partitions:
+            results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} does not exist")
+        elif target is None:
+            results[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} is in progress")
+        elif list(target) != [node_id]:
+            results[tp] = (
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"replicas {list(target)}: broker {node_id} is the only one registered",
+            )
+        else:
+            results[tp] = (ErrorCode.NONE, None)
+    return results
+
+
+@handles(ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0)
+async def handle_list_partition_reassignments(
+    context: RequestContext, request: ListPartitionReassignmentsRequest
+) -> ListPartitionReassignmentsResponse:
+    """The reassignments in progress, of the partitions named or (null) of every partition. With
+    authorization on: DESCRIBE on the cluster."""
+    if context.broker.authorizer is not None and not cluster_allowed(context, AclOperation.DESCRIBE):
+        return ListPartitionReassignmentsResponse(
+            error_code=REFUSED, error_message="DESCRIBE on the cluster is not allowed"
+        )
+    if context.broker.cluster is None:
+        return ListPartitionReassignmentsResponse()  # nothing ever moves on one node
+    partitions = (
+        None
+        if request.topics is None
+        else tuple(
+            TopicPartition(topic.name, index) for topic in request.topics for index in topic.partition_indexes
+        )
+    )
+    try:
+        reply = await _cluster(context).post_to_controller(lambda key: ReassignmentsListed(key, partitions))
+    except PeerError:
+        reply = ReassignmentsListReply(None, ErrorCode.REQUEST_TIMED_OUT)
+    assert isinstance(reply, ReassignmentsListReply)
+    if reply.error != ErrorCode.NONE:
+        return ListPartitionReassignmentsResponse(
+            error_code=reply.error, error_message=ErrorCode(reply.error).name
+        )
+    grouped: dict[str, list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]] = {}
+    for tp, ongoing in sorted(reply.ongoing.items()):
+        grouped.setdefault(tp.topic, []).append(
+            ListPartitionReassignmentsResponse.OngoingPartitionReassignment(
+                partition_index=tp.partition,
+                replicas=list(ongoing.replicas),
+                adding_replicas=list(ongoing.adding),
+                removing_replicas=list(ongoing.removing),
+            )
+        )
+    return ListPartitionReassignmentsResponse(
+        topics=[
+            ListPartitionReassignmentsResponse.OngoingTopicReassignment(name=name, partitions=items)
+            for name, items in grouped.items()
+        ]
+    )
 
 
 # ---- OffsetForLeaderEpoch -----------------------------------------------------------------------------
