@@ -23,13 +23,19 @@ from strom.broker.handlers.configs import handle_describe_configs, handle_increm
 from strom.broker.handlers.groups import handle_join_group
 from strom.broker.handlers.metadata import handle_metadata
 from strom.broker.handlers.produce import handle_produce
+from strom.broker.handlers.replication import (
+    handle_alter_partition_reassignments,
+    handle_list_partition_reassignments,
+)
 from strom.broker.state import BrokerState
 from strom.protocol.errors import ErrorCode
+from strom.protocol.messages.alter_partition_reassignments import AlterPartitionReassignmentsRequest
 from strom.protocol.messages.create_acls import CreateAclsRequest
 from strom.protocol.messages.describe_acls import DescribeAclsRequest
 from strom.protocol.messages.describe_configs import DescribeConfigsRequest
 from strom.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from strom.protocol.messages.join_group import JoinGroupRequest
+from strom.protocol.messages.list_partition_reassignments import ListPartitionReassignmentsRequest
 from strom.protocol.messages.metadata import MetadataRequest
 from strom.protocol.messages.produce import ProduceRequest
 from strom.protocol.records.batch import Record, build_batch
@@ -328,3 +334,26 @@ def test_group_configs_need_describe_configs_and_alter_configs_on_the_group(stat
     assert describe("User:alice") == ErrorCode.NONE
     assert alter("User:alice") == ErrorCode.NONE
     assert state.group_configs.overrides("billing") == {"consumer.session.timeout.ms": "50000"}
+
+
+def test_reassignments_need_alter_and_describe_on_the_cluster(state: BrokerState) -> None:
+    move = AlterPartitionReassignmentsRequest(
+        topics=[
+            AlterPartitionReassignmentsRequest.ReassignableTopic(
+                name="orders",
+                partitions=[
+                    AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=[0])
+                ],
+            )
+        ]
+    )
+    refused = asyncio.run(handle_alter_partition_reassignments(as_principal(state, "User:alice", 0), move))
+    assert (refused.error_code, refused.responses) == (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
+    listing = ListPartitionReassignmentsRequest(topics=None)
+    hidden = asyncio.run(handle_list_partition_reassignments(as_principal(state, "User:alice", 0), listing))
+    assert hidden.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    moved = asyncio.run(handle_alter_partition_reassignments(as_principal(state, "User:admin", 0), move))
+    assert moved.error_code == ErrorCode.NONE
+    assert [(p.partition_index, p.error_code) for p in moved.responses[0].partitions] == [(0, ErrorCode.NONE)]
+    listed = asyncio.run(handle_list_partition_reassignments(as_principal(state, "User:admin", 0), listing))
+    assert (listed.error_code, listed.topics) == (ErrorCode.NONE, [])
