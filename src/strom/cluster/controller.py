@@ -165,8 +165,12 @@ class Controller:
         # (self._topics) differs and is to be written.
         self._confirmed: dict[str, TopicAssignment] = {}
         self._unwritten: set[str] = set()
-        # Partitions whose replicas changed: their state is written again so every replica hears.
+        # Partitions whose replicas changed: their state is written again so every replica hears
+        # (members joined: the partition epoch moves; members left: the leader epoch moves too,
+        # fencing them, unless the state ending a reassignment did already: _fenced_for).
         self._replicas_changed: set[TopicPartition] = set()
+        self._replicas_dropped: set[TopicPartition] = set()
+        self._fenced_for: dict[TopicPartition, tuple[int, ...]] = {}
         # States AlterPartition asked for, as written (the answer names them even when another
         # write, such as the end of a reassignment, followed at once).
         self._isr_written: dict[TopicPartition, PartitionState] = {}
@@ -372,6 +376,8 @@ class Controller:
             self._states.pop(tp, None)
             self._dirty.discard(tp)
             self._replicas_changed.discard(tp)
+            self._replicas_dropped.discard(tp)
+            self._fenced_for.pop(tp, None)
             self._preferred_wanted.discard(tp)
             self._unclean_wanted.discard(tp)
             for pending in (self._leader_and_isr, self._update_metadata):
@@ -567,6 +573,14 @@ class Controller:
                     self._replicas_changed.discard(tp)
                     self._write_partition(tp, state, new, ends_reassignment_to=target)
                     return
+            if tp in self._replicas_dropped:
+                # Replicas left without a reassignment ending (a cancellation, a change of
+                # target): a new leader epoch fences them, the ISR loses them.
+                self._replicas_dropped.discard(tp)
+                self._replicas_changed.discard(tp)
+                isr = tuple(replica for replica in current.isr if replica in replicas)
+                self._write_partition(tp, state, current.with_leader(current.leader, isr, self.epoch))
+                return
             if tp in self._replicas_changed:
                 self._replicas_changed.discard(tp)
                 self._write_partition(tp, state, current.with_isr(current.isr, self.epoch))
@@ -685,6 +699,7 @@ class Controller:
             removing={i: members for i, members in assignment.removing.items() if i != index},
         )
         self._unwritten.add(tp.topic)
+        self._fenced_for[tp] = target
         self._notices.append(f"reassignment of {tp} ends: replicas {list(target)}")
 
     def _write_assignments(self) -> None:
@@ -745,6 +760,8 @@ class Controller:
             self._dirty.add(tp)
             if any(replica not in previous for replica in replicas):
                 self._replicas_changed.add(tp)
+            if self._fenced_for.pop(tp, None) != replicas and any(r not in replicas for r in previous):
+                self._replicas_dropped.add(tp)
             state = self._states.get(tp)
             for replica in previous:
                 if replica not in replicas and replica in self._brokers:

@@ -148,9 +148,16 @@ def test_cancelling_goes_back_to_the_original_replicas_and_stops_the_joining_one
     assert ongoing(cluster) == {}
     back = assignment(cluster)
     assert (back.replicas[0], back.adding, back.removing) == ((1, 2), {}, {})
+    # A new leader epoch fences the joining replica that was in the ISR; the leader hears of the
+    # smaller replica set.
     state = cluster.state("t")
-    assert state.leader == 1 and state.isr == (1, 2)
+    assert (state.leader, state.leader_epoch, state.isr) == (1, 1, (1, 2))
+    assert cluster.brokers[1].control.partitions[T0].replicas == (1, 2)
     assert stopped(cluster, 3, T0) and stopped(cluster, 4, T0)
+    assert all(
+        outcome.partition_errors.get(T0, ErrorCode.NONE) is ErrorCode.NONE
+        for outcome in cluster.brokers[3].outcomes
+    )
     assert not stopped(cluster, 1, T0) and not stopped(cluster, 2, T0)
     # Nothing left to cancel.
     assert reassign(cluster, {T0: None})[T0][0] is ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
@@ -163,10 +170,13 @@ def test_changing_a_reassignment_in_progress_starts_from_the_original_replicas()
     assert ongoing(cluster) == {T0: OngoingReassignment((1, 3, 2), (3,), (2,))}
     reassign(cluster, {T0: (1, 4)})
     assert ongoing(cluster) == {T0: OngoingReassignment((1, 4, 2), (4,), (2,))}
-    assert stopped(cluster, 3, T0)  # it was joining, and is no longer wanted
+    assert stopped(cluster, 3, T0)  # it was joining, and is no longer wanted: fenced
+    assert cluster.state("t").leader_epoch == 1
     assert cluster.brokers[4].control.partitions[T0].replicas == (1, 4, 2)
     join_isr(cluster, T0, (1, 2, 4))
-    assert assignment(cluster).replicas[0] == (1, 4) and cluster.state("t").isr == (1, 4)
+    state = cluster.state("t")
+    assert assignment(cluster).replicas[0] == (1, 4) and state.isr == (1, 4)
+    assert state.leader_epoch == 2  # the end fences broker 2, once
 
 
 def test_refusals_are_per_partition() -> None:
