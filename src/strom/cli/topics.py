@@ -1,10 +1,12 @@
-"""``strom topics``: list, create, describe, alter and delete topics."""
+"""``strom topics``: list, create, describe, alter and delete topics; delete records; move
+partitions' replicas to other brokers (reassign) and list the moves in progress."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,14 +16,24 @@ from strom.cli.output import CliError, Report, Table, UsageError, write_report
 from strom.cli.reset_plan import parse_topic_partitions
 
 if TYPE_CHECKING:
-    from strom.client.admin import Admin, ConfigEntry, TopicDescription
+    from strom.client.admin import Admin, ConfigEntry, PartitionReassignment, TopicDescription
+    from strom.client.cluster import TopicPartition
 
-__all__ = ["describe_report", "is_set_on_topic", "register"]
+__all__ = [
+    "describe_report",
+    "is_set_on_topic",
+    "parse_broker_ids",
+    "parse_partition_numbers",
+    "reassignments_report",
+    "register",
+]
 
 
 def register(commands: Any) -> None:
     subcommands = add_command_group(
-        commands, "topics", help_text="list, create, describe, alter, delete topics; delete records"
+        commands,
+        "topics",
+        help_text="list, create, describe, alter, delete topics; delete records; move partitions' replicas",
     )
 
     listing = add_command(subcommands, "list", help_text="list the topics", run=_list)
@@ -119,6 +131,62 @@ def register(commands: Any) -> None:
     )
     delete_records.add_argument(
         "--offset-json-file", type=Path, default=None, metavar="FILE", help="partitions and offsets as JSON"
+    )
+
+    reassign = add_command(
+        subcommands,
+        "reassign",
+        help_text="move partitions' replicas to other brokers, or cancel a move in progress",
+        description=(
+            "Give partitions of TOPIC new replicas (AlterPartitionReassignments, sent to the "
+            "controller): the brokers joining copy each partition from its leader, and once they are "
+            "in the ISR the brokers leaving drop it. The first broker of --replicas is the preferred "
+            "leader. The command returns once the controller has recorded the move, which goes on "
+            "after it: `strom topics reassignments` shows it until it ends. --cancel puts a move in "
+            "progress back to the partition's original replicas. Each partition done is printed; each "
+            "one refused is named on stderr with the reason (exit 1 if any)."
+        ),
+        run=_reassign,
+        output=False,
+    )
+    reassign.add_argument("topic", metavar="TOPIC", help="the topic whose partitions move")
+    reassign.add_argument(
+        "--partition",
+        type=parse_partition_numbers,
+        action="append",
+        default=[],
+        metavar="P[,P...]",
+        help="the partitions to move, or whose move to cancel (repeatable; with --cancel the default "
+        "is every partition of TOPIC being moved)",
+    )
+    reassign_target = reassign.add_mutually_exclusive_group(required=True)
+    reassign_target.add_argument(
+        "--replicas",
+        type=parse_broker_ids,
+        default=None,
+        metavar="ID[,ID...]",
+        help="the broker ids that are to hold each partition, the preferred leader first",
+    )
+    reassign_target.add_argument(
+        "--cancel",
+        action="store_true",
+        help="cancel the partitions' moves in progress: their replicas go back to the original ones",
+    )
+
+    reassignments = add_command(
+        subcommands,
+        "reassignments",
+        help_text="list the partition reassignments in progress",
+        description=(
+            "List the partition reassignments in progress (ListPartitionReassignments, asked of the "
+            "controller) of the named topics, or of every topic: per partition its replicas while it "
+            "moves (the target followed by the brokers leaving), the brokers joining (ADDING, copying "
+            "the log) and those leaving once the joining ones are in the ISR (REMOVING)."
+        ),
+        run=_reassignments,
+    )
+    reassignments.add_argument(
+        "names", nargs="*", metavar="TOPIC", help="topics whose moves to list (default: all)"
     )
 
 
@@ -472,4 +540,116 @@ def _delete_records(arguments: argparse.Namespace) -> int:
         Report(rows, [table], ["records deleted: each partition's log now starts at LOG-START"]),
         arguments.output,
     )
+    return 0
+
+
+# -- reassign, reassignments ---------------------------------------------------------------------------
+
+
+def _number_list(text: str, what: str, example: str) -> list[int]:
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"{what} are numbers separated by commas, such as {example}; not {text!r}"
+        )
+    return [int(part) for part in parts]
+
+
+def parse_partition_numbers(text: str) -> list[int]:
+    """``0`` or ``0,2``: partition numbers; an argparse ``type``."""
+    return _number_list(text, "partitions", "0,2")
+
+
+def parse_broker_ids(text: str) -> list[int]:
+    """``2,3``: broker ids, the preferred leader first, each once; an argparse ``type``."""
+    brokers = _number_list(text, "replicas", "2,3")
+    repeated = sorted({broker for broker in brokers if brokers.count(broker) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(
+            f"a broker holds a partition once: {', '.join(map(str, repeated))} named twice in {text!r}"
+        )
+    return brokers
+
+
+def reassignments_report(found: Mapping[TopicPartition, PartitionReassignment]) -> Report:
+    """The data of ``topics reassignments`` (pure: the tests build it by hand)."""
+    rows = [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "replicas": list(reassignment.replicas),
+            "adding_replicas": list(reassignment.adding_replicas),
+            "removing_replicas": list(reassignment.removing_replicas),
+        }
+        for tp, reassignment in sorted(found.items())
+    ]
+    table = Table(
+        ["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"],
+        [
+            [
+                row["topic"],
+                row["partition"],
+                row["replicas"],
+                row["adding_replicas"] or None,
+                row["removing_replicas"] or None,
+            ]
+            for row in rows
+        ],
+    )
+    return Report(rows, [table], [] if rows else ["no reassignments in progress"])
+
+
+def _partitions_of(admin: Admin, topics: list[str]) -> list[TopicPartition]:
+    from strom.client.cluster import TopicPartition
+
+    described = admin.describe_topics(topics)
+    return [
+        TopicPartition(name, partition.partition)
+        for name in topics
+        for partition in described[name].partitions
+    ]
+
+
+def _reassign(arguments: argparse.Namespace) -> int:
+    from strom.cli.errors import ADVICE
+    from strom.client.cluster import TopicPartition
+
+    topic: str = arguments.topic
+    numbers = sorted({number for chosen in arguments.partition for number in chosen})
+    if arguments.replicas is not None and not numbers:
+        raise UsageError("name the partitions to move: --partition P[,P...]")
+    with open_admin(arguments) as admin:
+        if numbers:
+            partitions = [TopicPartition(topic, number) for number in numbers]
+        else:
+            partitions = sorted(admin.list_partition_reassignments(_partitions_of(admin, [topic])))
+            if not partitions:
+                raise CliError(f"no reassignment of topic {topic!r} is in progress: nothing to cancel")
+        target = None if arguments.cancel else list(arguments.replicas)
+        outcomes = admin.alter_partition_reassignments(dict.fromkeys(partitions, target))
+    failures = []
+    for tp in partitions:
+        error = outcomes[tp]
+        if error is not None:
+            failures.append(error)
+        elif target is None:
+            print(f"cancelled the reassignment of {tp.topic}-{tp.partition}")
+        else:
+            print(f"reassigning {tp.topic}-{tp.partition} to replicas {','.join(map(str, target))}")
+    if target is not None and len(failures) < len(partitions):
+        print(f"`strom topics reassignments {topic}` shows the moves until they end", file=sys.stderr)
+    if not failures:
+        return 0
+    for failure in failures:
+        advice = ADVICE.get(failure.code) if failure.code is not None else None
+        print(f"refused: {failure.message}" + (f"; {advice}" if advice else ""), file=sys.stderr)
+    done = "cancelled" if target is None else "reassigned"
+    raise CliError(f"{len(partitions) - len(failures)} of {len(partitions)} partitions {done}")
+
+
+def _reassignments(arguments: argparse.Namespace) -> int:
+    names = list(dict.fromkeys(arguments.names))
+    with open_admin(arguments) as admin:
+        found = admin.list_partition_reassignments(_partitions_of(admin, names) if names else None)
+    write_report(reassignments_report(found), arguments.output)
     return 0

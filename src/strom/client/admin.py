@@ -6,13 +6,14 @@ earliest/latest/a timestamp/given offsets, delete). Requests are built for the v
 negotiated by small pure functions below, so they are tested without a broker. Transactions are
 listed from every broker (ListTransactions) and described by each id's transaction coordinator
 (DescribeTransactions), found with FindCoordinator too. SCRAM credentials (strom users) are
-described and altered with the pieces of ``strom.client.scram_credentials``.
+described and altered with the pieces of ``strom.client.scram_credentials``. Partition
+reassignments (KIP-455) go to the controller, looked up again when a broker answers NOT_CONTROLLER.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import TracebackType
@@ -22,6 +23,7 @@ from strom.assignors import Assignment, decode_assignment
 from strom.client.cluster import BrokerNode, TopicInfo, TopicPartition
 from strom.client.config import AdminConfig
 from strom.client.errors import (
+    BrokerResponseError,
     KafkaError,
     ProtocolError,
     UnsupportedVersionError,
@@ -54,6 +56,10 @@ from strom.protocol.group_history import (
 )
 from strom.protocol.messages.alter_client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
 from strom.protocol.messages.alter_configs import AlterConfigsRequest
+from strom.protocol.messages.alter_partition_reassignments import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+)
 from strom.protocol.messages.consumer_group_describe import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -80,6 +86,10 @@ from strom.protocol.messages.describe_transactions import (
 )
 from strom.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from strom.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+from strom.protocol.messages.list_partition_reassignments import (
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 from strom.protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
 from strom.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from strom.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
@@ -106,6 +116,7 @@ __all__ = [
     "NewTopic",
     "OffsetAndMetadata",
     "PartitionDescription",
+    "PartitionReassignment",
     "ScramCredentialInfo",
     "TopicDescription",
     "TransactionDescription",
@@ -353,6 +364,104 @@ def transaction_description_from(
             TopicPartition(topic.topic, partition) for topic in state.topics for partition in topic.partitions
         ),
     )
+
+
+# -- partition reassignments (KIP-455): requests and results (pure) --------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """A partition's reassignment in progress, as ListPartitionReassignments tells it. While it
+    moves, ``replicas`` is the target followed by the original replicas leaving; ``adding_replicas``
+    are those joining (copying the log from the leader), ``removing_replicas`` those that drop the
+    partition once every joining one is in the ISR."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+def _partition_name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
+
+
+def alter_partition_reassignments_request(
+    reassignments: Mapping[TopicPartition, Sequence[int] | None], timeout_ms: int
+) -> AlterPartitionReassignmentsRequest:
+    """Per partition its new replicas (the preferred leader first), or None: cancel its
+    reassignment. Topics and partitions sorted."""
+    by_topic: dict[str, list[AlterPartitionReassignmentsRequest.ReassignablePartition]] = {}
+    for tp, replicas in sorted(reassignments.items()):
+        by_topic.setdefault(tp.topic, []).append(
+            AlterPartitionReassignmentsRequest.ReassignablePartition(
+                partition_index=tp.partition, replicas=None if replicas is None else list(replicas)
+            )
+        )
+    return AlterPartitionReassignmentsRequest(
+        timeout_ms=timeout_ms,
+        topics=[
+            AlterPartitionReassignmentsRequest.ReassignableTopic(name=topic, partitions=partitions)
+            for topic, partitions in by_topic.items()
+        ],
+    )
+
+
+def reassignment_errors_from(
+    response: AlterPartitionReassignmentsResponse, wanted: Mapping[TopicPartition, Sequence[int] | None]
+) -> dict[TopicPartition, BrokerResponseError | None]:
+    """Each partition's outcome: None (accepted) or its error, not raised. Raises the request's
+    own error (NOT_CONTROLLER, CLUSTER_AUTHORIZATION_FAILED, ...) and a response that leaves a
+    partition out. ``wanted``: what was asked (None: a cancellation), for the errors' wording."""
+    _raise_for(response.error_code, response.error_message, "reassign partitions")
+    outcomes: dict[TopicPartition, BrokerResponseError | None] = {}
+    for topic in response.responses:
+        for partition in topic.partitions:
+            tp = TopicPartition(topic.name, partition.partition_index)
+            if partition.error_code == ErrorCode.NONE:
+                outcomes[tp] = None
+                continue
+            context = (
+                f"cancel the reassignment of {_partition_name(tp)}"
+                if tp in wanted and wanted[tp] is None
+                else f"reassign {_partition_name(tp)}"
+            )
+            outcomes[tp] = error_for_code(partition.error_code, partition.error_message, context=context)
+    missing = sorted(set(wanted) - set(outcomes))
+    if missing:
+        names = ", ".join(_partition_name(tp) for tp in missing)
+        raise ProtocolError(f"reassign partitions: the response does not name {names}")
+    return outcomes
+
+
+def list_partition_reassignments_request(
+    partitions: Iterable[TopicPartition] | None,
+) -> ListPartitionReassignmentsRequest:
+    """The reassignments of ``partitions`` (None: of every partition)."""
+    return ListPartitionReassignmentsRequest(
+        topics=None
+        if partitions is None
+        else [
+            ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics(
+                name=topic, partition_indexes=indexes
+            )
+            for topic, indexes in _partitions_by_topic(partitions).items()
+        ]
+    )
+
+
+def reassignments_from(
+    response: ListPartitionReassignmentsResponse,
+) -> dict[TopicPartition, PartitionReassignment]:
+    """The reassignments in progress, sorted by partition. Raises the response's error."""
+    _raise_for(response.error_code, response.error_message, "list partition reassignments")
+    found = {
+        TopicPartition(topic.name, partition.partition_index): PartitionReassignment(
+            tuple(partition.replicas), tuple(partition.adding_replicas), tuple(partition.removing_replicas)
+        )
+        for topic in response.topics
+        for partition in topic.partitions
+    }
+    return dict(sorted(found.items()))
 
 
 # -- consumer groups: requests and responses for a negotiated version (pure) -----------------------
@@ -619,6 +728,29 @@ def reset_targets(
     return targets
 
 
+async def send_to_controller(
+    transport: Transport, request: Any, error_of: Callable[[Any], int] | None = None
+) -> Any:
+    """Send ``request`` to the controller Metadata names (any broker while none is known).
+    ``error_of`` reads the response's top-level error code: NOT_CONTROLLER means the controller
+    moved since metadata was read, so it is looked up again and the request sent once more (a
+    second NOT_CONTROLLER is the caller's to raise)."""
+    response = await _send_to_controller(transport, request, refresh=False)
+    if error_of is not None and error_of(response) == ErrorCode.NOT_CONTROLLER:
+        response = await _send_to_controller(transport, request, refresh=True)
+    return response
+
+
+async def _send_to_controller(transport: Transport, request: Any, *, refresh: bool) -> Any:
+    controller = transport.metadata.controller_id
+    if refresh or controller < 0 or controller not in transport.metadata.brokers:
+        await transport.refresh_metadata([])
+        controller = transport.metadata.controller_id
+    if controller >= 0 and controller in transport.metadata.brokers:
+        return await transport.send(controller, request)
+    return await transport.send_any(request)
+
+
 class Admin:
     """Synchronous admin client. Every method raises a ``KafkaError`` subclass on failure."""
 
@@ -650,14 +782,8 @@ class Admin:
     ) -> None:
         self.close()
 
-    async def _to_controller(self, request: Any) -> Any:
-        controller = self._transport.metadata.controller_id
-        if controller < 0 or controller not in self._transport.metadata.brokers:
-            await self._transport.refresh_metadata([])
-            controller = self._transport.metadata.controller_id
-        if controller >= 0 and controller in self._transport.metadata.brokers:
-            return await self._transport.send(controller, request)
-        return await self._transport.send_any(request)
+    async def _to_controller(self, request: Any, error_of: Callable[[Any], int] | None = None) -> Any:
+        return await send_to_controller(self._transport, request, error_of)
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -785,6 +911,44 @@ class Admin:
             )
 
         return self._run(fetch())
+
+    # -- partition reassignments (KIP-455) -----------------------------------------------------
+
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        timeout_ms: int = 30_000,
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """Move each partition to new replicas (broker ids, the preferred leader first), or with
+        None cancel its reassignment in progress (its replicas go back to the original ones). Sent
+        to the controller, which answers once the move is recorded; the joining replicas then copy
+        the log and the leaving ones drop it when those are in the ISR (``list_partition_reassignments``
+        shows the move until it ends).
+
+        Returns each partition's outcome: None when accepted, else its error, not raised
+        (INVALID_REPLICA_ASSIGNMENT: a broker not registered, duplicates, no replicas;
+        UNKNOWN_TOPIC_OR_PARTITION; NO_REASSIGNMENT_IN_PROGRESS for a cancellation). An error of the
+        whole request (the controller unknown, CLUSTER_AUTHORIZATION_FAILED) is raised."""
+        wanted = {
+            TopicPartition(*tp): None if replicas is None else list(replicas)
+            for tp, replicas in reassignments.items()
+        }
+        if not wanted:
+            return {}
+        request = alter_partition_reassignments_request(wanted, timeout_ms)
+        response = self._run(self._to_controller(request, lambda answer: answer.error_code))
+        return reassignment_errors_from(response, wanted)
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress (of ``partitions``, or of every partition), from the
+        controller; a partition not being moved, or one that does not exist, is left out."""
+        wanted = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+        if wanted is not None and not wanted:
+            return {}
+        request = list_partition_reassignments_request(wanted)
+        return reassignments_from(self._run(self._to_controller(request, lambda answer: answer.error_code)))
 
     # -- ACLs ----------------------------------------------------------------------------------
 
