@@ -283,9 +283,7 @@ async def handle_alter_partition_reassignments(
             reply = ReassignmentsReply(None, ErrorCode.REQUEST_TIMED_OUT)
         assert isinstance(reply, ReassignmentsReply)
         if reply.error != ErrorCode.NONE:
-            return AlterPartitionReassignmentsResponse(
-                error_code=reply.error, error_message=ErrorCode(reply.error).name
-            )
+            return AlterPartitionReassignmentsResponse(error_code=reply.error)
         results = dict(reply.results)
     grouped: dict[str, list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]] = {}
     for tp in targets:
@@ -316,6 +314,13 @@ def _single_node_reassignments(
             results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} does not exist")
         elif target is None:
             results[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} is in progress")
+        elif not target:
+            results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, "the replica list is empty")
+        elif len(set(target)) != len(target):
+            results[tp] = (
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"the replica list {list(target)} has duplicates",
+            )
         elif list(target) != [node_id]:
             results[tp] = (
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -351,9 +356,7 @@ async def handle_list_partition_reassignments(
         reply = ReassignmentsListReply(None, ErrorCode.REQUEST_TIMED_OUT)
     assert isinstance(reply, ReassignmentsListReply)
     if reply.error != ErrorCode.NONE:
-        return ListPartitionReassignmentsResponse(
-            error_code=reply.error, error_message=ErrorCode(reply.error).name
-        )
+        return ListPartitionReassignmentsResponse(error_code=reply.error)
     grouped: dict[str, list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]] = {}
     for tp, ongoing in sorted(reply.ongoing.items()):
         grouped.setdefault(tp.topic, []).append(
