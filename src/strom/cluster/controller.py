@@ -416,11 +416,12 @@ class Controller:
             if index not in merged:
                 merged[index] = replicas
                 self._dirty.add(TopicPartition(name, index))
-            elif (merged[index], known.adding.get(index), known.removing.get(index)) != (
-                replicas,
-                read.adding.get(index),
-                read.removing.get(index),
-            ):
+            elif self._assignment_settled(name) and (
+                merged[index],
+                known.adding.get(index),
+                known.removing.get(index),
+            ) != (replicas, read.adding.get(index), read.removing.get(index)):
+                # (Unsettled, the difference is this controller's change, about to be written.)
                 self._notices.append(
                     f"ignored a change of the replicas of {name}-{index} made outside the controller "
                     f"({list(merged[index])} -> {list(replicas)}): AlterPartitionReassignments moves replicas"
@@ -437,15 +438,12 @@ class Controller:
         )
         self._topics[name] = adopted
         self._confirmed[name] = read
-        if _content(adopted) != _content(read) and name in self._unwritten | self._assignments_in_flight():
+        if _content(adopted) != _content(read) and not self._assignment_settled(name):
             self._unwritten.add(name)
 
-    def _assignments_in_flight(self) -> set[str]:
-        return {
-            pending.written.name
-            for pending in self._in_flight.values()
-            if isinstance(pending, _AssignmentWrite)
-        }
+    def _assignment_settled(self, topic: str) -> bool:
+        """ZooKeeper holds this controller's assignment of ``topic`` (none to write or in flight)."""
+        return topic not in self._unwritten and assignment_write_key(topic) not in self._in_flight
 
     def _start_deletions(self) -> None:
         """Delete every topic with a marker under /admin/delete_topics (again, if a try failed)."""
@@ -564,7 +562,7 @@ class Controller:
                 isr = tuple(r for r in current.isr if r in self._brokers)
                 self._write_partition(tp, state, current.with_leader(preferred, isr, self.epoch))
                 return
-        if assignment.name not in self._unwritten and assignment.name not in self._assignments_in_flight():
+        if self._assignment_settled(assignment.name):
             # What follows needs the assignment in ZooKeeper first (Kafka's order of writes).
             if assignment.reassigning(tp.partition):
                 ending = self._end_reassignment(tp, assignment, current)
@@ -1094,10 +1092,11 @@ class Controller:
         if not self._waiters:
             return
         unsettled = self._busy | self._preferred_wanted | self._unclean_wanted
-        unwritten = self._unwritten | self._assignments_in_flight()
         remaining: list[_Waiter] = []
         for waiter in self._waiters:
-            if waiter.partitions & unsettled or waiter.topics & unwritten:
+            if waiter.partitions & unsettled or not all(
+                self._assignment_settled(topic) for topic in waiter.topics
+            ):
                 remaining.append(waiter)
             else:
                 self._replies.append(waiter.finish())
