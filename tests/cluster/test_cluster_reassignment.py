@@ -8,6 +8,9 @@ to the controller; confluent-kafka's Python AdminClient has neither).
   back once, in order, and acks=all writes go on.
 - A replication factor grows: a partition on [a] (a being the controller) goes to [a, b, c]; once
   all three are in the ISR, kill -9 of a: the new leader serves every record a acknowledged.
+- A move outlives its controller: the controller a, leading [a, b], starts the move to [b, c]
+  while c cannot fetch, and is kill -9'ed; the controller elected next lists the move and ends it
+  once c catches up; a, restarted, learns it is no longer a replica and deletes its copy.
 - Refusals: a broker never registered, a replica named twice (INVALID_REPLICA_ASSIGNMENT), a
   partition that does not exist (UNKNOWN_TOPIC_OR_PARTITION), a cancellation with nothing in
   progress (NO_REASSIGNMENT_IN_PROGRESS); none of them changes anything.
@@ -37,7 +40,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from strom.cli.dev_cluster import LocalCluster
 from tools.fault_proxy import Direction, Fault, broker_name
 
-from .cluster_support import admin, heal, view, wait_until
+from .cluster_support import SESSION_TIMEOUT_MS, admin, heal, restart, view, wait_until
 from .fault_support import ProxiedCluster, heal_everything
 from .workload import Deliveries, produce_all, read_log
 
@@ -50,6 +53,7 @@ with warnings.catch_warnings():
     from kafka.errors import (
         InvalidReplicationAssignmentError,
         NoReassignmentInProgressError,
+        UnknownBrokerIdError,
         UnknownTopicOrPartitionError,
     )
     from kafka.structs import TopicPartition as KafkaTopicPartition
@@ -197,6 +201,31 @@ def has_log(cluster: LocalCluster, node_id: int, topic: str) -> bool:
     return (cluster.brokers[node_id].data_dir / f"{topic}-0").is_dir()
 
 
+@contextmanager
+def controller_reassigner(bootstrap: str) -> Iterator[Any]:
+    """A kafka-python admin client that reached the controller (ListPartitionReassignments answered).
+    It asks a broker picked at random which one the controller is, and a broker cut off from a newly
+    elected controller still names the dead one before it (UnknownBrokerIdError): clients are made
+    afresh until one asks a broker that knows; that one keeps the answer."""
+    reached: list[Any] = []
+
+    def attempt() -> bool:
+        client = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=15_000)
+        try:
+            ongoing(client)
+        except UnknownBrokerIdError:
+            client.close()
+            return False
+        reached.append(client)
+        return True
+
+    wait_until(attempt, "an admin client to find the controller")
+    try:
+        yield reached[0]
+    finally:
+        reached[0].close()
+
+
 def test_a_replica_moves_to_another_broker(cluster: ProxiedCluster) -> None:
     topic = "moved"
     a, b, c = 1, 2, 3
@@ -250,6 +279,65 @@ def test_a_grown_replication_factor_survives_the_loss_of_the_first_replica(clust
     assert_log_is(survivors, topic, before)
     after = produce_acks_all(survivors, topic, "after")
     assert_log_is(survivors, topic, before + after)
+
+
+def test_a_new_controller_ends_a_reassignment_the_killed_one_started(cluster: ProxiedCluster) -> None:
+    """The controller a leads the partition [a, b] and starts its move to [b, c]; c's requests to a
+    and b are held by the proxy, so c cannot catch up (from a, then from b) and the move cannot
+    end before a is kill -9'ed. The controller elected next reads the move from ZooKeeper, lists
+    it, and ends it once c's requests go through. Either b or c is elected; if c, its commands to b
+    are held until then too (they take the same link as its fetches)."""
+    topic = "moved-across-controllers"
+    a = view(cluster.bootstrap).controller
+    b, c = (node_id for node_id in cluster.brokers if node_id != a)
+    survivors = [b, c]
+    create_assigned(cluster, topic, [a, b])
+    before = produce_acks_all(cluster.bootstrap, topic, "before")
+    in_progress = {(topic, 0): Ongoing(replicas=(b, c, a), adding=(c,), removing=(a,))}
+    try:
+        for leader in (a, b):
+            cluster.proxy.cut(broker_name(c), broker_name(leader), Fault.BLACKHOLE, Direction.FORWARD)
+        with reassigner(cluster.bootstrap) as client:
+            assert reassign(client, topic, [b, c]) is None
+            assert ongoing(client, topic) == in_progress
+        wait_until(
+            lambda: placed(cluster, topic, (b, c, a), list(cluster.brokers), isr=(a, b)),
+            "Metadata from every broker to name the joining replica, outside the ISR",
+        )
+
+        cluster.brokers[a].kill()
+        # c hears of the new controller whichever it is (b's requests to c are not held); b does
+        # not if c is elected (c's commands to b are held with its fetches), and names a meanwhile.
+        joining = cluster.brokers[c].address
+        wait_until(
+            lambda: view(joining).controller not in (a, -1),
+            f"a controller other than the killed {a}",
+            SESSION_TIMEOUT_MS / 1000 + 20,
+        )
+        with controller_reassigner(joining) as client:
+            assert ongoing(client) == in_progress
+            cluster.proxy.heal()  # what c sent meanwhile gets through: it catches up from b
+            wait_for_end(client, topic, in_progress[(topic, 0)])
+        wait_until(
+            lambda: placed(cluster, topic, (b, c), survivors),
+            "Metadata from every live broker to name replicas and ISR [b, c]",
+            REASSIGNMENT_WAIT_S,
+        )
+        assert has_log(cluster, c, topic) and has_log(cluster, a, topic)
+
+        restart(cluster.brokers[a])
+        wait_until(lambda: not has_log(cluster, a, topic), f"the restarted broker {a} to delete its copy")
+        wait_until(
+            lambda: placed(cluster, topic, (b, c), list(cluster.brokers)),
+            "Metadata from every broker, the restarted one too, to name replicas and ISR [b, c]",
+        )
+        assert_log_is(cluster.bootstrap, topic, before)
+        after = produce_acks_all(cluster.bootstrap, topic, "after")
+        assert [offset for offset, _ in after] == list(range(len(before), len(before) + len(after)))
+        assert_log_is(cluster.bootstrap, topic, before + after)
+    finally:
+        cluster.proxy.heal()
+        cluster.restart_stopped()
 
 
 def test_refused_reassignments_change_nothing(cluster: ProxiedCluster) -> None:
