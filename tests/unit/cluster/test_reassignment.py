@@ -261,3 +261,28 @@ def test_topic_znode_round_trip_with_a_reassignment() -> None:
     bad = bad.replace(b'"removing_replicas":{"0":[1]}', b'"removing_replicas":{"0":[7]}')
     with pytest.raises(znodes.ZnodeFormatError, match="removing_replicas"):
         znodes.decode_topic("t", bad, 4)
+
+
+def test_a_topic_deleted_during_its_reassignment_is_gone_and_nothing_is_listed() -> None:
+    cluster = brokers(1, 2, 3)
+    cluster.create_topic("t", assignment={0: (1, 2)})
+    reassign(cluster, {T0: (2, 3)})
+    cluster.reader.request_topic_deletion("t")
+    cluster.settle()
+    assert cluster.reader.read_topic("t") is None
+    assert ongoing(cluster) == {}
+    assert reassign(cluster, {T0: None})[T0][0] is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # Created again under the name: a topic of its own, not being reassigned.
+    cluster.create_topic("t", assignment={0: (3, 1)})
+    assert ongoing(cluster) == {} and cluster.state("t").leader == 3
+
+
+def test_a_request_not_reaching_the_controller_is_refused_not_controller() -> None:
+    cluster = brokers(1, 2)
+    follower = cluster.brokers[2]
+    before = len(cluster.replies)
+    follower.driver.handle(ReassignmentsReceived("x", {T0: (1,)}))
+    follower.driver.handle(ReassignmentsListed("y", None))
+    refused = cluster.replies[before:]
+    assert [type(reply) for reply in refused] == [ReassignmentsReply, ReassignmentsListReply]
+    assert all(reply.error is ErrorCode.NOT_CONTROLLER for reply in refused)  # type: ignore[union-attr]
