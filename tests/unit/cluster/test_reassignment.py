@@ -285,4 +285,4 @@ def test_a_request_not_reaching_the_controller_is_refused_not_controller() -> No
     follower.driver.handle(ReassignmentsListed("y", None))
     refused = cluster.replies[before:]
     assert [type(reply) for reply in refused] == [ReassignmentsReply, ReassignmentsListReply]
-    assert all(reply.error is ErrorCode.NOT_CONTROLLER for reply in refused)  # type: ignore[union-attr]
+    assert all(reply.error is ErrorCode.NOT_CONTROLLER for reply in refused)
