@@ -159,6 +159,13 @@ class Controller:
         self._delete_markers: set[str] = set()
         self._deleting: set[str] = set()  # being deleted: no elections, gone from metadata
         self._deletions_in_flight: set[str] = set()
+        # Ids of topics this controller deleted, until no view of the topics names them any more:
+        # a view read before the deletion (the driver's map, refreshed by one topic's watch while
+        # the topics watch is not read yet) must not bring one back as a new topic.
+        self._deleted_ids: set[uuid.UUID] = set()
+        # Partitions whose state write found nothing in ZooKeeper (their topic gone): reconciled
+        # again at the next Tick, not at once (a lasting failure must not spin).
+        self._retry_on_tick: set[TopicPartition] = set()
         # write key -> partition write / assignment write / topic being deleted
         self._in_flight: dict[str, _PartitionWrite | _AssignmentWrite | str] = {}
         # Assignments as ZooKeeper last confirmed them, and the topics whose assignment here
@@ -256,6 +263,8 @@ class Controller:
         elif isinstance(event, ReassignmentsListed):
             self._list_reassignments(event)
         elif isinstance(event, Tick):
+            self._dirty.update(tp for tp in self._retry_on_tick if tp.topic in self._topics)
+            self._retry_on_tick.clear()
             self._start_deletions()
             self._maybe_rebalance()
         self._reconcile()
@@ -387,6 +396,8 @@ class Controller:
 
     def _topics_changed(self, event: TopicsChanged) -> None:
         for name, assignment in event.topics.items():
+            if assignment.topic_id in self._deleted_ids:
+                continue  # read before this controller deleted it
             known = self._topics.get(name)
             if known is not None and known.topic_id != assignment.topic_id:
                 # Deleted and created again between two reads: a different topic.
@@ -402,6 +413,7 @@ class Controller:
                 self._notices.append(f"topic {name} vanished from ZooKeeper")
                 self._broadcast_deletion(name)
             self._forget_topic(name)
+        self._deleted_ids.intersection_update(assignment.topic_id for assignment in event.topics.values())
 
     def _topic_read(self, known: TopicAssignment, read: TopicAssignment) -> None:
         """ZooKeeper holds ``read`` for a topic this controller knows as ``known``: partitions
@@ -673,6 +685,8 @@ class Controller:
             self._notices.append(f"write of {tp} failed ({outcome.error!r}); adopting what ZooKeeper holds")
             if outcome.current is None:
                 self._states.pop(tp, None)
+                self._dirty.discard(tp)
+                self._retry_on_tick.add(tp)
                 continue
             data, version = outcome.current
             try:
@@ -779,6 +793,9 @@ class Controller:
             return
         self._deleting.discard(name)
         self._delete_markers.discard(name)
+        deleted = self._topics.get(name)
+        if deleted is not None:
+            self._deleted_ids.add(deleted.topic_id)
         self._forget_topic(name)
         self._notices.append(f"topic {name} deleted")
 

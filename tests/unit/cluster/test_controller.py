@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from strom.cluster import znodes
@@ -24,9 +25,17 @@ from strom.cluster.events import (
     ControlledShutdownReceived,
     ElectionType,
     ElectLeadersReceived,
+    Tick,
     WritesCompleted,
 )
-from strom.cluster.model import LEADER_DURING_DELETE, NO_LEADER, TopicPartition
+from strom.cluster.model import (
+    LEADER_DURING_DELETE,
+    NO_LEADER,
+    ClusterSnapshot,
+    TopicAssignment,
+    TopicPartition,
+)
+from strom.cluster.zk_store import NoNodeError
 from strom.cluster.zookeeper import ControllerMovedError
 from strom.protocol.errors import ErrorCode
 
@@ -385,6 +394,53 @@ def test_topic_deletion_stops_replicas_and_removes_the_znodes() -> None:
     again = cluster.create_topic("t", assignment={0: (1,)})
     assert cluster.state("t").leader == 1
     assert cluster.brokers[1].control.partitions[TopicPartition("t", 0)].topic_id == again.topic_id
+
+
+def test_a_deleted_topic_is_not_brought_back_by_a_view_read_before_its_deletion() -> None:
+    """Found by a chaos campaign with reassignments: a topic deleted, then another topic's znode
+    written (CreatePartitions, a reassignment) before the topics watch was read. That topic's watch
+    gave the controller the driver's whole map, still naming the deleted topic: the controller took
+    it for a new one, and the create of its partition state failed NoNode and was retried at once,
+    forever, inside one handle() (no Tick, no request answered)."""
+    cluster = three_brokers()
+    cluster.create_topic("main", assignment={0: (1, 2, 3)})
+    cluster.create_topic("scratch", assignment={0: (1, 2, 3)})
+    controller = cluster.controller()
+    writes: list[str] = []
+    apply = controller.zk.apply_controller_writes
+
+    def counted(lease: object, batch: list[ControllerWrite]) -> list[WriteOutcome]:
+        writes.extend(write.key for write in batch)
+        assert len(writes) < 100, f"the controller spins: {writes[-3:]}"
+        return apply(lease, batch)  # type: ignore[arg-type]
+
+    controller.zk.apply_controller_writes = counted  # type: ignore[method-assign]
+    cluster.reader.request_topic_deletion("scratch")
+    main = cluster.reader.read_topic("main")
+    assert main is not None
+    # CreatePartitions of "main", before the deletion's notification is read: its watch fires too.
+    cluster.reader.add_partitions(dataclasses.replace(main, replicas={**main.replicas, 1: (2, 3, 1)}))
+    cluster.settle()
+    assert "partition/scratch/0" not in writes
+    assert controller.driver.controller.topic("scratch") is None
+    assert cluster.state("main", 1).leader == 2
+    # The name can still be used again (another topic id).
+    cluster.create_topic("scratch", assignment={0: (3,)})
+    assert cluster.state("scratch").leader == 3
+
+
+def test_a_state_write_finding_its_topic_gone_is_tried_again_at_the_next_tick_only() -> None:
+    cluster = three_brokers()
+    controller = Controller(1, ControllerConfig(), cluster.clock)
+    brokers = {node_id: broker.registration for node_id, broker in cluster.brokers.items()}
+    topic = TopicAssignment("t", uuid.uuid4(), {0: (1, 2)}, 0)
+    controller.step(Activated(1, 0, ClusterSnapshot(brokers, {"t": topic}, {})))
+    [create] = controller.ready().writes
+    missing = WriteOutcome(create.key, error=NoNodeError("parent gone"), current=None)
+    controller.step(WritesCompleted((missing,)))
+    assert controller.ready().writes == []  # not at once
+    controller.step(Tick())
+    assert [write.key for write in controller.ready().writes] == [create.key]
 
 
 def test_deletion_of_an_unknown_topic_just_clears_the_marker() -> None:
