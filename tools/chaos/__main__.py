@@ -1,11 +1,14 @@
-"""``python -m tools.chaos [--seed N] [--duration S] [--faults kill,pause,...] [--output DIR]``
+"""``python -m tools.chaos [--seed N] [--duration S] [--faults kill,pause,...] [--output DIR] [--reassign]``
 
 Starts a ZooKeeper and three strom brokers on 127.0.0.1 (every link between brokers, clients and
 ZooKeeper through one fault proxy), runs an idempotent acks=all workload, a consumer group
 committing after processing and admin operations, injects the faults the seed schedules for
 ``--duration`` seconds, heals everything, and checks from what the clients were told: nothing
 acknowledged lost, no duplicate, consumption contiguous, committed offsets never backwards, no
-partition owned twice in a generation, the cluster converged with identical replicas. Prints a
+partition owned twice in a generation, the cluster converged with identical replicas. With
+``--reassign`` the admin work also moves replicas of the topic between the brokers (a partition
+shrinks to two replicas, or grows back to three) while the faults run, and every partition goes
+back to every broker before the convergence check. Prints a
 summary table; writes the timeline (JSON, and PNG with matplotlib) to ``--output``. Exit status 1
 on any violation. See docs/chaos.md.
 """
@@ -38,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--work-dir", type=Path, help="the cluster's data and logs (default: a temporary directory)"
     )
+    parser.add_argument(
+        "--reassign",
+        action="store_true",
+        help="also move replicas of the topic while the faults run (AlterPartitionReassignments), "
+        "and every partition back to every broker before the convergence check",
+    )
     arguments = parser.parse_args(argv)
     kinds = tuple(kind.strip() for kind in arguments.faults.split(",") if kind.strip())
     unknown = sorted(set(kinds) - set(FAULT_KINDS))
@@ -45,7 +54,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown fault kind(s) {unknown}; known: {', '.join(FAULT_KINDS)}")
     with tempfile.TemporaryDirectory(prefix="strom-chaos-") as scratch:
         work_dir = arguments.work_dir or Path(scratch) / "cluster"
-        outcome = run(Settings(arguments.seed, arguments.duration, work_dir, arguments.output, kinds=kinds))
+        outcome = run(
+            Settings(
+                arguments.seed,
+                arguments.duration,
+                work_dir,
+                arguments.output,
+                kinds=kinds,
+                reassign=arguments.reassign,
+            )
+        )
     print(summary(outcome))
     return 1 if outcome.violations else 0
 

@@ -1,7 +1,8 @@
 """One campaign: start the cluster, run the workload, inject the seeded faults, heal, check.
 
-The timeline of the run (faults with the roles their target had, leader and ISR changes, client
-errors, rebalances) is written as JSON, and as a plot when matplotlib is installed.
+The timeline of the run (faults with the roles their target had, leader, ISR and replica changes,
+client errors, rebalances, reassignments with ``--reassign``) is written as JSON, and as a plot when
+matplotlib is installed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from strom.protocol.records.header import iter_batch_headers
 from . import checker
 from .cluster import ChaosCluster
 from .schedule import FAULT_KINDS, Fault, make_schedule
-from .workload import AdminThread, Evidence, GroupMember, Observer, ProducerThread, Worker
+from .workload import AdminThread, Evidence, GroupMember, Observer, ProducerThread, ReassignThread, Worker
 
 TOPIC = "chaos-events"
 GROUP = "chaos-group"
@@ -41,6 +42,9 @@ class Settings:
     output_dir: Path
     brokers: int = 3
     kinds: tuple[str, ...] = FAULT_KINDS
+    # Also move replicas of the topic while the faults run (ReassignThread), and every partition
+    # back to every broker before the convergence check.
+    reassign: bool = False
 
 
 @dataclass
@@ -57,6 +61,12 @@ class Outcome:
     plot_path: Path | None
     worker_failures: list[str] = field(default_factory=list)
     broker_exits: list[str] = field(default_factory=list)
+    # With --reassign: the ReassignThread's counts (started, refused, completed, changed in
+    # progress, skipped; "restore ..." for the moves back to every broker), why moves were
+    # refused, and how long the moves back took (None: not done in time).
+    moves: dict[str, int] = field(default_factory=dict)
+    refusals: dict[str, int] = field(default_factory=dict)
+    restore_s: float | None = None
 
     @property
     def violations(self) -> dict[str, list[str]]:
@@ -91,6 +101,12 @@ def run(settings: Settings, log: Any = print) -> Outcome:
         ]
         admin = AdminThread("admin", evidence, cluster.bootstrap)
         workers: list[Worker] = [observer, *producers, *members, admin]
+        reassigner = None
+        if settings.reassign:
+            reassigner = ReassignThread(
+                "reassigner", evidence, cluster.bootstrap, TOPIC, PARTITIONS, cluster.node_ids, settings.seed
+            )
+            workers.append(reassigner)
         for worker in workers:
             worker.start()
         campaign_start = time.monotonic()
@@ -116,10 +132,27 @@ def run(settings: Settings, log: Any = print) -> Outcome:
             timeline.append({"t": time.monotonic() - started, "event": "healed", **healed})
         _sleep_until(campaign_start + settings.duration_s)
         faults_end = time.monotonic()
+        if reassigner is not None:
+            reassigner.stopping.set()  # no move starts after the faults
         # The faults stop: everything back, then the cluster must converge.
         _note_exits(cluster, exits, timeline, started, log)
         cluster.heal_all()
-        converge_s = _wait_converged(cluster, faults_end)
+        converge_deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+        unrestored: list[str] = []
+        if reassigner is not None:
+            # Every partition back on every broker, within the convergence budget: then the
+            # checks below are the same as without moves.
+            reassigner.stop()
+            timeline.append({"t": time.monotonic() - started, "event": "restore"})
+            if reassigner.restore(converge_deadline):
+                log(f"  every partition back on every broker in {reassigner.restore_s:.1f} s")
+            else:
+                unrestored.append(
+                    f"partitions not back on every broker (or still moving) within "
+                    f"{CONVERGE_TIMEOUT_S:.0f} s of the faults stopping"
+                )
+                log("  not every partition back on every broker")
+        converge_s = _wait_converged(cluster, faults_end, converge_deadline)
         log(
             f"  converged {converge_s:.1f} s after the faults stopped"
             if converge_s is not None
@@ -143,6 +176,7 @@ def run(settings: Settings, log: Any = print) -> Outcome:
             findings.not_converged.append(
                 f"no full ISR within {CONVERGE_TIMEOUT_S:.0f} s of the faults stopping"
             )
+        findings.not_converged.extend(unrestored)
     finally:
         cluster.stop()
     findings.not_converged.extend(checker.replicas_identical(_replica_batches(cluster)))
@@ -160,6 +194,9 @@ def run(settings: Settings, log: Any = print) -> Outcome:
         plot_path,
         failures,
         exits,
+        dict(reassigner.counts) if reassigner is not None else {},
+        dict(reassigner.refusals) if reassigner is not None else {},
+        reassigner.restore_s if reassigner is not None else None,
     )
 
 
@@ -267,11 +304,11 @@ def _registration_session(cluster: ChaosCluster, fault: Fault) -> int | None:
     return cluster.registration_session(fault.target) or 0
 
 
-def _wait_converged(cluster: ChaosCluster, since: float) -> float | None:
-    """Every broker registered and every partition of every topic led with its full ISR."""
+def _wait_converged(cluster: ChaosCluster, since: float, deadline: float) -> float | None:
+    """Every broker registered and every partition of every topic led with its full ISR, by
+    ``deadline``; how long after ``since`` (None: not by then)."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 5000})
     everyone = sorted(cluster.brokers)
-    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
             metadata = admin.list_topics(timeout=5)
@@ -338,8 +375,9 @@ def _read_log(bootstrap: str) -> dict[int, dict[int, bytes]]:
             len(found[p]) < ends[p] and (max(found[p], default=-1) + 1) < ends[p] for p in range(PARTITIONS)
         ):
             for message in consumer.consume(1000, 1.0):
-                if message.error() is None:
-                    found[message.partition()][message.offset()] = message.value()
+                index, offset, value = message.partition(), message.offset(), message.value()
+                if message.error() is None and index is not None and offset is not None:
+                    found[index][offset] = value if value is not None else b""
     finally:
         consumer.close()
     return found
@@ -397,6 +435,14 @@ def _write_timeline(
             for at, client, error in evidence.client_errors
         ]
         events += [
+            {"t": at - started, "event": "replicas", "partition": partition, "replicas": list(replicas)}
+            for at, partition, replicas in evidence.replicas
+        ]
+        events += [
+            {"t": at - started, "event": "move", "partition": partition, "target": list(target), "what": what}
+            for at, partition, target, what in evidence.moves
+        ]
+        events += [
             {
                 "t": e.at - started,
                 "event": "assigned",
@@ -435,8 +481,9 @@ FAULT_COLOURS = {
 
 
 def _plot(settings: Settings, events: list[dict[str, Any]], throughput: list[tuple[int, int]]) -> Path | None:
-    """Faults as shaded spans; each partition's leader (and the controller) as a step line; client
-    errors as ticks; below, records acknowledged per second."""
+    """Faults as shaded spans; each partition's leader (and the controller) as a step line;
+    reassignments started and completed as triangles under their partition; client errors as
+    ticks; below, records acknowledged per second."""
     try:
         import matplotlib
 
@@ -474,6 +521,17 @@ def _plot(settings: Settings, events: list[dict[str, Any]], throughput: list[tup
                 [partition + 0.1 * leader for leader in leaders],
                 where="post",
                 label="controller" if partition < 0 else f"partition {partition}",
+            )
+    for what, marker, colour in (("started", "v", "tab:green"), ("completed", "^", "tab:olive")):
+        moves = [e for e in events if e["event"] == "move" and e["what"].endswith(what)]
+        if moves:
+            axis.plot(
+                [e["t"] for e in moves],
+                [e["partition"] - 0.3 for e in moves],
+                marker,
+                color=colour,
+                markersize=4,
+                label=f"reassignments {what}",
             )
     errors = [e["t"] for e in events if e["event"] == "client-error"]
     axis.plot(errors, [-1.6] * len(errors), "|", color="black", label="client errors")
@@ -514,6 +572,7 @@ def summary(outcome: Outcome) -> str:
         f"| brokers that exited on their own | {len(outcome.broker_exits)} |",
         f"| converged after the faults (s) | {'no' if outcome.converge_s is None else f'{outcome.converge_s:.1f}'} |",
         f"| replicas identical | {'yes' if not any('replicas differ' in item for item in findings.not_converged) else 'no'} |",
+        *_move_rows(outcome),
         "",
         "longest unavailability per partition (s): "
         + ", ".join(f"{p}: {s:.1f}" for p, s in sorted(findings.longest_unavailability_s.items())),
@@ -528,3 +587,25 @@ def summary(outcome: Outcome) -> str:
     else:
         lines.append("no violation")
     return "\n".join(lines)
+
+
+def _move_rows(outcome: Outcome) -> list[str]:
+    """The summary's rows about reassignments (--reassign only)."""
+    if not outcome.settings.reassign:
+        return []
+    moves = outcome.moves
+    refusals = ", ".join(f"{reason} {count}" for reason, count in sorted(outcome.refusals.items()))
+    restored = "not in time" if outcome.restore_s is None else f"{outcome.restore_s:.1f} s"
+    return [
+        f"| reassignments started (accepted by the controller) | {moves.get('started', 0)} |",
+        f"| of which changed a move in progress | {moves.get('changed in progress', 0)} |",
+        f"| reassignments refused (error or no answer) | {moves.get('refused', 0)} |",
+        f"| reassignments completed (ended on their target) | {moves.get('completed', 0)} |",
+        f"| draws without a move (no answer, or Metadata behind) | {moves.get('skipped', 0)} |",
+        f"| moves back to every broker after the faults: started (changing a move in progress) "
+        f"/ refused / completed | {moves.get('restore started', 0)} "
+        f"({moves.get('restore changed in progress', 0)}) / {moves.get('restore refused', 0)} / "
+        f"{moves.get('restore completed', 0)} |",
+        f"| every partition back on every broker after | {restored} |",
+        *([f"| refusals by reason | {refusals} |"] if refusals else []),
+    ]

@@ -6,27 +6,42 @@
   position of every owned partition, synchronously, every ``COMMIT_INTERVAL_S``); every assignment
   with its generation, every record it processed, every acknowledged or refused commit is recorded.
 * ``AdminThread``: creates and deletes scratch topics, as operators do under load.
-* ``Observer``: every half second, what Metadata says (leaders, ISRs, the controller) and what
-  the group has committed (OffsetFetch), for the timeline and the commit monotonicity check.
+* ``ReassignThread`` (``--reassign``): every few seconds moves the replicas of a partition of the
+  main topic (AlterPartitionReassignments, to the controller, with strom's admin client): a
+  partition with three replicas shrinks to two (the broker dropped drawn from the seed), one with
+  two grows back to three; each move started, refused or seen ended is recorded. After the faults,
+  ``restore`` moves every partition back to every broker and waits until nothing is moving.
+* ``Observer``: every half second, what Metadata says (leaders, ISRs, replicas, the controller)
+  and what the group has committed (OffsetFetch), for the timeline and the commit monotonicity check.
 
 Clients are used only from their own threads; the records are appended under one lock.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from strom.client.admin import Admin, PartitionDescription, PartitionReassignment
+from strom.client.cluster import TopicPartition as Partition
+from strom.client.errors import KafkaError as StromError
+
 GROUP_METADATA_MAGIC = b"CGMDv2:"
 COMMIT_INTERVAL_S = 1.0
 OBSERVE_INTERVAL_S = 0.5
 ADMIN_INTERVAL_S = 3.0
+REASSIGN_INTERVAL_S = 3.0
+# strom's admin client: each call gives up after about twice this (the controller may be paused).
+REASSIGN_REQUEST_TIMEOUT_MS = 5_000
+RESTORE_POLL_S = 0.5
 PRODUCE_PAUSE_S = 0.004  # about 250 records a second per producer: the machine is shared
 
 
@@ -82,6 +97,11 @@ class Evidence:
     client_errors: list[tuple[float, str, str]] = field(default_factory=list)
     # (when, partition or -1 for the controller, leader, ISR) each time it changed.
     leaders: list[tuple[float, int, int, tuple[int, ...]]] = field(default_factory=list)
+    # (when, partition, replicas as Metadata names them) each time they changed.
+    replicas: list[tuple[float, int, tuple[int, ...]]] = field(default_factory=list)
+    # (when, partition, target replicas, what: started / refused: ERROR / completed / ...) for
+    # every reassignment the ReassignThread asked for, and what became of it.
+    moves: list[tuple[float, int, tuple[int, ...], str]] = field(default_factory=list)
     admin_operations: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -295,6 +315,194 @@ class AdminThread(Worker):
             self.evidence.error(self.name, f"{name}: {error}")
 
 
+class ReassignThread(Worker):
+    """Moves replicas of ``topic`` while the faults run (``--reassign``).
+
+    Every ``REASSIGN_INTERVAL_S`` it draws a partition and a broker from its own generator (seeded
+    from the campaign's seed, so a seed replays the same draws; the two draws are made whatever the
+    cluster answers), asks the controller which moves are in progress and Metadata for the
+    replicas, and moves the partition: its target (the replicas, less those leaving if it is being
+    moved) of three loses the broker drawn; a target of two gets the missing broker back, last.
+    A partition still being moved gets a new target, as KIP-455 allows. Errors (no controller, a
+    controller that changed or does not answer) are evidence, as for the AdminThread; nothing is
+    cancelled.
+
+    ``counts``: ``started`` (accepted by the controller), ``refused`` (an error for the partition
+    or for the call, by reason in ``refusals``), ``completed`` (no longer in progress, and Metadata
+    names its target), ``changed in progress`` (a new target given before it ended); the same with
+    ``restore`` for the moves ``restore`` makes after the faults. A refused call may still have
+    been recorded by the controller (it answers after its write)."""
+
+    def __init__(
+        self,
+        name: str,
+        evidence: Evidence,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        brokers: list[int],
+        seed: int,
+    ) -> None:
+        super().__init__(name, evidence)
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.brokers = sorted(brokers)
+        self.rng = random.Random(f"reassign-{seed}")
+        self.counts: Counter[str] = Counter()
+        self.refusals: Counter[str] = Counter()
+        self.restore_s: float | None = None
+        # partition -> (target, count prefix) of the last move accepted, until it is seen ended
+        self._pending: dict[int, tuple[tuple[int, ...], str]] = {}
+
+    def _admin(self) -> Admin:
+        return Admin(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "client.id": self.name,
+                "request.timeout.ms": REASSIGN_REQUEST_TIMEOUT_MS,
+            }
+        )
+
+    def run(self) -> None:
+        admin = self._admin()
+        try:
+            while not self.stopping.wait(REASSIGN_INTERVAL_S):
+                partition = self.rng.randrange(self.partitions)
+                dropped = self.rng.choice(self.brokers)
+                self._move(admin, partition, dropped)
+        finally:
+            admin.close()
+
+    def _move(self, admin: Admin, partition: int, dropped: int) -> None:
+        observed = self._observe(admin)
+        if observed is None or self.stopping.is_set():
+            self.counts["skipped"] += 1
+            return
+        moving, described = observed
+        target = _target(partition, moving, described)
+        if target is None or (partition in self._pending and partition not in moving):
+            # Not in Metadata; or its move ended but Metadata does not say so yet (a stale
+            # broker): where it is is not known for sure.
+            self.counts["skipped"] += 1
+            return
+        if len(target) == len(self.brokers):
+            new = tuple(broker for broker in target if broker != dropped)
+        else:
+            new = target + tuple(broker for broker in self.brokers if broker not in target)
+        self._alter(admin, {partition: new}, moving, "")
+
+    def _observe(
+        self, admin: Admin
+    ) -> tuple[dict[int, PartitionReassignment], dict[int, PartitionDescription]] | None:
+        """The moves in progress (the controller's word) and each partition's Metadata; the moves
+        accepted that have ended are noted. None when either could not be had.
+
+        Metadata first: the admin client sends to the controller its last Metadata named, and
+        looks it up again only when that broker answers NOT_CONTROLLER — not when it cannot be
+        reached (killed, paused, cut off) — so this is how a new controller is found."""
+        try:
+            described = admin.describe_topics([self.topic])[self.topic]
+            listed = admin.list_partition_reassignments(
+                [Partition(self.topic, p) for p in range(self.partitions)]
+            )
+        except StromError as error:
+            self.evidence.error(self.name, f"observe: {error}")
+            return None
+        moving = {tp.partition: move for tp, move in listed.items() if tp.topic == self.topic}
+        partitions = {p.partition: p for p in described.partitions}
+        for partition, (target, prefix) in list(self._pending.items()):
+            found = partitions.get(partition)
+            if partition not in moving and found is not None and sorted(found.replicas) == sorted(target):
+                del self._pending[partition]
+                self.counts[f"{prefix}completed"] += 1
+                self._note(partition, target, "completed", prefix)
+        return moving, partitions
+
+    def _alter(
+        self,
+        admin: Admin,
+        wanted: Mapping[int, tuple[int, ...]],
+        moving: Mapping[int, PartitionReassignment],
+        prefix: str,
+    ) -> None:
+        """Ask for the moves; ``prefix``: "" for the workload's, "restore " for restore's."""
+        try:
+            outcomes = admin.alter_partition_reassignments(
+                {Partition(self.topic, p): list(target) for p, target in wanted.items()},
+                timeout_ms=REASSIGN_REQUEST_TIMEOUT_MS,
+            )
+        except StromError as error:
+            for partition, target in wanted.items():
+                self._refused(partition, target, error, prefix)
+            return
+        for tp, refusal in outcomes.items():
+            target = wanted[tp.partition]
+            if refusal is not None:
+                self._refused(tp.partition, target, refusal, prefix)
+                continue
+            self.counts[f"{prefix}started"] += 1
+            if tp.partition in moving:
+                self.counts[f"{prefix}changed in progress"] += 1
+            self._pending[tp.partition] = (target, prefix)
+            self._note(tp.partition, target, "started", prefix)
+
+    def _refused(self, partition: int, target: tuple[int, ...], error: StromError, prefix: str) -> None:
+        reason = error.code.name if error.code is not None else type(error).__name__
+        self.counts[f"{prefix}refused"] += 1
+        self.refusals[reason] += 1
+        self.evidence.error(self.name, f"reassign {self.topic}-{partition} to {list(target)}: {error}")
+        self._note(partition, target, f"refused: {reason}", prefix)
+
+    def _note(self, partition: int, target: tuple[int, ...], what: str, prefix: str) -> None:
+        with self.evidence.lock:
+            self.evidence.moves.append((time.monotonic(), partition, target, f"{prefix}{what}"))
+
+    def restore(self, deadline: float) -> bool:
+        """After the faults (the thread stopped): every partition moved back to every broker (no
+        cancellation: a target of all three, the brokers missing appended), then until the
+        controller lists no move and Metadata names all three replicas of every partition, or
+        ``deadline`` (``time.monotonic()``). Whether that was reached."""
+        began = time.monotonic()
+        admin = self._admin()
+        try:
+            while time.monotonic() < deadline:
+                observed = self._observe(admin)
+                if observed is not None:
+                    moving, described = observed
+                    wanted: dict[int, tuple[int, ...]] = {}
+                    settled = not moving and len(described) == self.partitions
+                    for partition in range(self.partitions):
+                        target = _target(partition, moving, described)
+                        if target is None:
+                            settled = False
+                        elif sorted(target) != self.brokers:
+                            wanted[partition] = target + tuple(b for b in self.brokers if b not in target)
+                        if partition in described and sorted(described[partition].replicas) != self.brokers:
+                            settled = False
+                    if settled and not wanted:
+                        self.restore_s = time.monotonic() - began
+                        return True
+                    if wanted:
+                        self._alter(admin, wanted, moving, "restore ")
+                time.sleep(RESTORE_POLL_S)
+            return False
+        finally:
+            admin.close()
+
+
+def _target(
+    partition: int, moving: Mapping[int, PartitionReassignment], described: Mapping[int, PartitionDescription]
+) -> tuple[int, ...] | None:
+    """Where ``partition`` is going: the replicas of its move in progress less those leaving, or
+    else its replicas as Metadata names them (None: Metadata does not name it)."""
+    move = moving.get(partition)
+    if move is not None:
+        return tuple(r for r in move.replicas if r not in move.removing_replicas)
+    found = described.get(partition)
+    return None if found is None else tuple(found.replicas)
+
+
 class Observer(Worker):
     """Metadata (leaders, ISRs, controller) and the group's committed offsets, twice a second."""
 
@@ -314,6 +522,7 @@ class Observer(Worker):
             }
         )
         self.last: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self.last_replicas: dict[int, tuple[int, ...]] = {}
         self.snapshot: dict[int, tuple[int, tuple[int, ...]]] = {}
 
     def run(self) -> None:
@@ -330,15 +539,21 @@ class Observer(Worker):
         except KafkaException:
             return
         seen: dict[int, tuple[int, tuple[int, ...]]] = {-1: (metadata.controller_id, ())}
+        replicas: dict[int, tuple[int, ...]] = {}
         described = metadata.topics.get(self.topic)
         if described is not None and described.error is None:
             for index, partition in described.partitions.items():
                 seen[index] = (partition.leader, tuple(sorted(partition.isrs)))
+                replicas[index] = tuple(partition.replicas)
         with self.evidence.lock:
             for key, state in seen.items():
                 if self.last.get(key) != state:
                     self.evidence.leaders.append((now, key, state[0], state[1]))
             self.last = seen
+            for index, names in replicas.items():
+                if self.last_replicas.get(index) != names:
+                    self.evidence.replicas.append((now, index, names))
+                    self.last_replicas[index] = names
         self.snapshot = seen
         try:
             found = self.offsets.committed([TopicPartition(self.topic, p) for p in range(self.partitions)], 3)
