@@ -398,9 +398,9 @@ class ReassignThread(Worker):
         """The moves in progress (the controller's word) and each partition's Metadata; the moves
         accepted that have ended are noted. None when either could not be had.
 
-        Metadata first: the admin client sends to the controller its last Metadata named, and
-        looks it up again only when that broker answers NOT_CONTROLLER — not when it cannot be
-        reached (killed, paused, cut off) — so this is how a new controller is found."""
+        Metadata first: it names the controller (the admin client also looks the controller up
+        again when the one it knew cannot be reached or answers NOT_CONTROLLER, but a paused one
+        only times out)."""
         try:
             described = admin.describe_topics([self.topic])[self.topic]
             listed = admin.list_partition_reassignments(

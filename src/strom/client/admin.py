@@ -7,7 +7,8 @@ negotiated by small pure functions below, so they are tested without a broker. T
 listed from every broker (ListTransactions) and described by each id's transaction coordinator
 (DescribeTransactions), found with FindCoordinator too. SCRAM credentials (strom users) are
 described and altered with the pieces of ``strom.client.scram_credentials``. Partition
-reassignments (KIP-455) go to the controller, looked up again when a broker answers NOT_CONTROLLER.
+reassignments (KIP-455) go to the controller, looked up again when the broker Metadata named cannot
+be reached or answers NOT_CONTROLLER.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from strom.client.cluster import BrokerNode, TopicInfo, TopicPartition
 from strom.client.config import AdminConfig
 from strom.client.errors import (
     BrokerResponseError,
+    KafkaConnectionError,
     KafkaError,
     ProtocolError,
     UnsupportedVersionError,
@@ -732,10 +734,13 @@ async def send_to_controller(
     transport: Transport, request: Any, error_of: Callable[[Any], int] | None = None
 ) -> Any:
     """Send ``request`` to the controller Metadata names (any broker while none is known).
-    ``error_of`` reads the response's top-level error code: NOT_CONTROLLER means the controller
-    moved since metadata was read, so it is looked up again and the request sent once more (a
-    second NOT_CONTROLLER is the caller's to raise)."""
-    response = await _send_to_controller(transport, request, refresh=False)
+    The controller may have moved since metadata was read: when the broker named cannot be
+    reached, or answers NOT_CONTROLLER (``error_of`` reads a response's top-level error code), it
+    is looked up again and the request sent once more (a second failure is the caller's)."""
+    try:
+        response = await _send_to_controller(transport, request, refresh=False)
+    except KafkaConnectionError:
+        return await _send_to_controller(transport, request, refresh=True)
     if error_of is not None and error_of(response) == ErrorCode.NOT_CONTROLLER:
         response = await _send_to_controller(transport, request, refresh=True)
     return response

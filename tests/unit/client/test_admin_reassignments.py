@@ -19,7 +19,12 @@ from strom.client.admin import (
     send_to_controller,
 )
 from strom.client.cluster import TopicPartition
-from strom.client.errors import BrokerResponseError, ProtocolError, UnknownTopicOrPartitionError
+from strom.client.errors import (
+    BrokerResponseError,
+    KafkaConnectionError,
+    ProtocolError,
+    UnknownTopicOrPartitionError,
+)
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_partition_reassignments import (
     AlterPartitionReassignmentsResponse,
@@ -165,6 +170,7 @@ class FakeTransport:
     controller: int
     learned: list[int]
     controllers: set[int]
+    gone: set[int] = field(default_factory=set)  # brokers that cannot be reached
     metadata: FakeMetadata = field(init=False)
     sent_to: list[int] = field(default_factory=list)
     refreshes: int = 0
@@ -179,6 +185,8 @@ class FakeTransport:
 
     async def send(self, node_id: int, request: Any) -> ListPartitionReassignmentsResponse:
         self.sent_to.append(node_id)
+        if node_id in self.gone:
+            raise KafkaConnectionError(f"cannot connect to broker {node_id}")
         error = ErrorCode.NONE if node_id in self.controllers else ErrorCode.NOT_CONTROLLER
         return ListPartitionReassignmentsResponse(error_code=error)
 
@@ -212,6 +220,17 @@ def test_not_controller_looks_the_controller_up_again_and_asks_it_once() -> None
     transport = FakeTransport(controller=1, learned=[3], controllers={3})
     assert ask(transport) == ErrorCode.NONE
     assert (transport.sent_to, transport.refreshes) == ([1, 3], 1)
+
+
+def test_a_controller_that_cannot_be_reached_is_looked_up_again() -> None:
+    """Found by a chaos campaign: the controller killed, the admin client kept asking it (its
+    Metadata named it) until something else refreshed the metadata."""
+    transport = FakeTransport(controller=1, learned=[3], controllers={3}, gone={1})
+    assert ask(transport) == ErrorCode.NONE
+    assert (transport.sent_to, transport.refreshes) == ([1, 3], 1)
+    still_gone = FakeTransport(controller=1, learned=[1], controllers={3}, gone={1})
+    with pytest.raises(KafkaConnectionError):
+        ask(still_gone)
 
 
 def test_a_second_not_controller_is_the_answer() -> None:
