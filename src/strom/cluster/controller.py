@@ -96,6 +96,7 @@ from strom.cluster.model import (
     PartitionState,
     TopicAssignment,
     TopicPartition,
+    replica_list_fault,
 )
 from strom.cluster.zk_store import Create, Delete, NoNodeError, SetData, Stat
 from strom.protocol.errors import ErrorCode
@@ -1018,10 +1019,9 @@ class Controller:
                 return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} is in progress"
             target = original
         else:
-            if not target:
-                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "the replica list is empty"
-            if len(set(target)) != len(target):
-                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"the replica list {list(target)} has duplicates"
+            fault = replica_list_fault(target)
+            if fault is not None:
+                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, fault
             missing = sorted(replica for replica in target if replica not in self._brokers)
             if missing:
                 return (

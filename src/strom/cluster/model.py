@@ -108,6 +108,16 @@ class TopicAssignment:
         return [TopicPartition(self.name, index) for index in self.replicas]
 
 
+def replica_list_fault(replicas: tuple[int, ...]) -> str | None:
+    """What is wrong with a replica list a client asked for (empty, a broker named twice), or None;
+    whether its brokers exist is the caller's to check."""
+    if not replicas:
+        return "the replica list is empty"
+    if len(set(replicas)) != len(replicas):
+        return f"the replica list {list(replicas)} has duplicates"
+    return None
+
+
 @dataclass(frozen=True)
 class LeaderAndIsr:
     """The JSON of a partition's state znode."""

@@ -37,7 +37,7 @@ from strom.cluster.events import (
     ReassignmentsListed,
     ReassignmentsReceived,
 )
-from strom.cluster.model import TopicPartition
+from strom.cluster.model import TopicPartition, replica_list_fault
 from strom.protocol.acl import AclOperation
 from strom.protocol.errors import ErrorCode
 from strom.protocol.messages.alter_partition import AlterPartitionRequest, AlterPartitionResponse
@@ -314,13 +314,8 @@ def _single_node_reassignments(
             results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} does not exist")
         elif target is None:
             results[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} is in progress")
-        elif not target:
-            results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, "the replica list is empty")
-        elif len(set(target)) != len(target):
-            results[tp] = (
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"the replica list {list(target)} has duplicates",
-            )
+        elif (fault := replica_list_fault(target)) is not None:
+            results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, fault)
         elif list(target) != [node_id]:
             results[tp] = (
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
